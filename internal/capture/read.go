@@ -1,0 +1,88 @@
+// Package capture reads and writes packet captures (pcap and pcapng) with
+// gopacket's pcapgo, for `roce decode`, the golden tests and the link/pcap
+// decorator.
+package capture
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/google/gopacket/layers"
+	"github.com/google/gopacket/pcapgo"
+)
+
+// Frame is one captured frame.
+type Frame struct {
+	Number  int       // 1-based, as tshark numbers frames
+	Time    time.Time // capture timestamp
+	Data    []byte    // the captured bytes (may be shorter than OrigLen)
+	OrigLen int       // length on the wire
+}
+
+// ErrLinkType is returned for captures whose link type is not Ethernet.
+var ErrLinkType = errors.New("unsupported link type")
+
+// ReadFile calls fn for every frame of the pcap or pcapng file at path, in
+// order. fn must not retain f.Data. Reading stops at the first error fn
+// returns.
+func ReadFile(path string, fn func(f Frame) error) error {
+	file, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer file.Close()
+	return Read(file, fn)
+}
+
+
+// Read is ReadFile over an io.Reader.
+func Read(r io.Reader, fn func(f Frame) error) error {
+	br := bufio.NewReader(r)
+	magic, err := br.Peek(4)
+	if err != nil {
+		return fmt.Errorf("not a capture file: %w", err)
+	}
+	var next func() ([]byte, time.Time, int, error)
+	if bytes.Equal(magic, []byte{0x0A, 0x0D, 0x0D, 0x0A}) {
+		ng, err := pcapgo.NewNgReader(br, pcapgo.DefaultNgReaderOptions)
+		if err != nil {
+			return err
+		}
+		if lt := ng.LinkType(); lt != layers.LinkTypeEthernet {
+			return fmt.Errorf("%w %v: want Ethernet", ErrLinkType, lt)
+		}
+		next = func() ([]byte, time.Time, int, error) {
+			d, ci, err := ng.ReadPacketData()
+			return d, ci.Timestamp, ci.Length, err
+		}
+	} else {
+		pr, err := pcapgo.NewReader(br)
+		if err != nil {
+			return err
+		}
+		if lt := pr.LinkType(); lt != layers.LinkTypeEthernet {
+			return fmt.Errorf("%w %v: want Ethernet", ErrLinkType, lt)
+		}
+		next = func() ([]byte, time.Time, int, error) {
+			d, ci, err := pr.ReadPacketData()
+			return d, ci.Timestamp, ci.Length, err
+		}
+	}
+	for n := 1; ; n++ {
+		data, ts, orig, err := next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("frame %d: %w", n, err)
+		}
+		if err := fn(Frame{Number: n, Time: ts, Data: data, OrigLen: orig}); err != nil {
+			return err
+		}
+	}
+}

@@ -1,0 +1,83 @@
+// Package testenv finds what tests need outside the repository (the shared
+// traces and lab, tshark, root) and decides what a missing prerequisite
+// means: on a developer machine the test is skipped with a message naming
+// what is missing; in CI (CI=true) it fails, so CI never passes by skipping.
+package testenv
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// InCI reports whether the tests run in CI (the environment variable CI is "true").
+func InCI() bool { return os.Getenv("CI") == "true" }
+
+// Require fails (in CI) or skips (elsewhere) t when ok is false, naming what is missing.
+func Require(t testing.TB, ok bool, what string) {
+	t.Helper()
+	if ok {
+		return
+	}
+	if InCI() {
+		t.Fatalf("prerequisite missing (CI=true, so this is a failure): %s", what)
+	}
+	t.Skipf("skipped: prerequisite missing: %s", what)
+}
+
+// RepoRoot returns the repository root: the nearest directory above the
+// working directory that holds go.mod.
+func RepoRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("go.mod not found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// SharedDir returns ../shared relative to the repository root (the traces
+// and the lab), or fails/skips when it is missing.
+func SharedDir(t testing.TB) string {
+	t.Helper()
+	dir := filepath.Join(filepath.Dir(RepoRoot(t)), "shared")
+	_, err := os.Stat(filepath.Join(dir, "traces"))
+	Require(t, err == nil, "the shared traces at "+dir+"/traces")
+	return dir
+}
+
+// Traces returns the paths of every ../shared/traces/*.pcap.
+func Traces(t testing.TB) []string {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(SharedDir(t), "traces", "*.pcap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	Require(t, len(paths) > 0, "pcap files in ../shared/traces")
+	return paths
+}
+
+// Tshark returns the path of tshark, or fails/skips when it is not installed
+// (Debian package tshark; .ci/run installs it).
+func Tshark(t testing.TB) string {
+	t.Helper()
+	p, err := exec.LookPath("tshark")
+	Require(t, err == nil, "tshark (apt-get install tshark)")
+	return p
+}
+
+// Root fails/skips t unless it runs as root.
+func Root(t testing.TB) {
+	t.Helper()
+	Require(t, os.Geteuid() == 0, "root privileges")
+}

@@ -1,0 +1,221 @@
+package wire
+
+import "fmt"
+
+// ExtFields holds the extended transport headers of a packet for encoding.
+// Only the headers the opcode carries (OpInfo.Headers) are written, in
+// packet order; the others are ignored.
+type ExtFields struct {
+	RDETH       uint32 // EE context
+	DETH        DETHFields
+	XRCETH      uint32 // XRC SRQ number
+	FETH        uint32 // the FETH word; see FETHWord
+	RETH        RETHFields
+	AtomicETH   AtomicETHFields
+	AETH        AETHFields
+	AtomicAck   uint64 // original remote data
+	ImmDt       uint32
+	IETH        uint32 // R_Key to invalidate
+	CNPReserved [CNPReservedLen]byte
+}
+
+// AETHFields holds an AETH for encoding.
+type AETHFields struct {
+	Syndrome Syndrome
+	MSN      uint32
+}
+
+// PacketFields describes a whole RoCE packet for encoding with Append.
+//
+// For RoCE v2 set IPv4 or IPv6 and UDP; for RoCE v1 set GRH (an IPv6Fields
+// with NextHeader 0x1B and GIDs as addresses). Eth is optional: without it
+// the encoding starts at the network header.
+type PacketFields struct {
+	Version Version
+	Eth     *EthernetFields // EtherType is set by Append
+	IPv4    *IPv4Fields     // RoCE v2 over IPv4
+	IPv6    *IPv6Fields     // RoCE v2 over IPv6
+	GRH     *GRHFields      // RoCE v1
+	UDP     UDPFields       // RoCE v2; Length is set by Append
+	BTH     BTHFields       // PadCount is set by Append
+	Ext     ExtFields
+	Payload []byte
+	// Trailer is appended after the packet: Ethernet padding of short frames.
+	Trailer []byte
+}
+
+// Fields returns the fields of a parsed packet, such that Append of the
+// result reproduces p.Bytes exactly when p is well formed. Slices in the
+// result alias p.Bytes.
+func (p *Packet) Fields() PacketFields {
+	f := PacketFields{Version: p.Version, BTH: p.BTH().Fields(), Payload: p.Payload(), Trailer: p.Trailer()}
+	if e := p.Ethernet(); e != nil {
+		ef := e.Fields()
+		f.Eth = &ef
+	}
+	switch {
+	case p.IPv4() != nil:
+		v := p.IPv4().Fields()
+		f.IPv4 = &v
+	case p.IPv6() != nil:
+		v := p.IPv6().Fields()
+		f.IPv6 = &v
+	case p.GRH() != nil:
+		v := p.GRH().Fields()
+		f.GRH = &v
+	}
+	if u := p.UDP(); u != nil {
+		f.UDP = u.Fields()
+	}
+	x := &f.Ext
+	if h := p.RDETH(); h != nil {
+		x.RDETH = h.Value()
+	}
+	if h := p.DETH(); h != nil {
+		x.DETH = h.Fields()
+	}
+	if h := p.XRCETH(); h != nil {
+		x.XRCETH = h.Value()
+	}
+	if h := p.FETH(); h != nil {
+		x.FETH = h.Word()
+	}
+	if h := p.RETH(); h != nil {
+		x.RETH = h.Fields()
+	}
+	if h := p.AtomicETH(); h != nil {
+		x.AtomicETH = h.Fields()
+	}
+	if h := p.AETH(); h != nil {
+		x.AETH = AETHFields{h.Syndrome(), h.MSN()}
+	}
+	if h := p.AtomicAckETH(); h != nil {
+		x.AtomicAck = h.OrigData()
+	}
+	if h := p.ImmDt(); h != nil {
+		x.ImmDt = h.Value()
+	}
+	if h := p.IETH(); h != nil {
+		x.IETH = h.Value()
+	}
+	if h := p.Header(HdrCNPReserved); h != nil {
+		copy(x.CNPReserved[:], h)
+	}
+	return f
+}
+
+// AppendTransport appends the IBA transport packet (BTH, extended headers,
+// payload and pad) without the ICRC, setting the BTH pad count from the
+// payload length.
+func (f *PacketFields) AppendTransport(b []byte) []byte {
+	info := &opcodeTable[f.BTH.Opcode]
+	bth := f.BTH
+	pad := (4 - len(f.Payload)%4) % 4
+	bth.PadCount = pad
+	b = bth.Append(b)
+	x := &f.Ext
+	for h := Header(0); h < numHeaders; h++ {
+		if !info.Headers.Has(h) {
+			continue
+		}
+		switch h {
+		case HdrRDETH:
+			b = AppendWord24(b, 0, x.RDETH)
+		case HdrDETH:
+			b = x.DETH.Append(b)
+		case HdrXRCETH:
+			b = AppendWord24(b, 0, x.XRCETH)
+		case HdrFETH:
+			b = append(b, byte(x.FETH>>24), byte(x.FETH>>16), byte(x.FETH>>8), byte(x.FETH))
+		case HdrRETH:
+			b = x.RETH.Append(b)
+		case HdrAtomicETH:
+			b = x.AtomicETH.Append(b)
+		case HdrAETH:
+			b = AppendAETH(b, x.AETH.Syndrome, x.AETH.MSN)
+		case HdrAtomicAckETH:
+			b = AppendAtomicAckETH(b, x.AtomicAck)
+		case HdrImmDt:
+			b = append(b, byte(x.ImmDt>>24), byte(x.ImmDt>>16), byte(x.ImmDt>>8), byte(x.ImmDt))
+		case HdrIETH:
+			b = append(b, byte(x.IETH>>24), byte(x.IETH>>16), byte(x.IETH>>8), byte(x.IETH))
+		case HdrCNPReserved:
+			b = append(b, x.CNPReserved[:]...)
+		}
+	}
+	b = append(b, f.Payload...)
+	for ; pad > 0; pad-- {
+		b = append(b, 0)
+	}
+	return b
+}
+
+// Append appends the encoded packet to b. It computes what the fields
+// leave to the encoder: the Ethertype, IPv4 total length and header
+// checksum, IPv6/GRH payload length, UDP length, BTH pad count, pad bytes
+// and the ICRC. Other fields are written as given.
+func (f *PacketFields) Append(b []byte) ([]byte, error) {
+	start := len(b)
+	var nethdr, nlen int
+	var ipVer uint8
+	switch f.Version {
+	case RoCEv1:
+		if f.GRH == nil || f.IPv4 != nil || f.IPv6 != nil {
+			return b, fmt.Errorf("encode: RoCE v1 needs a GRH and no IP header")
+		}
+		if f.Eth != nil {
+			e := *f.Eth
+			e.EtherType = EtherTypeRoCE
+			b = e.Append(b)
+		}
+		nethdr, nlen, ipVer = len(b), GRHLen, 6
+		b = f.GRH.Append(b)
+	case RoCEv2:
+		if f.GRH != nil || (f.IPv4 == nil) == (f.IPv6 == nil) {
+			return b, fmt.Errorf("encode: RoCE v2 needs exactly one of IPv4 and IPv6")
+		}
+		if f.Eth != nil {
+			e := *f.Eth
+			e.EtherType = EtherTypeIPv4
+			if f.IPv6 != nil {
+				e.EtherType = EtherTypeIPv6
+			}
+			b = e.Append(b)
+		}
+		nethdr = len(b)
+		if f.IPv4 != nil {
+			b = f.IPv4.Append(b)
+			ipVer = 4
+		} else {
+			b = f.IPv6.Append(b)
+			ipVer = 6
+		}
+		nlen = len(b) - nethdr
+		b = f.UDP.Append(b)
+	default:
+		return b, fmt.Errorf("encode: RoCE version %v", f.Version)
+	}
+	if !opcodeTable[f.BTH.Opcode].Valid() {
+		return b[:start], fmt.Errorf("encode: unknown opcode %#02x", uint8(f.BTH.Opcode))
+	}
+	b = f.AppendTransport(b)
+	b = append(b, 0, 0, 0, 0) // ICRC
+	end := len(b)
+	// Lengths and checksums, then the ICRC over the final headers.
+	switch {
+	case f.Version == RoCEv1 || ipVer == 6:
+		IPv6(b[nethdr:]).SetPayloadLen(end - nethdr - IPv6Len)
+	default:
+		ip := IPv4(b[nethdr : nethdr+nlen])
+		ip.SetTotalLen(end - nethdr)
+		ip.SetChecksum(ip.ComputeChecksum())
+	}
+	if f.Version == RoCEv2 {
+		UDP(b[nethdr+nlen:]).SetLength(end - nethdr - nlen)
+	}
+	putICRC(b[end-ICRCLen:], icrc(b[nethdr:end-ICRCLen], nlen, ipVer, f.Version))
+	return append(b, f.Trailer...), nil
+}
+
+// Valid reports whether the opcode row is defined.
+func (i *OpInfo) Valid() bool { return i.Name != "" }
