@@ -32,6 +32,12 @@ func TestGoldenTraces(t *testing.T) {
 					return nil
 				}
 				roce++
+				// rxe sends UD and QP1 packets from 0xC000 + hash_32(src QP, 14).
+				if d, u := p.DETH(), p.UDP(); d != nil && u != nil && p.Opcode().Transport() == wire.TransportUD {
+					if want := wire.UDSport(d.SrcQP()); u.SrcPort() != want {
+						t.Errorf("frame %d: UD from QP %d: UDP source port %d, want %d", f.Number, d.SrcQP(), u.SrcPort(), want)
+					}
+				}
 				if err := p.VerifyICRC(); err != nil {
 					t.Errorf("frame %d: %v", f.Number, err)
 				}

@@ -1,0 +1,107 @@
+// Package link is the boundary between goroce's engine and a network: a
+// batch packet interface in the style of wireguard-go's conn.Bind, with
+// caller-owned buffers.
+//
+// The engine hands a link IBA transport packets (BTH through payload, with
+// four bytes reserved at the end for the ICRC) and the addressing of each
+// (Addr). The link encapsulates them (RoCE v1: Ethernet + GRH; RoCE v2:
+// IPv4/IPv6 + UDP), computes the ICRC over the headers it really sends, and
+// transmits. On receive it decapsulates, verifies the ICRC where it can see
+// the headers it covers, drops and counts what is malformed, and hands back
+// the transport packet and its addressing.
+//
+// Implementations: link/fabric (an in-memory switch with faults),
+// link/pcap (a decorator that records any link's traffic), and later
+// link/udp and link/afpacket.
+package link
+
+import (
+	"net/netip"
+	"sync/atomic"
+
+	"github.com/goroce/goroce/wire"
+)
+
+// Addr is the addressing of one packet: what the GRH or the IP and UDP
+// headers carry. GIDs are IPv6 addresses; an IPv4 RoCE v2 GID is the
+// IPv4-mapped IPv6 address (::ffff:a.b.c.d).
+type Addr struct {
+	Version      wire.Version // RoCEv1 or RoCEv2
+	SrcGID       netip.Addr
+	DstGID       netip.Addr
+	TrafficClass uint8  // IPv4 TOS / IPv6 and GRH traffic class (DSCP and ECN)
+	FlowLabel    uint32 // IPv6 / GRH flow label (20 bits)
+	HopLimit     uint8  // IPv4 TTL / IPv6 hop limit / GRH hop limit; 0 means 64
+	UDPSrcPort   uint16 // RoCE v2 UDP source port; see wire.FlowLabelToUDPSport and wire.UDSport
+}
+
+// IsIPv4 reports whether a RoCE v2 packet travels over IPv4 (its GIDs are IPv4-mapped).
+func (a *Addr) IsIPv4() bool { return a.Version == wire.RoCEv2 && a.DstGID.Is4In6() }
+
+// Packet is one packet of a batch. Buf is owned by the caller of Send or
+// Recv; a link never retains it after the call returns.
+type Packet struct {
+	// Buf holds the packet. For Send, the transport packet is
+	// Buf[Off:Off+Len] including the 4 ICRC bytes, which the link fills;
+	// Off should be at least the link's Headroom so it can prepend headers
+	// in place. For Recv, Buf is an empty buffer of capacity at least
+	// MaxFrameSize, and the link sets Off and Len.
+	Buf  []byte
+	Off  int
+	Len  int
+	Addr Addr
+}
+
+// Transport returns the transport packet, BTH through ICRC.
+func (p *Packet) Transport() []byte { return p.Buf[p.Off : p.Off+p.Len] }
+
+// Link is a batch packet interface. Send and Recv may be called
+// concurrently with each other; a link serializes concurrent Sends
+// itself. After Close, Send and Recv return net.ErrClosed.
+type Link interface {
+	// Send transmits pkts and returns how many it handed to the network.
+	// Packets it cannot send (no route, malformed Addr) are dropped and
+	// counted, not returned as errors; an error means the link failed.
+	Send(pkts []Packet) (int, error)
+	// Recv blocks until at least one packet arrives and fills pkts[:n].
+	Recv(pkts []Packet) (n int, err error)
+	// BatchSize is the largest batch Send and Recv handle at once.
+	BatchSize() int
+	// Headroom is the number of bytes Send needs before a transport packet.
+	Headroom() int
+	// MTU is the largest transport packet (BTH through ICRC) the link carries.
+	MTU() int
+	// Stats returns the link's counters.
+	Stats() *Stats
+	// Close stops the link and unblocks Recv.
+	Close() error
+}
+
+// MaxFrameSize bounds any frame a link sends or receives: an Ethernet jumbo
+// frame of 9000 bytes of payload plus an Ethernet header with one 802.1Q tag.
+const MaxFrameSize = 9000 + wire.EthernetLen + wire.VLANTagLen
+
+// Stats are a link's counters. Fields are updated atomically.
+type Stats struct {
+	TxPackets atomic.Uint64 // packets handed to the network
+	RxPackets atomic.Uint64 // packets delivered to the engine
+	TxBytes   atomic.Uint64
+	RxBytes   atomic.Uint64
+	// Drops on receive, by cause.
+	RxBadICRC    atomic.Uint64 // ICRC mismatch
+	RxMalformed  atomic.Uint64 // a header failed to parse
+	RxNotForUs   atomic.Uint64 // RoCE packet to a GID this port does not own
+	TxNoRoute    atomic.Uint64 // no path to the destination GID
+	TxBadAddress atomic.Uint64 // Addr unusable (version/GID family mismatch)
+}
+
+// Snapshot returns the counters by name (rxe-style snake_case names).
+func (s *Stats) Snapshot() map[string]uint64 {
+	return map[string]uint64{
+		"tx_packets": s.TxPackets.Load(), "rx_packets": s.RxPackets.Load(),
+		"tx_bytes": s.TxBytes.Load(), "rx_bytes": s.RxBytes.Load(),
+		"rx_drop_bad_icrc": s.RxBadICRC.Load(), "rx_drop_malformed": s.RxMalformed.Load(),
+		"rx_drop_not_for_us": s.RxNotForUs.Load(), "tx_drop_no_route": s.TxNoRoute.Load(),
+		"tx_drop_bad_address": s.TxBadAddress.Load(),
+	}
+}
