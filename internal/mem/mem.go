@@ -1,0 +1,242 @@
+// Package mem is goroce's memory protection: the table of registered memory
+// regions, their lkeys and rkeys, protection domains, access flags and bounds
+// checks. Every byte the transport reads from or writes to user memory goes
+// through Region.Slice, so a bad key, PD, access flag or range yields the
+// IBTA error and never touches memory outside a registered region.
+package mem
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"unsafe"
+)
+
+// Access is a set of ibv_access_flags.
+type Access uint32
+
+// Access flags, with the values of enum ibv_access_flags.
+const (
+	LocalWrite      Access = 1 << 0
+	RemoteWrite     Access = 1 << 1
+	RemoteRead      Access = 1 << 2
+	RemoteAtomic    Access = 1 << 3
+	MWBind          Access = 1 << 4
+	ZeroBased       Access = 1 << 5
+	OnDemand        Access = 1 << 6
+	HugeTLB         Access = 1 << 7
+	FlushGlobal     Access = 1 << 8
+	FlushPersistent Access = 1 << 9
+	RelaxedOrdering Access = 1 << 20
+
+	validAccess = LocalWrite | RemoteWrite | RemoteRead | RemoteAtomic | MWBind | ZeroBased |
+		FlushGlobal | FlushPersistent | RelaxedOrdering
+)
+
+var accessNames = []struct {
+	a    Access
+	name string
+}{
+	{LocalWrite, "LOCAL_WRITE"}, {RemoteWrite, "REMOTE_WRITE"}, {RemoteRead, "REMOTE_READ"},
+	{RemoteAtomic, "REMOTE_ATOMIC"}, {MWBind, "MW_BIND"}, {ZeroBased, "ZERO_BASED"},
+	{OnDemand, "ON_DEMAND"}, {HugeTLB, "HUGETLB"}, {FlushGlobal, "FLUSH_GLOBAL"},
+	{FlushPersistent, "FLUSH_PERSISTENT"}, {RelaxedOrdering, "RELAXED_ORDERING"},
+}
+
+// String lists the flags as ibverbs names them, e.g. "LOCAL_WRITE|REMOTE_READ".
+func (a Access) String() string {
+	if a == 0 {
+		return "0"
+	}
+	var parts []string
+	for _, n := range accessNames {
+		if a&n.a != 0 {
+			parts = append(parts, n.name)
+			a &^= n.a
+		}
+	}
+	if a != 0 {
+		parts = append(parts, fmt.Sprintf("%#x", uint32(a)))
+	}
+	return strings.Join(parts, "|")
+}
+
+// Validate checks a set of flags for RegMR: unknown bits, and the IBTA rule
+// that remote write and remote atomic access need local write (§10.6.3.1,
+// ibv_reg_mr: EINVAL).
+func (a Access) Validate() error {
+	if bad := a &^ validAccess; bad != 0 {
+		return fmt.Errorf("access flags %#x: unsupported bits %v (valid: %v)", uint32(a), bad, validAccess)
+	}
+	if a&(RemoteWrite|RemoteAtomic) != 0 && a&LocalWrite == 0 {
+		return fmt.Errorf("access %v: REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE", a)
+	}
+	return nil
+}
+
+// Errors of key and range checks. The transport maps them to IBTA statuses:
+// on the local side IBV_WC_LOC_PROT_ERR, on the remote side a NAK "Remote
+// Access Error".
+var (
+	ErrBadKey    = errors.New("no valid memory region has this key")
+	ErrBadPD     = errors.New("memory region belongs to another protection domain")
+	ErrAccess    = errors.New("memory region lacks the required access")
+	ErrRange     = errors.New("range is outside the memory region")
+	ErrAlignment = errors.New("address is not 8-byte aligned")
+	ErrTooMany   = errors.New("too many memory regions")
+)
+
+// KeyError says which check failed for which key and range.
+type KeyError struct {
+	Err    error
+	Key    uint32
+	Addr   uint64
+	Length uint64
+	Need   Access
+}
+
+func (e *KeyError) Error() string {
+	s := fmt.Sprintf("key %#x addr %#x len %d: %v", e.Key, e.Addr, e.Length, e.Err)
+	if errors.Is(e.Err, ErrAccess) {
+		s += " (needs " + e.Need.String() + ")"
+	}
+	return s
+}
+
+func (e *KeyError) Unwrap() error { return e.Err }
+
+// PD is a protection domain handle: regions and QPs match by PD identity.
+type PD struct{ id uint32 }
+
+// ID returns the PD's number.
+func (p *PD) ID() uint32 { return p.id }
+
+// Region is a registered memory region. Its buffer is the caller's memory;
+// the region neither copies nor frees it.
+type Region struct {
+	pd     *PD
+	buf    []byte
+	iova   uint64 // the address of buf[0] in the keys' address space
+	access Access
+	lkey   uint32
+	rkey   uint32
+	valid  bool // guarded by Table.mu; false after Invalidate or Deregister
+}
+
+func (r *Region) PD() *PD        { return r.pd }
+func (r *Region) LKey() uint32   { return r.lkey }
+func (r *Region) RKey() uint32   { return r.rkey }
+func (r *Region) IOVA() uint64   { return r.iova }
+func (r *Region) Len() int       { return len(r.buf) }
+func (r *Region) Access() Access { return r.access }
+
+// Table holds a device's protection domains and memory regions.
+type Table struct {
+	mu      sync.RWMutex
+	regions map[uint32]*Region // by index (key >> 8); guarded by mu
+	next    uint32             // next index; guarded by mu
+	keygen  uint8              // low 8 bits of new keys; guarded by mu
+	pds     uint32             // guarded by mu
+	max     int
+}
+
+// NewTable returns an empty table holding at most max regions.
+func NewTable(max int) *Table {
+	return &Table{regions: make(map[uint32]*Region), next: 1, max: max}
+}
+
+// AllocPD returns a new protection domain.
+func (t *Table) AllocPD() *PD {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.pds++
+	return &PD{id: t.pds}
+}
+
+// AddressOf returns the address of buf[0] as ibverbs users see it: the
+// virtual address of the memory, used as the default IOVA of a region.
+func AddressOf(buf []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))) }
+
+// Register registers buf in pd with the given access and IOVA (the address
+// remote peers use for buf[0]). Like rxe, a region's lkey and rkey are the
+// same 32-bit number: an index in the upper 24 bits, a generation in the low 8.
+func (t *Table) Register(pd *PD, buf []byte, iova uint64, access Access) (*Region, error) {
+	if err := access.Validate(); err != nil {
+		return nil, err
+	}
+	if iova+uint64(len(buf)) < iova {
+		return nil, fmt.Errorf("iova %#x + length %d wraps around", iova, len(buf))
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.regions) >= t.max {
+		return nil, ErrTooMany
+	}
+	for t.regions[t.next] != nil || t.next == 0 || t.next >= 1<<24 {
+		t.next++
+		if t.next >= 1<<24 {
+			t.next = 1
+		}
+	}
+	idx := t.next
+	t.next++
+	t.keygen++
+	key := idx<<8 | uint32(t.keygen)
+	r := &Region{pd: pd, buf: buf, iova: iova, access: access, lkey: key, rkey: key, valid: true}
+	t.regions[idx] = r
+	return r, nil
+}
+
+// Deregister removes r; its keys stop working at once.
+func (t *Table) Deregister(r *Region) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.regions[r.lkey>>8] == r {
+		delete(t.regions, r.lkey>>8)
+	}
+	r.valid = false
+}
+
+// Invalidate makes the region with rkey unusable (SEND_WITH_INVALIDATE,
+// §10.6.5); pd must own it.
+func (t *Table) Invalidate(pd *PD, rkey uint32) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r := t.regions[rkey>>8]
+	if r == nil || r.rkey != rkey || !r.valid {
+		return &KeyError{Err: ErrBadKey, Key: rkey}
+	}
+	if r.pd != pd {
+		return &KeyError{Err: ErrBadPD, Key: rkey}
+	}
+	r.valid = false
+	return nil
+}
+
+// Slice checks that key (an lkey when local, else an rkey) names a valid
+// region of pd that grants need and covers [addr, addr+length), and returns
+// that range of the region's memory. A zero-length range needs only a valid
+// key (IBTA §9.4.1.1: a zero-length RDMA WRITE or READ checks no key at all;
+// the caller skips the call then).
+func (t *Table) Slice(pd *PD, key uint32, local bool, addr, length uint64, need Access) ([]byte, error) {
+	t.mu.RLock()
+	r := t.regions[key>>8]
+	ok := r != nil && r.valid && (local && r.lkey == key || !local && r.rkey == key)
+	t.mu.RUnlock()
+	fail := func(err error) ([]byte, error) {
+		return nil, &KeyError{Err: err, Key: key, Addr: addr, Length: length, Need: need}
+	}
+	switch {
+	case !ok:
+		return fail(ErrBadKey)
+	case r.pd != pd:
+		return fail(ErrBadPD)
+	case r.access&need != need:
+		return fail(ErrAccess)
+	case addr < r.iova || length > uint64(len(r.buf)) || addr-r.iova > uint64(len(r.buf))-length:
+		return fail(ErrRange)
+	}
+	off := addr - r.iova
+	return r.buf[off : off+length : off+length], nil
+}

@@ -1,0 +1,436 @@
+package transport
+
+// The completer: responses → completions, retransmission and RNR retry
+// (rxe_comp.c's role).
+
+import (
+	"fmt"
+	"time"
+
+	"net/netip"
+
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/wire"
+)
+
+// compState is the completer's progress.
+type compState struct {
+	psn        wire.PSN // the oldest PSN not yet acknowledged
+	retryLeft  int      // retransmissions left (retry_cnt)
+	rnrLeft    int      // RNR retries left (rnr_retry; 7 = infinite)
+	timerArmed bool
+	rnrWait    bool   // an RNR NAK timer runs; the requester waits
+	progress   uint64 // bumped on every acknowledgement, so a timer can tell it made none
+	armedAt    uint64 // progress when the timer was armed
+	// For the words an error completion carries.
+	heard    bool // any response ever arrived from the peer QP
+	seqNAKs  int  // PSN sequence error NAKs in a row
+	rnrNAKs  int  // RNR NAKs in a row
+	rnrSince time.Time
+	timeouts int // retransmit timeouts in a row
+}
+
+func addrOf(p *path, sport uint16) link.Addr {
+	return link.Addr{Version: p.version, SrcGID: p.sgid, DstGID: p.dgid, TrafficClass: p.tc,
+		FlowLabel: p.flow, HopLimit: p.hop, UDPSrcPort: sport}
+}
+
+// armRetrans starts the retransmit timer if packets are outstanding and it
+// is not running (IBTA §9.7.6.1.1: the local ACK timeout).
+func (q *QP) armRetrans() {
+	d := TimeoutDuration(q.attr.Timeout)
+	if d == 0 || q.comp.timerArmed || q.comp.rnrWait || q.sq.head == q.sq.cur && q.req.off == 0 {
+		return
+	}
+	q.comp.timerArmed = true
+	q.comp.armedAt = q.comp.progress
+	if q.retrans == nil {
+		q.retrans = time.AfterFunc(d, q.onRetransTimer)
+	} else {
+		q.retrans.Reset(d)
+	}
+}
+
+// onRetransTimer runs when the local ACK timeout expires.
+func (q *QP) onRetransTimer() {
+	q.mu.Lock()
+	if q.destroyed || !q.comp.timerArmed || q.state != QPSRTS && q.state != QPSSQD {
+		q.mu.Unlock()
+		return
+	}
+	q.comp.timerArmed = false
+	if q.comp.progress != q.comp.armedAt {
+		// Progress since the timer was armed: wait a full timeout again.
+		q.armRetrans()
+		q.mu.Unlock()
+		return
+	}
+	q.comp.timeouts++
+	if q.comp.retryLeft == 0 {
+		q.count(RetryExceededErr)
+		q.failOldest(WCRetryExcErr, q.retryDetail())
+		q.mu.Unlock()
+		return
+	}
+	q.comp.retryLeft--
+	out := getTxBatch(q.dev)
+	q.retry(out)
+	q.mu.Unlock()
+	putTxBatch(out)
+}
+
+// retryDetail explains a transport retry counter exceeded error.
+func (q *QP) retryDetail() string {
+	to := TimeoutDuration(q.attr.Timeout)
+	peer := fmt.Sprintf("QP %#x at %v (%v)", q.attr.DestQPN, unmap(q.path.dgid), q.path.version)
+	switch {
+	case !q.comp.heard:
+		return fmt.Sprintf("no response ever arrived from %s: %d retransmissions %v apart went unanswered. "+
+			"Check the remote QPN, the destination GID and the source GID index (%d), that the peer QP is in RTR or RTS, "+
+			"and that both sides use the same RoCE version", peer, q.attr.RetryCnt, to, q.attr.AH.GRH.SGIDIndex)
+	case q.comp.seqNAKs > 0:
+		return fmt.Sprintf("%s kept answering with PSN sequence error NAKs (%d in a row): its expected PSN and our sq_psn "+
+			"disagree, or packets keep getting lost", peer, q.comp.seqNAKs)
+	default:
+		return fmt.Sprintf("%s answered before but stopped acknowledging PSN %v: %d timeouts of %v, retry_cnt %d exhausted",
+			peer, q.comp.psn, q.comp.timeouts, to, q.attr.RetryCnt)
+	}
+}
+
+func unmap(a netip.Addr) netip.Addr { return a.Unmap() }
+
+// failOldest completes the oldest outstanding WQE with status, flushes the
+// rest and moves the QP to ERR.
+func (q *QP) failOldest(status WCStatus, detail string) {
+	q.enterError(int64(q.sq.head), status, detail)
+}
+
+// retry goes back to the oldest unacknowledged PSN and sends again from
+// there (go-back-N, IBTA §9.7.5.1.1 and rxe's req_retry).
+func (q *QP) retry(out *txBatch) {
+	q.count(CompleterRetryErr)
+	q.rewind()
+	q.reqRun(out)
+}
+
+// rewind points the requester at comp.psn: the WQE holding it and the
+// offset of that PSN within it.
+func (q *QP) rewind() {
+	psn := q.comp.psn
+	q.req.rdAtomic = 0
+	q.req.noack = 0
+	for i := q.sq.head; i < q.sq.tail; i++ {
+		w := q.sq.at(i)
+		if !w.started {
+			q.sq.cur, q.req.off = i, 0
+			q.req.psn = psn
+			return
+		}
+		if psn.Diff(w.lastPSN) <= 0 {
+			// psn lies in w: resend from it.
+			q.sq.cur = i
+			if psn.Diff(w.firstPSN) <= 0 {
+				q.req.off = 0
+				w.started = false
+			} else {
+				k := uint64(psn.Diff(w.firstPSN))
+				q.req.off = k * uint64(q.pmtu)
+			}
+			q.req.psn = psn
+			for j := i + 1; j < q.sq.tail; j++ {
+				q.sq.at(j).started = false
+			}
+			return
+		}
+	}
+	q.sq.cur, q.req.off, q.req.psn = q.sq.tail, 0, psn
+}
+
+// receiveResponse handles an ACK, NAK, READ response or atomic ACK (the
+// completer). Called with q.mu held.
+func (q *QP) receiveResponse(p *wire.Packet, out *txBatch) {
+	if q.state != QPSRTS && q.state != QPSSQD {
+		return
+	}
+	psn := p.BTH().PSN()
+	info := p.Info
+	q.comp.heard = true
+	if q.sq.head == q.sq.cur {
+		return // nothing outstanding: a stray or duplicate response
+	}
+	// A response for a PSN we have not sent is bogus; one before comp.psn is a duplicate.
+	if psn.Diff(q.req.psn) >= 0 {
+		return
+	}
+	aeth := p.AETH()
+	if aeth != nil {
+		syn := aeth.Syndrome()
+		switch {
+		case syn.IsNAK():
+			q.onNAK(psn, syn, out)
+			return
+		case syn.IsRNRNAK():
+			q.onRNRNAK(psn, syn, out)
+			return
+		}
+	}
+	switch {
+	case info.Is(wire.FlagReadResponse):
+		q.onReadResponse(p, psn, out)
+	case info.Is(wire.FlagAtomicAck):
+		q.onAtomicAck(p, psn, out)
+	default:
+		q.onACK(psn, out)
+	}
+	q.comp.seqNAKs, q.comp.rnrNAKs, q.comp.timeouts = 0, 0, 0
+}
+
+// completeThrough completes, in order, the WQEs acknowledged by an ACK of
+// psn: every WQE whose last PSN is at or before psn, stopping at a READ or
+// atomic whose response has not arrived (an ACK past it means its response
+// was lost: the caller retries). It reports whether it stopped at such a WQE.
+func (q *QP) completeThrough(psn wire.PSN) (stuckAtRdAtomic bool) {
+	for q.sq.head < q.sq.cur {
+		w := q.sq.at(q.sq.head)
+		if !w.started || w.lastPSN.Diff(psn) > 0 {
+			break
+		}
+		if w.isRdAtom {
+			return true
+		}
+		q.completeSend(w, WCSuccess, "")
+		q.sq.head++
+		q.progress()
+	}
+	return false
+}
+
+func (q *QP) progress() {
+	q.comp.progress++
+	q.comp.retryLeft = int(q.attr.RetryCnt)
+	if q.attr.RNRRetry != infiniteRNRRetry {
+		q.comp.rnrLeft = int(q.attr.RNRRetry)
+	}
+}
+
+func (q *QP) advanceCompPSN(psn wire.PSN) {
+	if psn.Diff(q.comp.psn) > 0 {
+		q.comp.psn = psn
+		q.comp.progress++
+	}
+}
+
+func (q *QP) onACK(psn wire.PSN, out *txBatch) {
+	if psn.Diff(q.comp.psn) < 0 {
+		return // duplicate ACK
+	}
+	stuck := q.completeThrough(psn)
+	if stuck {
+		// An ACK beyond an outstanding READ/ATOMIC: its response was lost (IBTA §9.7.5.1.3, implicit NAK).
+		w := q.sq.at(q.sq.head)
+		q.advanceCompPSN(w.firstPSN)
+		q.retry(out)
+		return
+	}
+	q.advanceCompPSN(psn.Next())
+	q.afterProgress(out)
+}
+
+// afterProgress restarts the timer and the requester after acknowledgements.
+func (q *QP) afterProgress(out *txBatch) {
+	if q.comp.timerArmed {
+		q.comp.timerArmed = false
+		if q.retrans != nil {
+			q.retrans.Stop()
+		}
+	}
+	q.reqRun(out)
+	q.armRetrans()
+	if q.state == QPSSQD {
+		q.checkDrained()
+	}
+}
+
+func (q *QP) onReadResponse(p *wire.Packet, psn wire.PSN, out *txBatch) {
+	// Responses acknowledge every earlier request.
+	q.completeThrough(psn.Add(-1))
+	if q.sq.head == q.sq.cur {
+		return
+	}
+	w := q.sq.at(q.sq.head)
+	if w.wr.Opcode != WRRDMARead && w.wr.Opcode != WRFlush || psn.Diff(w.firstPSN) < 0 || psn.Diff(w.lastPSN) > 0 {
+		return // not the response we wait for: a duplicate
+	}
+	if psn != q.comp.psn {
+		if psn.Diff(q.comp.psn) > 0 {
+			// A response is missing: ask again from the first missing PSN.
+			q.retry(out)
+		}
+		return
+	}
+	data := p.Payload()
+	off := uint64(psn.Diff(w.firstPSN)) * uint64(q.pmtu)
+	info := p.Info
+	last := info.Is(wire.FlagLast)
+	want := uint64(q.pmtu)
+	if last {
+		want = w.length - off
+	}
+	if w.wr.Opcode == WRFlush {
+		want = 0
+	}
+	if uint64(len(data)) != want || last != (psn == w.lastPSN) {
+		q.failOldest(WCBadRespErr, fmt.Sprintf("RDMA READ response PSN %v carries %d bytes (%v), expected %d", psn, len(data), p.Opcode(), want))
+		return
+	}
+	if len(data) > 0 {
+		if err := q.scatter(w.sge, off, data); err != nil {
+			q.failOldest(WCLocProtErr, fmt.Sprintf("RDMA READ target of wr_id %d: %v", w.wr.WRID, err))
+			return
+		}
+	}
+	q.comp.psn = psn.Next()
+	q.comp.progress++
+	if last {
+		q.completeSend(w, WCSuccess, "")
+		q.sq.head++
+		q.req.rdAtomic--
+		q.progress()
+	}
+	q.afterProgress(out)
+}
+
+func (q *QP) onAtomicAck(p *wire.Packet, psn wire.PSN, out *txBatch) {
+	q.completeThrough(psn.Add(-1))
+	if q.sq.head == q.sq.cur {
+		return
+	}
+	w := q.sq.at(q.sq.head)
+	if w.wr.Opcode != WRAtomicCmpAndSwp && w.wr.Opcode != WRAtomicFetchAndAdd || psn != w.firstPSN {
+		return
+	}
+	if err := q.putU64(w.sge, p.AtomicAckETH().OrigData()); err != nil {
+		q.failOldest(WCLocProtErr, fmt.Sprintf("atomic result buffer of wr_id %d: %v", w.wr.WRID, err))
+		return
+	}
+	q.advanceCompPSN(psn.Next())
+	q.completeSend(w, WCSuccess, "")
+	q.sq.head++
+	q.req.rdAtomic--
+	q.progress()
+	q.afterProgress(out)
+}
+
+func (q *QP) onNAK(psn wire.PSN, syn wire.Syndrome, out *txBatch) {
+	// A NAK acknowledges every PSN before it (C9-?? §9.7.5.1.2).
+	if stuck := q.completeThrough(psn.Add(-1)); stuck {
+		w := q.sq.at(q.sq.head)
+		q.advanceCompPSN(w.firstPSN)
+		q.retry(out)
+		return
+	}
+	if syn.Value() == wire.NAKPSNSequenceError {
+		q.count(RcvdSeqErr)
+		q.comp.seqNAKs++
+		if psn.Diff(q.comp.psn) >= 0 {
+			q.advanceCompPSN(psn)
+		}
+		if q.comp.retryLeft == 0 {
+			q.count(RetryExceededErr)
+			q.failOldest(WCRetryExcErr, q.retryDetail())
+			return
+		}
+		q.comp.retryLeft--
+		q.retry(out)
+		q.armRetrans()
+		return
+	}
+	// Fatal NAKs: the WQE holding psn fails, the QP goes to ERR.
+	var status WCStatus
+	var what string
+	switch syn.Value() {
+	case wire.NAKInvalidRequest:
+		status, what = WCRemInvReqErr, "rejected the request as invalid (an opcode it does not support, a misaligned atomic, a length beyond its buffers or the DMA length, or too many outstanding READ/ATOMIC)"
+	case wire.NAKRemoteAccessError:
+		status, what = WCRemAccessErr, "denied access"
+	case wire.NAKRemoteOperationalError:
+		status, what = WCRemOpErr, "could not complete the operation (for a SEND: its receive buffer's key was bad)"
+	default:
+		status, what = WCRemInvRDReqErr, "sent "+syn.String()
+	}
+	idx := q.sq.head
+	for i := q.sq.head; i < q.sq.cur; i++ {
+		w := q.sq.at(i)
+		if w.started && psn.Diff(w.firstPSN) >= 0 && psn.Diff(w.lastPSN) <= 0 {
+			idx = i
+			break
+		}
+	}
+	w := q.sq.at(idx)
+	detail := fmt.Sprintf("QP %#x at %v %s for %v wr_id %d (PSN %v)", q.attr.DestQPN, unmap(q.path.dgid), what, w.wr.Opcode, w.wr.WRID, psn)
+	switch w.wr.Opcode {
+	case WRRDMAWrite, WRRDMAWriteWithImm, WRRDMARead, WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRFlush, WRAtomicWrite:
+		detail += fmt.Sprintf(": rkey %#x, remote addr %#x, length %d", w.wr.RKey, w.wr.RemoteAddr, w.length)
+		if status == WCRemAccessErr {
+			detail += " (unknown or invalidated rkey, range outside the region, region of another PD, or the region or QP lacks the access right)"
+		}
+	}
+	q.enterError(int64(idx), status, detail)
+}
+
+func (q *QP) onRNRNAK(psn wire.PSN, syn wire.Syndrome, out *txBatch) {
+	q.count(RcvdRNRErr)
+	if stuck := q.completeThrough(psn.Add(-1)); stuck {
+		w := q.sq.at(q.sq.head)
+		q.advanceCompPSN(w.firstPSN)
+		q.retry(out)
+		return
+	}
+	if q.comp.rnrNAKs == 0 {
+		q.comp.rnrSince = time.Now()
+	}
+	q.comp.rnrNAKs++
+	q.advanceCompPSN(psn)
+	if q.attr.RNRRetry != infiniteRNRRetry {
+		if q.comp.rnrLeft == 0 {
+			q.count(RetryRNRExceededErr)
+			q.failOldest(WCRNRRetryExcErr, fmt.Sprintf(
+				"receiver not ready: QP %#x at %v had no receive posted for %v (%d RNR NAKs, rnr_retry %d exhausted); "+
+					"post receives before the peer sends, or raise rnr_retry (7 = retry forever)",
+				q.attr.DestQPN, unmap(q.path.dgid), time.Since(q.comp.rnrSince).Round(time.Microsecond), q.comp.rnrNAKs, q.attr.RNRRetry))
+			return
+		}
+		q.comp.rnrLeft--
+	}
+	// Wait the timer the responder asked for, then go back to psn.
+	if q.comp.timerArmed {
+		q.comp.timerArmed = false
+		q.retrans.Stop()
+	}
+	q.comp.rnrWait = true
+	d := wire.RNRTimer(syn.Value())
+	if q.rnrTimer == nil {
+		q.rnrTimer = time.AfterFunc(d, q.onRNRTimer)
+	} else {
+		q.rnrTimer.Reset(d)
+	}
+}
+
+func (q *QP) onRNRTimer() {
+	q.mu.Lock()
+	if q.destroyed || !q.comp.rnrWait {
+		q.mu.Unlock()
+		return
+	}
+	q.comp.rnrWait = false
+	if q.state != QPSRTS && q.state != QPSSQD {
+		q.mu.Unlock()
+		return
+	}
+	out := getTxBatch(q.dev)
+	q.rewind()
+	q.reqRun(out)
+	q.armRetrans()
+	q.mu.Unlock()
+	putTxBatch(out)
+}

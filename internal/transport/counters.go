@@ -1,0 +1,62 @@
+package transport
+
+import "sync/atomic"
+
+// Counter identifies one transport counter.
+type Counter int
+
+// Counters named as rxe names them in hw_counters and `rdma statistic show`,
+// then goroce's drops by cause.
+const (
+	SentPkts            Counter = iota // sent_pkts
+	RcvdPkts                           // rcvd_pkts
+	DuplicateRequest                   // duplicate_request
+	OutOfSeqRequest                    // out_of_seq_request
+	RcvdRNRErr                         // rcvd_rnr_err: RNR NAKs received
+	SendRNRErr                         // send_rnr_err: RNR NAKs sent
+	RcvdSeqErr                         // rcvd_seq_err: PSN sequence error NAKs received
+	AckDeferred                        // ack_deferred
+	RetryExceededErr                   // retry_exceeded_err
+	RetryRNRExceededErr                // retry_rnr_exceeded_err
+	CompleterRetryErr                  // completer_retry_err: retransmissions started by the completer
+	SendErr                            // send_err
+	LinkDowned                         // link_downed
+	RDMASends                          // rdma_sends
+	RDMARecvs                          // rdma_recvs
+	RcvdBadICRC                        // rcvd_bad_icrc: dropped by the link
+	RcvdBadHeader                      // rcvd_bad_header: malformed transport headers
+	RcvdBadQP                          // rcvd_bad_qp: no such QP, or QP not ready
+	RcvdBadPKey                        // rcvd_bad_pkey
+	RcvdBadQKey                        // rcvd_bad_qkey
+	RcvdBadOpcode                      // rcvd_bad_opcode: opcode not valid for the QP's type
+	RcvdNoRecvWQE                      // rcvd_no_recv_wqe: UD/UC messages dropped for lack of a receive
+	RetransPkts                        // retrans_pkts: packets sent again
+	numCounters
+)
+
+// CounterNames are the counters' names, indexed by Counter: rxe's first, in
+// the order `rdma statistic show` prints them.
+var CounterNames = [numCounters]string{
+	"sent_pkts", "rcvd_pkts", "duplicate_request", "out_of_seq_request", "rcvd_rnr_err",
+	"send_rnr_err", "rcvd_seq_err", "ack_deferred", "retry_exceeded_err", "retry_rnr_exceeded_err",
+	"completer_retry_err", "send_err", "link_downed", "rdma_sends", "rdma_recvs",
+	"rcvd_bad_icrc", "rcvd_bad_header", "rcvd_bad_qp", "rcvd_bad_pkey", "rcvd_bad_qkey",
+	"rcvd_bad_opcode", "rcvd_no_recv_wqe", "retrans_pkts",
+}
+
+func (c Counter) String() string { return CounterNames[c] }
+
+// Counters is a set of counters, per port or per QP.
+type Counters [numCounters]atomic.Uint64
+
+// Get returns one counter's value.
+func (c *Counters) Get(k Counter) uint64 { return c[k].Load() }
+
+// Snapshot returns every counter by name.
+func (c *Counters) Snapshot() map[string]uint64 {
+	m := make(map[string]uint64, numCounters)
+	for k := range c {
+		m[CounterNames[k]] = c[k].Load()
+	}
+	return m
+}

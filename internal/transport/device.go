@@ -1,0 +1,370 @@
+// Package transport is goroce's engine: devices, protection domains, memory
+// regions, completion queues, shared receive queues and queue pairs, and the
+// RC, UC and UD transports of IBTA Vol 1 chapter 9 (requester, responder
+// and completer per QP, as Linux rxe splits them). It talks to the network
+// only through a link.Link and never opens a socket. Package verbs is its
+// public façade.
+//
+// Concurrency: each QP's requester, responder and completer run under the
+// QP's mutex, called from the goroutine that posts a work request, from the
+// device's one receive goroutine, or from the QP's retransmit and RNR timers.
+// No goroutine is started per packet or per work request.
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"syscall"
+
+	"github.com/goroce/goroce/internal/mem"
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/wire"
+)
+
+// Config describes a device.
+type Config struct {
+	Name string    // e.g. "rxe0"
+	Link link.Link // the network; the device closes it on Close
+	// GUID is the node GUID; zero derives it from MAC (EUI-64), as rxe does.
+	GUID uint64
+	MAC  wire.MAC
+	// GIDs is port 1's GID table, in index order.
+	GIDs []GIDEntry
+	// ActiveMTU is the port's active MTU; zero derives it from the link's MTU.
+	ActiveMTU MTU
+}
+
+// Device is a soft RDMA device with one port.
+type Device struct {
+	name      string
+	link      link.Link
+	guid      uint64
+	activeMTU MTU
+	mem       *mem.Table
+	events    eventQueue
+	counters  Counters   // port 1's
+	atomicMu  sync.Mutex // makes responder atomics atomic across QPs (rxe: atomic_ops_lock)
+	txPool    sync.Pool  // of *[]byte, link.MaxFrameSize each
+
+	mu      sync.RWMutex
+	gids    []GIDEntry     // guarded by mu
+	qps     map[uint32]*QP // guarded by mu
+	nextQPN uint32         // guarded by mu
+	closed  bool           // guarded by mu
+	portUp  bool           // guarded by mu
+
+	rxDone chan struct{}
+}
+
+// OpenDevice starts a device on cfg.Link. Close it to stop its receive
+// goroutine and close the link.
+func OpenDevice(cfg Config) (*Device, error) {
+	if cfg.Link == nil {
+		return nil, fmt.Errorf("open device %q: no link: %w", cfg.Name, syscall.EINVAL)
+	}
+	if len(cfg.GIDs) > GIDTableLen {
+		return nil, fmt.Errorf("open device %q: %d GIDs, the table holds %d: %w", cfg.Name, len(cfg.GIDs), GIDTableLen, syscall.EINVAL)
+	}
+	d := &Device{
+		name:    cfg.Name,
+		link:    cfg.Link,
+		guid:    cfg.GUID,
+		mem:     mem.NewTable(MaxMR),
+		gids:    append([]GIDEntry(nil), cfg.GIDs...),
+		qps:     make(map[uint32]*QP),
+		nextQPN: FirstQPN,
+		portUp:  true,
+		rxDone:  make(chan struct{}),
+	}
+	if d.guid == 0 {
+		m := cfg.MAC
+		d.guid = uint64(m[0]^2)<<56 | uint64(m[1])<<48 | uint64(m[2])<<40 | 0xFF<<32 | 0xFE<<24 |
+			uint64(m[3])<<16 | uint64(m[4])<<8 | uint64(m[5])
+	}
+	d.activeMTU = cfg.ActiveMTU
+	if d.activeMTU == 0 {
+		// The link MTU counts the transport packet; take off the largest
+		// header set (BTH + RETH + ImmDt ... 12+16+4) and the ICRC.
+		d.activeMTU = MTUFromBytes(cfg.Link.MTU() - 64)
+		if d.activeMTU == 0 {
+			return nil, fmt.Errorf("open device %q: link MTU %d is below the smallest IB MTU: %w", cfg.Name, cfg.Link.MTU(), syscall.EINVAL)
+		}
+	}
+	d.txPool.New = func() any { b := make([]byte, link.MaxFrameSize); return &b }
+	d.events.init()
+	go d.receive()
+	return d, nil
+}
+
+// Name returns the device name.
+func (d *Device) Name() string { return d.name }
+
+// GUID returns the node GUID.
+func (d *Device) GUID() uint64 { return d.guid }
+
+// Counters returns port 1's counters.
+func (d *Device) Counters() *Counters { return &d.counters }
+
+// Link returns the device's link.
+func (d *Device) Link() link.Link { return d.link }
+
+// ActiveMTU returns the port's active MTU.
+func (d *Device) ActiveMTU() MTU { return d.activeMTU }
+
+// Close destroys every QP, stops the receive goroutine and closes the link.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	qps := make([]*QP, 0, len(d.qps))
+	for _, q := range d.qps {
+		qps = append(qps, q)
+	}
+	d.mu.Unlock()
+	for _, q := range qps {
+		q.Destroy()
+	}
+	err := d.link.Close()
+	<-d.rxDone
+	d.events.close()
+	return err
+}
+
+// GIDs returns a copy of port 1's GID table.
+func (d *Device) GIDs() []GIDEntry {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return append([]GIDEntry(nil), d.gids...)
+}
+
+// SetGIDs replaces port 1's GID table and reports IBV_EVENT_GID_CHANGE.
+func (d *Device) SetGIDs(g []GIDEntry) error {
+	if len(g) > GIDTableLen {
+		return fmt.Errorf("%d GIDs, the table holds %d: %w", len(g), GIDTableLen, syscall.EINVAL)
+	}
+	d.mu.Lock()
+	d.gids = append([]GIDEntry(nil), g...)
+	d.mu.Unlock()
+	d.events.post(AsyncEvent{Type: EventGIDChange, Port: 1})
+	return nil
+}
+
+// GID returns GID table entry index of port 1; an unused index is EINVAL,
+// as reading its gid_attrs in sysfs is.
+func (d *Device) GID(index int) (GIDEntry, error) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if index < 0 || index >= len(d.gids) || !d.gids[index].GID.IsValid() {
+		return GIDEntry{}, fmt.Errorf("GID index %d: no such entry (port 1 has %d): %w", index, len(d.gids), syscall.EINVAL)
+	}
+	return d.gids[index], nil
+}
+
+// SetPortState changes port 1's state, reporting PORT_ACTIVE or PORT_ERR.
+func (d *Device) SetPortState(up bool) {
+	d.mu.Lock()
+	changed := d.portUp != up
+	d.portUp = up
+	d.mu.Unlock()
+	if !changed {
+		return
+	}
+	if up {
+		d.events.post(AsyncEvent{Type: EventPortActive, Port: 1})
+	} else {
+		d.counters[LinkDowned].Add(1)
+		d.events.post(AsyncEvent{Type: EventPortErr, Port: 1})
+	}
+}
+
+// PortActive reports whether port 1 is active.
+func (d *Device) PortActive() bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.portUp
+}
+
+// GetAsyncEvent waits for the next asynchronous event, like ibv_get_async_event.
+func (d *Device) GetAsyncEvent(ctx context.Context) (AsyncEvent, error) { return d.events.get(ctx) }
+
+// PD is a protection domain.
+type PD struct {
+	dev *Device
+	pd  *mem.PD
+}
+
+// AllocPD allocates a protection domain.
+func (d *Device) AllocPD() (*PD, error) {
+	if d.isClosed() {
+		return nil, net.ErrClosed
+	}
+	return &PD{dev: d, pd: d.mem.AllocPD()}, nil
+}
+
+// Device returns the PD's device.
+func (pd *PD) Device() *Device { return pd.dev }
+
+// MR is a registered memory region.
+type MR struct {
+	pd *PD
+	r  *mem.Region
+}
+
+// RegMR registers buf for access; its IOVA is buf's address, as ibv_reg_mr's is.
+func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
+	return pd.RegMRIOVA(buf, mem.AddressOf(buf), access)
+}
+
+// RegMRIOVA registers buf with an IOVA of the caller's choice (ibv_reg_mr_iova).
+func (pd *PD) RegMRIOVA(buf []byte, iova uint64, access Access) (*MR, error) {
+	r, err := pd.dev.mem.Register(pd.pd, buf, iova, access)
+	if err != nil {
+		return nil, fmt.Errorf("reg_mr: %v: %w", err, syscall.EINVAL)
+	}
+	return &MR{pd: pd, r: r}, nil
+}
+
+func (m *MR) LKey() uint32   { return m.r.LKey() }
+func (m *MR) RKey() uint32   { return m.r.RKey() }
+func (m *MR) Addr() uint64   { return m.r.IOVA() }
+func (m *MR) Len() int       { return m.r.Len() }
+func (m *MR) Access() Access { return m.r.Access() }
+
+// SGE returns a scatter/gather element for buf[off:off+n] of this region.
+func (m *MR) SGE(off, n int) SGE {
+	return SGE{Addr: m.r.IOVA() + uint64(off), Length: uint32(n), LKey: m.r.LKey()}
+}
+
+// Dereg deregisters the region; its keys stop working at once.
+func (m *MR) Dereg() error {
+	m.pd.dev.mem.Deregister(m.r)
+	return nil
+}
+
+// path is a resolved address vector: what goes in the GRH or IP/UDP headers.
+type path struct {
+	version wire.Version
+	sgid    netip.Addr
+	dgid    netip.Addr
+	tc      uint8
+	flow    uint32
+	hop     uint8
+}
+
+// resolvePath checks an AH attribute against the GID table. The source GID's
+// type picks the RoCE version, as on Linux.
+func (d *Device) resolvePath(a *AHAttr) (path, error) {
+	if a.PortNum != 0 && a.PortNum != 1 {
+		return path{}, fmt.Errorf("ah_attr.port_num %d: the device has port 1 only: %w", a.PortNum, syscall.EINVAL)
+	}
+	if !a.IsGlobal {
+		return path{}, fmt.Errorf("ah_attr.is_global is 0: RoCE needs a GRH (set is_global and grh.dgid): %w", syscall.EINVAL)
+	}
+	g, err := d.GID(int(a.GRH.SGIDIndex))
+	if err != nil {
+		return path{}, fmt.Errorf("ah_attr.grh.sgid_index: %w", err)
+	}
+	dg := a.GRH.DGID
+	if !dg.IsValid() {
+		return path{}, fmt.Errorf("ah_attr.grh.dgid is not set: %w", syscall.EINVAL)
+	}
+	dg = netip.AddrFrom16(dg.As16())
+	if g.Type == GIDTypeRoCEv2 && g.GID.Is4In6() != dg.Is4In6() {
+		return path{}, fmt.Errorf("ah_attr: source GID %v (index %d) and destination GID %v are of different IP families: %w",
+			g.GID, a.GRH.SGIDIndex, dg, syscall.EINVAL)
+	}
+	if a.GRH.FlowLabel > wire.FlowLabelMask {
+		return path{}, fmt.Errorf("ah_attr.grh.flow_label %#x exceeds 20 bits: %w", a.GRH.FlowLabel, syscall.EINVAL)
+	}
+	hop := a.GRH.HopLimit
+	if hop == 0 {
+		hop = 64
+	}
+	return path{version: g.Type.Version(), sgid: g.GID, dgid: dg, tc: a.GRH.TrafficClass, flow: a.GRH.FlowLabel, hop: hop}, nil
+}
+
+// CreateAH creates an address handle for UD sends.
+func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
+	p, err := pd.dev.resolvePath(&attr)
+	if err != nil {
+		return nil, fmt.Errorf("create_ah: %w", err)
+	}
+	return &AH{pd: pd, attr: attr, path: p}, nil
+}
+
+func (d *Device) isClosed() bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.closed
+}
+
+func (d *Device) lookupQP(qpn uint32) *QP {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.qps[qpn]
+}
+
+// receive is the device's one receive goroutine: it takes batches from the
+// link and hands each packet to its QP.
+func (d *Device) receive() {
+	defer close(d.rxDone)
+	n := d.link.BatchSize()
+	bufs := make([]link.Packet, n)
+	for i := range bufs {
+		bufs[i].Buf = make([]byte, 0, link.MaxFrameSize)
+	}
+	var out txBatch
+	out.dev = d
+	var p wire.Packet
+	prevICRC, prevMal := uint64(0), uint64(0)
+	for {
+		k, err := d.link.Recv(bufs)
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				d.events.post(AsyncEvent{Type: EventDeviceFatal, Detail: "link receive failed: " + err.Error()})
+			}
+			return
+		}
+		// Mirror the link's drop counters into the port's.
+		st := d.link.Stats()
+		if v := st.RxBadICRC.Load(); v != prevICRC {
+			d.counters[RcvdBadICRC].Add(v - prevICRC)
+			prevICRC = v
+		}
+		if v := st.RxMalformed.Load(); v != prevMal {
+			d.counters[RcvdBadHeader].Add(v - prevMal)
+			prevMal = v
+		}
+		for i := range bufs[:k] {
+			d.dispatch(&bufs[i], &p, &out)
+		}
+		out.flush()
+	}
+}
+
+// dispatch checks a packet's transport headers and hands it to its QP.
+func (d *Device) dispatch(pk *link.Packet, p *wire.Packet, out *txBatch) {
+	d.counters[RcvdPkts].Add(1)
+	if err := p.ParseTransport(pk.Transport(), pk.Addr.Version); err != nil {
+		d.counters[RcvdBadHeader].Add(1)
+		return
+	}
+	bth := p.BTH()
+	if bth.PKey()&0x7FFF != wire.DefaultPKey&0x7FFF {
+		d.counters[RcvdBadPKey].Add(1)
+		return
+	}
+	q := d.lookupQP(bth.DestQP())
+	if q == nil {
+		d.counters[RcvdBadQP].Add(1)
+		return
+	}
+	q.receive(p, &pk.Addr, out)
+}

@@ -1,0 +1,223 @@
+package transport
+
+import (
+	"fmt"
+	"net"
+	"sync"
+	"syscall"
+
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/wire"
+)
+
+// recvWQE is a posted receive.
+type recvWQE struct {
+	wrID uint64
+	sge  []SGE
+}
+
+// recvQueue is a FIFO of receives, a QP's RQ or an SRQ's queue.
+type recvQueue struct {
+	ring   []recvWQE
+	head   int
+	n      int
+	maxSGE int
+}
+
+func (q *recvQueue) init(maxWR, maxSGE int) {
+	q.ring = make([]recvWQE, maxWR)
+	q.maxSGE = maxSGE
+}
+
+func (q *recvQueue) push(wr *RecvWR) error {
+	if len(wr.SGList) > q.maxSGE {
+		return fmt.Errorf("post_recv: wr %d has %d SGEs, max_recv_sge is %d: %w", wr.WRID, len(wr.SGList), q.maxSGE, syscall.EINVAL)
+	}
+	if q.n == len(q.ring) {
+		return fmt.Errorf("post_recv: receive queue full (%d WRs posted): %w", q.n, syscall.ENOMEM)
+	}
+	e := &q.ring[(q.head+q.n)%len(q.ring)]
+	e.wrID = wr.WRID
+	e.sge = append(e.sge[:0], wr.SGList...)
+	q.n++
+	return nil
+}
+
+// peek returns the oldest receive without removing it.
+func (q *recvQueue) peek() *recvWQE {
+	if q.n == 0 {
+		return nil
+	}
+	return &q.ring[q.head]
+}
+
+func (q *recvQueue) pop() {
+	q.head = (q.head + 1) % len(q.ring)
+	q.n--
+}
+
+// SRQ is a shared receive queue.
+type SRQ struct {
+	dev   *Device
+	pd    *PD
+	mu    sync.Mutex
+	q     recvQueue // guarded by mu
+	limit int       // guarded by mu: armed when > 0 (ibv_modify_srq srq_limit)
+	dead  bool      // guarded by mu
+}
+
+// SRQAttr is struct ibv_srq_attr.
+type SRQAttr struct {
+	MaxWR    int
+	MaxSGE   int
+	SRQLimit int
+}
+
+// CreateSRQ creates a shared receive queue.
+func (pd *PD) CreateSRQ(attr SRQAttr) (*SRQ, error) {
+	if attr.MaxWR < 1 || attr.MaxWR > MaxSRQWR {
+		return nil, fmt.Errorf("create_srq: max_wr %d outside 1..%d: %w", attr.MaxWR, MaxSRQWR, syscall.EINVAL)
+	}
+	if attr.MaxSGE < 1 || attr.MaxSGE > MaxSRQSGE {
+		return nil, fmt.Errorf("create_srq: max_sge %d outside 1..%d: %w", attr.MaxSGE, MaxSRQSGE, syscall.EINVAL)
+	}
+	if attr.SRQLimit < 0 || attr.SRQLimit > attr.MaxWR {
+		return nil, fmt.Errorf("create_srq: srq_limit %d outside 0..max_wr %d: %w", attr.SRQLimit, attr.MaxWR, syscall.EINVAL)
+	}
+	s := &SRQ{dev: pd.dev, pd: pd, limit: attr.SRQLimit}
+	s.q.init(attr.MaxWR, attr.MaxSGE)
+	return s, nil
+}
+
+// PostRecv posts receives to the SRQ.
+func (s *SRQ) PostRecv(wrs ...RecvWR) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dead {
+		return net.ErrClosed
+	}
+	for i := range wrs {
+		if err := s.q.push(&wrs[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Arm sets the SRQ limit: when fewer than limit receives remain,
+// IBV_EVENT_SRQ_LIMIT_REACHED is reported once and the limit disarms.
+func (s *SRQ) Arm(limit int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if limit < 0 || limit > len(s.q.ring) {
+		return fmt.Errorf("modify_srq: srq_limit %d outside 0..%d: %w", limit, len(s.q.ring), syscall.EINVAL)
+	}
+	s.limit = limit
+	return nil
+}
+
+// Destroy destroys the SRQ.
+func (s *SRQ) Destroy() error {
+	s.mu.Lock()
+	s.dead = true
+	s.mu.Unlock()
+	return nil
+}
+
+// take removes the oldest receive into dst; it reports false when empty.
+func (s *SRQ) take(dst *recvWQE) bool {
+	s.mu.Lock()
+	e := s.q.peek()
+	if e == nil {
+		s.mu.Unlock()
+		return false
+	}
+	dst.wrID = e.wrID
+	dst.sge = append(dst.sge[:0], e.sge...)
+	s.q.pop()
+	fire := s.limit > 0 && s.q.n < s.limit
+	if fire {
+		s.limit = 0
+	}
+	n := s.q.n
+	s.mu.Unlock()
+	if fire {
+		s.dev.events.post(AsyncEvent{Type: EventSRQLimitReached, Detail: fmt.Sprintf("%d receives left", n)})
+	}
+	return true
+}
+
+// txBatch collects packets to send and sends them in batches.
+type txBatch struct {
+	dev  *Device
+	pkts []link.Packet
+	bufs []*[]byte
+}
+
+var txBatchPool = sync.Pool{New: func() any { return new(txBatch) }}
+
+func getTxBatch(d *Device) *txBatch {
+	b := txBatchPool.Get().(*txBatch)
+	b.dev = d
+	return b
+}
+
+func putTxBatch(b *txBatch) {
+	b.flush()
+	b.dev = nil
+	txBatchPool.Put(b)
+}
+
+// next returns a fresh packet whose buffer has the link's headroom.
+func (b *txBatch) next() *link.Packet {
+	if len(b.pkts) == b.dev.link.BatchSize() {
+		b.flush()
+	}
+	bp := b.dev.txPool.Get().(*[]byte)
+	b.bufs = append(b.bufs, bp)
+	h := b.dev.link.Headroom()
+	b.pkts = append(b.pkts, link.Packet{Buf: (*bp)[:h], Off: h})
+	return &b.pkts[len(b.pkts)-1]
+}
+
+// finish completes the packet next returned: it sets Len from the bytes
+// appended after the headroom and adds the ICRC's room.
+func finish(pk *link.Packet, buf []byte) {
+	buf = append(buf, 0, 0, 0, 0)
+	pk.Buf = buf
+	pk.Len = len(buf) - pk.Off
+}
+
+func (b *txBatch) flush() {
+	if len(b.pkts) == 0 {
+		return
+	}
+	n, _ := b.dev.link.Send(b.pkts)
+	b.dev.counters[SentPkts].Add(uint64(n))
+	for i, bp := range b.bufs {
+		b.dev.txPool.Put(bp)
+		b.bufs[i] = nil
+	}
+	for i := range b.pkts {
+		b.pkts[i] = link.Packet{}
+	}
+	b.pkts = b.pkts[:0]
+	b.bufs = b.bufs[:0]
+}
+
+// appendHeaders appends the BTH and the extended headers of f's opcode to
+// buf, with the pad count for a payload of paylen bytes.
+func appendHeaders(buf []byte, f *wire.PacketFields, paylen int) []byte {
+	start := len(buf)
+	buf = f.AppendTransport(buf)
+	wire.BTH(buf[start:]).SetPadCount((4 - paylen%4) % 4)
+	return buf
+}
+
+// appendPad appends the pad bytes after a payload of paylen bytes.
+func appendPad(buf []byte, paylen int) []byte {
+	for i := (4 - paylen%4) % 4; i > 0; i-- {
+		buf = append(buf, 0)
+	}
+	return buf
+}
