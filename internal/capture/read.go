@@ -39,7 +39,6 @@ func ReadFile(path string, fn func(f Frame) error) error {
 	return Read(file, fn)
 }
 
-
 // Read is ReadFile over an io.Reader.
 func Read(r io.Reader, fn func(f Frame) error) error {
 	br := bufio.NewReader(r)

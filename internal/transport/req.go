@@ -59,9 +59,9 @@ func (o WROpcode) validFor(t QPType) bool {
 	switch o {
 	case WRSend, WRSendWithImm:
 		return true
-	case WRRDMAWrite, WRRDMAWriteWithImm, WRSendWithInv:
+	case WRRDMAWrite, WRRDMAWriteWithImm:
 		return t == QPTypeRC || t == QPTypeUC
-	case WRRDMARead, WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRFlush, WRAtomicWrite:
+	case WRSendWithInv, WRRDMARead, WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRFlush, WRAtomicWrite:
 		return t == QPTypeRC
 	}
 	return false
