@@ -331,6 +331,9 @@ func (q *QP) onNAK(psn wire.PSN, syn wire.Syndrome, out *txBatch) {
 	}
 	if syn.Value() == wire.NAKPSNSequenceError {
 		q.count(RcvdSeqErr)
+		if q.comp.rnrWait && psn == q.comp.psn {
+			return // the RNR timer already sends us back to psn
+		}
 		q.comp.seqNAKs++
 		if psn.Diff(q.comp.psn) >= 0 {
 			q.advanceCompPSN(psn)

@@ -115,6 +115,16 @@ func (q *QP) ack(out *txBatch, syn wire.Syndrome, psn wire.PSN) {
 	pk.Addr = addrOf(&q.path, q.sport)
 }
 
+// rnrNAK tells the requester no receive is posted (IBTA §9.7.5.2.8). The
+// packets of the same burst behind psn then arrive out of sequence; the RNR
+// NAK already sends the requester back to psn, so no PSN sequence error NAK
+// follows it (nakSent), which would cost the requester a retry.
+func (q *QP) rnrNAK(out *txBatch, psn wire.PSN) {
+	q.count(SendRNRErr)
+	q.resp.nakSent = true
+	q.ack(out, wire.RNRNAK(q.attr.MinRNRTimer), psn)
+}
+
 // nakFatal sends a NAK, reports the responder-side error and moves the QP
 // to ERR (IBTA §9.9.3.1: class C and D errors on RC).
 func (q *QP) nakFatal(out *txBatch, syn wire.Syndrome, psn wire.PSN, ev EventType, detail string) {
@@ -223,8 +233,7 @@ func (q *QP) rcSend(p *wire.Packet, out *txBatch) bool {
 	info := p.Info
 	if info.Is(wire.FlagFirst) {
 		if !q.resp.wqe.active && !q.takeRecv() {
-			q.count(SendRNRErr)
-			q.ack(out, wire.RNRNAK(q.attr.MinRNRTimer), psn)
+			q.rnrNAK(out, psn)
 			return false
 		}
 		q.resp.inMsg, q.resp.off = msgSend, 0
@@ -313,8 +322,7 @@ func (q *QP) rcWrite(p *wire.Packet, out *txBatch) bool {
 	if last && info.Is(wire.FlagImmediate) && !q.resp.wqe.active && !q.takeRecv() {
 		// WRITE_WITH_IMM consumes a receive; without one, RNR (the data
 		// already written is written again on retry).
-		q.count(SendRNRErr)
-		q.ack(out, wire.RNRNAK(q.attr.MinRNRTimer), psn)
+		q.rnrNAK(out, psn)
 		return false
 	}
 	copy(q.resp.target[q.resp.off:], data)
