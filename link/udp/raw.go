@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -21,8 +22,9 @@ func unsafePointer(b *byte) unsafe.Pointer { return unsafe.Pointer(b) }
 // rawRecv reads RoCE v2 packets, IP header included, from a netdev with an
 // AF_PACKET socket (cooked mode: the data starts at the IP header).
 type rawRecv struct {
-	f  *os.File
-	rc syscall.RawConn
+	f      *os.File
+	rc     syscall.RawConn
+	closed atomic.Bool
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
@@ -94,7 +96,10 @@ func newRawRecv(ifindex int, port uint16) (*rawRecv, error) {
 	return &rawRecv{f: f, rc: rc}, nil
 }
 
-func (r *rawRecv) close() { r.f.Close() }
+func (r *rawRecv) close() {
+	r.closed.Store(true)
+	r.f.Close()
+}
 
 // dropAll attaches a filter that drops every datagram to the UDP socket:
 // in privileged mode it only holds the port.
@@ -151,8 +156,8 @@ func (r *rawRecv) recv(l *Link, pkts []link.Packet) (int, error) {
 		return true
 	})
 	if err != nil {
-		if errors.Is(err, os.ErrClosed) {
-			return got, net.ErrClosed
+		if r.closed.Load() || errors.Is(err, os.ErrClosed) {
+			return got, net.ErrClosed // rawConn.Read reports "use of closed file"
 		}
 		return got, err
 	}

@@ -179,10 +179,7 @@ func (l *Link) setup() error {
 				}
 			}
 		}
-		v6 := !l.v4
-		if v6 && !l.cfg.Bind.IsValid() {
-			set(unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 0, "IPV6_V6ONLY")
-		}
+		v6 := !l.v4 // Go's "udp" wildcard listener is already dual-stack (IPV6_V6ONLY 0)
 		// DF on IPv4, and with it IP ID 0 on an unconnected socket.
 		set(unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO, "IP_MTU_DISCOVER")
 		set(unix.SOL_SOCKET, unix.SO_NO_CHECK, 1, "SO_NO_CHECK")

@@ -1,0 +1,166 @@
+// Package nettest makes the networks goroce's tests run on: two network
+// namespaces joined by a veth pair, with IPv4 and IPv6 addresses, deleted
+// when the test ends. It needs root; testenv decides what a missing
+// prerequisite means (skip locally, fail in CI).
+package nettest
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"sync/atomic"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/internal/testenv"
+	"github.com/goroce/goroce/wire"
+)
+
+// Host is one end of a veth pair, alone in its network namespace.
+type Host struct {
+	NS      netns.NsHandle
+	NSName  string // under /run/netns, as `ip netns` shows it
+	Ifname  string
+	Ifindex int
+	MAC     wire.MAC
+	IPv4    netip.Addr
+	IPv6    netip.Addr
+}
+
+// Do runs fn on a locked OS thread inside h's network namespace; sockets
+// fn opens stay in that namespace.
+func (h *Host) Do(fn func() error) error { return Do(h.NS, fn) }
+
+// Do runs fn on a locked OS thread inside ns.
+func Do(ns netns.NsHandle, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		// A fresh goroutine whose thread is discarded afterwards (never
+		// unlocked), so no other goroutine ever runs in the namespace.
+		runtime.LockOSThread()
+		if ns != netns.None() {
+			if err := netns.Set(ns); err != nil {
+				errc <- fmt.Errorf("setns: %w", err)
+				return
+			}
+		}
+		errc <- fn()
+	}()
+	return <-errc
+}
+
+var seq atomic.Int32
+
+// Options configure VethPair.
+type Options struct {
+	MTU int // default 1500
+}
+
+// VethPair makes two namespaces joined by a veth pair: side A has
+// 198.18.0.1/24 and fd00:198:18::1/64, side B .2 and ::2 (the RFC 2544
+// benchmarking range, private to these namespaces). Everything is deleted
+// at the end of t.
+func VethPair(t testing.TB, o Options) (a, b *Host) {
+	t.Helper()
+	testenv.Root(t)
+	if o.MTU == 0 {
+		o.MTU = 1500
+	}
+	n := seq.Add(1)
+	names := [2]string{fmt.Sprintf("goroce-%d-%d-a", os.Getpid(), n), fmt.Sprintf("goroce-%d-%d-b", os.Getpid(), n)}
+	hosts := [2]*Host{{NSName: names[0], Ifname: "veth0"}, {NSName: names[1], Ifname: "veth1"}}
+	hosts[0].IPv4, hosts[1].IPv4 = netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2")
+	hosts[0].IPv6, hosts[1].IPv6 = netip.MustParseAddr("fd00:198:18::1"), netip.MustParseAddr("fd00:198:18::2")
+	err := Do(netns.None(), func() error {
+		orig, err := netns.Get()
+		if err != nil {
+			return err
+		}
+		defer orig.Close()
+		for _, h := range hosts {
+			ns, err := netns.NewNamed(h.NSName) // also moves this thread into it
+			if err != nil {
+				return fmt.Errorf("netns %s: %w", h.NSName, err)
+			}
+			h.NS = ns
+			if err := netns.Set(orig); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	t.Cleanup(func() {
+		for _, h := range hosts {
+			if h.NS.IsOpen() {
+				h.NS.Close()
+			}
+			netns.DeleteNamed(h.NSName)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Create the pair inside A, move veth1 to B, configure both.
+	err = hosts[0].Do(func() error {
+		la := netlink.NewLinkAttrs()
+		la.Name, la.MTU = "veth0", o.MTU
+		v := &netlink.Veth{LinkAttrs: la, PeerName: "veth1", PeerNamespace: netlink.NsFd(int(hosts[1].NS))}
+		if err := netlink.LinkAdd(v); err != nil {
+			return fmt.Errorf("veth: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hosts {
+		err := h.Do(func() error {
+			lo, err := netlink.LinkByName("lo")
+			if err == nil {
+				err = netlink.LinkSetUp(lo)
+			}
+			if err != nil {
+				return err
+			}
+			l, err := netlink.LinkByName(h.Ifname)
+			if err != nil {
+				return err
+			}
+			if err := netlink.LinkSetMTU(l, o.MTU); err != nil {
+				return err
+			}
+			for _, p := range []string{h.IPv4.String() + "/24", h.IPv6.String() + "/64"} {
+				addr, err := netlink.ParseAddr(p)
+				if err != nil {
+					return err
+				}
+				addr.Flags = unix.IFA_F_NODAD
+				if err := netlink.AddrAdd(l, addr); err != nil {
+					return fmt.Errorf("addr %s: %w", p, err)
+				}
+			}
+			if err := netlink.LinkSetUp(l); err != nil {
+				return err
+			}
+			l, err = netlink.LinkByName(h.Ifname)
+			if err != nil {
+				return err
+			}
+			h.Ifindex = l.Attrs().Index
+			copy(h.MAC[:], l.Attrs().HardwareAddr)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return hosts[0], hosts[1]
+}
+
+// HardwareAddr returns h's MAC as a net.HardwareAddr.
+func (h *Host) HardwareAddr() net.HardwareAddr { return net.HardwareAddr(h.MAC[:]) }
