@@ -1,0 +1,115 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"runtime/debug"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// Exit statuses.
+const (
+	exitOK    = 0 // success
+	exitError = 1 // a runtime error, or --verify found bad packets
+	exitUsage = 2 // a bad command line (unknown command or flag, missing argument)
+)
+
+// usageError is a bad command line; it exits with exitUsage.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// usageArgs wraps a cobra argument validator so its errors count as usage errors.
+func usageArgs(v cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := v(cmd, args); err != nil {
+			return usageError{err}
+		}
+		return nil
+	}
+}
+
+// run executes the roce command line args, writing to stdout and stderr,
+// and returns the process exit status. Tests call it in-process.
+func run(args []string, stdout, stderr io.Writer) int {
+	root := newRootCmd(stdout, stderr)
+	root.SetArgs(args)
+	cmd, err := root.ExecuteC()
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "roce: %v\n", err)
+	var ue usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+		return exitUsage
+	}
+	return exitError
+}
+
+// unknownCommand rejects `roce foo` as a usage error, with cobra's suggestions.
+func unknownCommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += "; did you mean " + strings.Join(s, " or ") + "?"
+	}
+	return usageError{errors.New(msg)}
+}
+
+func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "roce",
+		Short: "RoCE v1/v2 and RDMA CM in user space, in pure Go",
+		Long: `roce is the command-line tool of goroce, a user-space RoCE v1 and v2 stack
+with RDMA CM written in pure Go: no kernel module, no cgo, no RDMA hardware.
+
+Today it decodes RoCE captures (every header, every CM message, every ICRC
+checked) and shows a real Linux Soft-RoCE exchange. The engine, links,
+RDMA CM and configfs come in later milestones.`,
+		Example: `  roce demo                              # start here
+  roce decode capture.pcap               # one line per RoCE packet
+  roce decode -V capture.pcap            # every field of every layer
+  roce decode --json capture.pcap | jq . # JSON Lines
+  roce decode --verify *.pcap            # exit 1 if any packet is malformed or its ICRC is wrong`,
+		Version:                    version(),
+		SilenceUsage:               true, // runtime errors are not usage errors: no usage dump
+		SilenceErrors:              true, // run prints errors, once, to stderr
+		SuggestionsMinimumDistance: 2,
+		Args:                       unknownCommand,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return cmd.Help()
+		},
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetVersionTemplate("roce {{.Version}}\n")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(newDecodeCmd(), newDemoCmd())
+	return root
+}
+
+// version describes the build: the module version when installed with
+// go install module@version, else "devel", plus the VCS revision and Go
+// version when known.
+func version() string {
+	v, rev := "devel", ""
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if mv := bi.Main.Version; mv != "" && mv != "(devel)" {
+			v = mv
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				rev = " " + s.Value[:12]
+			}
+		}
+	}
+	return fmt.Sprintf("%s%s (%s %s/%s)", v, rev, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
