@@ -1,0 +1,304 @@
+// Package afpacket is the raw Ethernet link: RoCE v1 (Ethertype 0x8915,
+// GRH + IBA transport) and, optionally, RoCE v2 built down to the Ethernet
+// header, sent and received on a netdev with an AF_PACKET socket (root or
+// CAP_NET_RAW). Because the link writes every header itself, it sends what
+// Linux rxe sends: the UDP source port of the flow, a changing IPv4
+// Identification, DSCP/ECN and the flow label, with the ICRC over all of
+// it; and it verifies every received ICRC over the real headers.
+//
+// Destination MACs come from the neighbour resolver: a link-local GID built
+// from a MAC (EUI-64, as RoCE v1 GIDs are) gives the MAC directly; otherwise
+// the kernel's neighbour table (netlink), and if it has no entry, an ARP
+// request or IPv6 Neighbor Solicitation of our own.
+package afpacket
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/wire"
+)
+
+// Config configures a raw Ethernet link.
+type Config struct {
+	Ifindex int
+	MAC     wire.MAC
+	// GIDs are this port's GIDs (RoCE v1 GIDs and the addresses of RoCE
+	// v2 GIDs); frames to other GIDs are dropped as not for us.
+	GIDs []netip.Addr
+	// V2 also carries RoCE v2 (UDP port 4791) on this link; otherwise only
+	// RoCE v1 frames are sent and received.
+	V2        bool
+	MTU       int // largest transport packet; default netdev MTU - 40 (GRH)
+	BatchSize int // default 64
+	// Resolver finds next-hop MACs; nil uses NewResolver on this netdev.
+	Resolver *Resolver
+}
+
+// Link is a raw Ethernet RoCE link.
+type Link struct {
+	cfg    Config
+	f      *os.File
+	rc     syscall.RawConn
+	fd     int
+	local  map[netip.Addr]bool
+	stats  link.Stats
+	res    *Resolver
+	closed atomic.Bool
+
+	txMu sync.Mutex
+	ipID uint16 // guarded by txMu
+
+	rxMu  sync.Mutex
+	rxPkt wire.Packet
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// filterProg accepts RoCE v1 frames, ARP, ICMPv6 (for Neighbor
+// Advertisements) and, with v2, UDP to port 4791 — over raw frames (the data
+// starts at the Ethernet header). Jumps are counted by hand; afpacket_test.go
+// runs the program in x/net/bpf's VM.
+func filterProg(v2 bool) []bpf.Instruction {
+	accept, drop := bpf.RetConstant{Val: 0x40000}, bpf.RetConstant{Val: 0}
+	if !v2 {
+		return []bpf.Instruction{
+			/* 0 */ bpf.LoadAbsolute{Off: 12, Size: 2},
+			/* 1 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: wire.EtherTypeRoCE, SkipTrue: 5},
+			/* 2 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: wire.EtherTypeARP, SkipTrue: 4},
+			/* 3 */ bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: wire.EtherTypeIPv6, SkipTrue: 4},
+			/* 4 */ bpf.LoadAbsolute{Off: 14 + 6, Size: 1},
+			/* 5 */ bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.IPPROTO_ICMPV6, SkipTrue: 2},
+			/* 6 */ bpf.RetConstant{Val: 0x40000},
+			/* 7 */ accept,
+			/* 8 */ drop,
+		}
+	}
+	return []bpf.Instruction{
+		/* 0 */ bpf.LoadAbsolute{Off: 12, Size: 2},
+		/* 1 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: wire.EtherTypeRoCE, SkipTrue: 15},
+		/* 2 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: wire.EtherTypeARP, SkipTrue: 14},
+		/* 3 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: wire.EtherTypeIPv4, SkipFalse: 7},
+		/* 4 */ bpf.LoadAbsolute{Off: 14 + 9, Size: 1},
+		/* 5 */ bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.IPPROTO_UDP, SkipTrue: 12},
+		/* 6 */ bpf.LoadAbsolute{Off: 14 + 6, Size: 2},
+		/* 7 */ bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: 0x1FFF, SkipTrue: 10},
+		/* 8 */ bpf.LoadMemShift{Off: 14},
+		/* 9 */ bpf.LoadIndirect{Off: 14 + 2, Size: 2},
+		/* 10 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: wire.RoCEv2Port, SkipTrue: 6, SkipFalse: 7},
+		/* 11 */ bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: wire.EtherTypeIPv6, SkipTrue: 6},
+		/* 12 */ bpf.LoadAbsolute{Off: 14 + 6, Size: 1},
+		/* 13 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.IPPROTO_ICMPV6, SkipTrue: 3},
+		/* 14 */ bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.IPPROTO_UDP, SkipTrue: 3},
+		/* 15 */ bpf.LoadAbsolute{Off: 14 + 42, Size: 2},
+		/* 16 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: wire.RoCEv2Port, SkipFalse: 1},
+		/* 17 */ accept,
+		/* 18 */ drop,
+	}
+}
+
+// New opens the link on cfg.Ifindex (in the calling thread's network namespace).
+func New(cfg Config) (*Link, error) {
+	if cfg.BatchSize == 0 {
+		cfg.BatchSize = 64
+	}
+	ifc, err := net.InterfaceByIndex(cfg.Ifindex)
+	if err != nil {
+		return nil, fmt.Errorf("netdev index %d: %w", cfg.Ifindex, err)
+	}
+	if cfg.MTU == 0 {
+		cfg.MTU = ifc.MTU - wire.GRHLen
+		if cfg.V2 {
+			cfg.MTU = ifc.MTU - wire.IPv6Len - wire.UDPLen
+		}
+	}
+	if cfg.MAC == (wire.MAC{}) {
+		copy(cfg.MAC[:], ifc.HardwareAddr)
+	}
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+	if err != nil {
+		return nil, fmt.Errorf("AF_PACKET socket (needs root or CAP_NET_RAW): %w", err)
+	}
+	prog, err := bpf.Assemble(filterProg(cfg.V2))
+	if err == nil {
+		p := unix.SockFprog{Len: uint16(len(prog)), Filter: (*unix.SockFilter)(unsafe.Pointer(&prog[0]))}
+		err = unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &p)
+	}
+	if err == nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1)
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 8<<20)
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, 8<<20)
+		err = unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: cfg.Ifindex})
+	}
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("AF_PACKET on %s: %w", ifc.Name, err)
+	}
+	f := os.NewFile(uintptr(fd), "af_packet:"+ifc.Name)
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	l := &Link{cfg: cfg, f: f, rc: rc, fd: fd, local: make(map[netip.Addr]bool)}
+	for _, g := range cfg.GIDs {
+		l.local[netip.AddrFrom16(g.As16())] = true
+	}
+	l.res = cfg.Resolver
+	if l.res == nil {
+		if l.res, err = NewResolver(cfg.Ifindex, cfg.MAC); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	l.res.send = l.sendFrame
+	return l, nil
+}
+
+var _ link.Link = (*Link)(nil)
+
+func (l *Link) BatchSize() int     { return l.cfg.BatchSize }
+func (l *Link) Headroom() int      { return link.FrameHeadroom }
+func (l *Link) MTU() int           { return l.cfg.MTU }
+func (l *Link) Stats() *link.Stats { return &l.stats }
+
+// Resolver returns the link's neighbour resolver.
+func (l *Link) Resolver() *Resolver { return l.res }
+
+// Close closes the socket; Recv returns net.ErrClosed.
+func (l *Link) Close() error {
+	l.closed.Store(true)
+	l.res.close()
+	return l.f.Close()
+}
+
+func (l *Link) sendFrame(frame []byte) error {
+	sa := &unix.SockaddrLinklayer{Ifindex: l.cfg.Ifindex, Halen: 6}
+	copy(sa.Addr[:], frame[0:6])
+	var serr error
+	err := l.rc.Write(func(fd uintptr) bool {
+		serr = unix.Sendto(int(fd), frame, 0, sa)
+		return serr != unix.EAGAIN
+	})
+	if err != nil {
+		return err
+	}
+	return serr
+}
+
+// Send encapsulates each packet in a frame, resolving the next hop, and
+// sends it. Packets whose neighbour is not resolved yet are dropped and
+// counted (the transport retransmits), after a resolution is started.
+func (l *Link) Send(pkts []link.Packet) (int, error) {
+	if l.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	l.txMu.Lock()
+	defer l.txMu.Unlock()
+	sent := 0
+	for i := range pkts {
+		pk := &pkts[i]
+		if pk.Len > l.cfg.MTU || pk.Addr.Version == wire.RoCEv2 && !l.cfg.V2 {
+			l.stats.TxBadAddress.Add(1)
+			continue
+		}
+		dst, ok := l.res.LookupWait(pk.Addr.DstGID, time.Second)
+		if !ok {
+			l.stats.TxNoRoute.Add(1)
+			continue
+		}
+		l.ipID++
+		frame, err := link.Encapsulate(pk, l.cfg.MAC, dst, l.ipID)
+		if err != nil {
+			l.stats.TxBadAddress.Add(1)
+			continue
+		}
+		if err := l.sendFrame(frame); err != nil {
+			if l.closed.Load() {
+				return sent, net.ErrClosed
+			}
+			l.stats.TxNoRoute.Add(1)
+			continue
+		}
+		l.stats.TxPackets.Add(1)
+		l.stats.TxBytes.Add(uint64(len(frame)))
+		sent++
+	}
+	return sent, nil
+}
+
+// Recv reads frames until at least one RoCE packet for this port arrives.
+// ARP and Neighbor Advertisements feed the resolver.
+func (l *Link) Recv(pkts []link.Packet) (int, error) {
+	l.rxMu.Lock()
+	defer l.rxMu.Unlock()
+	got := 0
+	var rerr error
+	err := l.rc.Read(func(fd uintptr) bool {
+		for got < len(pkts) {
+			pk := &pkts[got]
+			b := pk.Buf[:cap(pk.Buf)]
+			n, from, err := unix.Recvfrom(int(fd), b, unix.MSG_TRUNC)
+			if err != nil {
+				if err == unix.EAGAIN || err == unix.EWOULDBLOCK {
+					return got > 0
+				}
+				if err == unix.EINTR {
+					continue
+				}
+				rerr = err
+				return true
+			}
+			ll, _ := from.(*unix.SockaddrLinklayer)
+			if n > len(b) {
+				l.stats.RxMalformed.Add(1)
+				continue
+			}
+			frame := b[:n]
+			if l.res.observe(frame) {
+				continue // ARP or ND: resolver food
+			}
+			if ll != nil && ll.Pkttype != unix.PACKET_HOST && ll.Pkttype != unix.PACKET_MULTICAST && ll.Pkttype != unix.PACKET_BROADCAST {
+				continue
+			}
+			pk.Buf = frame
+			if err := link.Decapsulate(frame, pk, &l.rxPkt); err != nil {
+				switch {
+				case errors.Is(err, wire.ErrNotRoCE):
+				case errors.Is(err, wire.ErrBadICRC):
+					l.stats.RxBadICRC.Add(1)
+				default:
+					l.stats.RxMalformed.Add(1)
+				}
+				continue
+			}
+			if !l.local[pk.Addr.DstGID] {
+				l.stats.RxNotForUs.Add(1)
+				continue
+			}
+			l.stats.RxPackets.Add(1)
+			l.stats.RxBytes.Add(uint64(n))
+			got++
+		}
+		return true
+	})
+	if err != nil {
+		if l.closed.Load() {
+			return got, net.ErrClosed
+		}
+		return got, err
+	}
+	return got, rerr
+}
