@@ -53,7 +53,7 @@ type Link struct {
 	f      *os.File
 	rc     syscall.RawConn
 	fd     int
-	local  map[netip.Addr]bool
+	local  atomic.Pointer[map[netip.Addr]bool]
 	stats  link.Stats
 	res    *Resolver
 	closed atomic.Bool
@@ -152,10 +152,8 @@ func New(cfg Config) (*Link, error) {
 		f.Close()
 		return nil, err
 	}
-	l := &Link{cfg: cfg, f: f, rc: rc, fd: fd, local: make(map[netip.Addr]bool)}
-	for _, g := range cfg.GIDs {
-		l.local[netip.AddrFrom16(g.As16())] = true
-	}
+	l := &Link{cfg: cfg, f: f, rc: rc, fd: fd}
+	l.SetGIDs(cfg.GIDs)
 	l.res = cfg.Resolver
 	if l.res == nil {
 		if l.res, err = NewResolver(cfg.Ifindex, cfg.MAC); err != nil {
@@ -168,6 +166,15 @@ func New(cfg Config) (*Link, error) {
 }
 
 var _ link.Link = (*Link)(nil)
+
+// SetGIDs replaces the set of local GIDs (as the netdev's addresses change).
+func (l *Link) SetGIDs(gids []netip.Addr) {
+	m := make(map[netip.Addr]bool, len(gids))
+	for _, g := range gids {
+		m[netip.AddrFrom16(g.As16())] = true
+	}
+	l.local.Store(&m)
+}
 
 func (l *Link) BatchSize() int     { return l.cfg.BatchSize }
 func (l *Link) Headroom() int      { return link.FrameHeadroom }
@@ -284,7 +291,7 @@ func (l *Link) Recv(pkts []link.Packet) (int, error) {
 				}
 				continue
 			}
-			if !l.local[pk.Addr.DstGID] {
+			if !(*l.local.Load())[pk.Addr.DstGID] {
 				l.stats.RxNotForUs.Add(1)
 				continue
 			}

@@ -150,6 +150,9 @@ func TestFaultsFire(t *testing.T) {
 				// Deliver in small steps so the receive queue never overflows.
 				for i := 0; i < n; i += 100 {
 					send(t, p, 100)
+					// Let virtual time pass so delayed frames are due and
+					// delivered before the receive queue could fill.
+					time.Sleep(time.Millisecond)
 					synctest.Wait()
 				}
 				got := <-psns

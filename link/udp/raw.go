@@ -185,7 +185,7 @@ func (l *Link) acceptRaw(pk *link.Packet, ip []byte) bool {
 		a.SrcGID, a.DstGID = h.Src(), h.Dst()
 		a.TrafficClass, a.FlowLabel, a.HopLimit = h.TrafficClass(), h.FlowLabel(), h.HopLimit()
 	}
-	if !l.local[a.DstGID] {
+	if !l.isLocal(a.DstGID) {
 		l.stats.RxNotForUs.Add(1)
 		return false
 	}
@@ -201,4 +201,19 @@ func (l *Link) acceptRaw(pk *link.Packet, ip []byte) bool {
 	l.stats.RxPackets.Add(1)
 	l.stats.RxBytes.Add(uint64(len(ip)))
 	return true
+}
+
+// HoldPort binds the RoCE v2 UDP port with a socket that drops everything,
+// so the kernel sends no ICMP port unreachable for RoCE v2 packets another
+// reader (an AF_PACKET link) takes from the netdev. Close it to release the port.
+func HoldPort(port uint16) (*net.UDPConn, error) {
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv6unspecified, Port: int(port)})
+	if err != nil {
+		return nil, fmt.Errorf("RoCE v2 UDP port %d: %w", port, err)
+	}
+	if err := dropAll(c); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
 }

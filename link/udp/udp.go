@@ -76,7 +76,7 @@ type Link struct {
 	pc    batchConn
 	v4    bool     // an IPv4-only socket (Config.Bind is an IPv4 address)
 	raw   *rawRecv // nil in unprivileged mode
-	local map[netip.Addr]bool
+	local atomic.Pointer[map[netip.Addr]bool]
 	stats link.Stats
 	ids   idSolver
 
@@ -112,10 +112,8 @@ func New(cfg Config) (*Link, error) {
 			}
 		}
 	}
-	l := &Link{cfg: cfg, local: make(map[netip.Addr]bool), txAddrs: make(map[netip.Addr]*net.UDPAddr)}
-	for _, a := range cfg.Addrs {
-		l.local[netip.AddrFrom16(a.As16())] = true
-	}
+	l := &Link{cfg: cfg, txAddrs: make(map[netip.Addr]*net.UDPAddr)}
+	l.SetAddrs(cfg.Addrs)
 	network, bind := "udp", &net.UDPAddr{IP: net.IPv6unspecified, Port: int(cfg.Port)}
 	if cfg.Bind.IsValid() {
 		b := cfg.Bind.Unmap()
@@ -206,6 +204,17 @@ func (l *Link) setup() error {
 }
 
 var _ link.Link = (*Link)(nil)
+
+// SetAddrs replaces the set of local addresses (as the netdev's change).
+func (l *Link) SetAddrs(addrs []netip.Addr) {
+	m := make(map[netip.Addr]bool, len(addrs))
+	for _, a := range addrs {
+		m[netip.AddrFrom16(a.As16())] = true
+	}
+	l.local.Store(&m)
+}
+
+func (l *Link) isLocal(a netip.Addr) bool { return (*l.local.Load())[a] }
 
 func (l *Link) BatchSize() int     { return l.cfg.BatchSize }
 func (l *Link) Headroom() int      { return link.FrameHeadroom }
@@ -424,7 +433,7 @@ func (l *Link) acceptUDP(pk *link.Packet, m *ipv6.Message) bool {
 	}
 	pk.Buf = pk.Buf[:link.FrameHeadroom+m.N]
 	pk.Off, pk.Len, pk.Addr = link.FrameHeadroom, m.N, a
-	if !l.local[a.DstGID] {
+	if !l.isLocal(a.DstGID) {
 		l.stats.RxNotForUs.Add(1)
 		return false
 	}
