@@ -61,27 +61,8 @@ type Options struct {
 	NoConnect bool
 }
 
-// Side is one end of a pair.
-type Side struct {
-	Dev  *verbs.Device
-	PD   *verbs.PD
-	CQ   *verbs.CQ // send completions
-	RCQ  *verbs.CQ // receive completions
-	QP   *verbs.QP
-	Port *fabric.Port
-	GID  verbs.GIDEntry
-}
-
-// Pair is two devices on one fabric with a QP each.
-type Pair struct {
-	A, B   Side
-	Fabric *fabric.Fabric
-	Opts   Options
-}
-
-// NewPair builds a pair and registers its teardown with t.Cleanup.
-func NewPair(t testing.TB, o Options) *Pair {
-	t.Helper()
+// defaults fills in the documented defaults of zero fields.
+func (o *Options) defaults() {
 	if o.Type == 0 {
 		o.Type = verbs.RC
 	}
@@ -104,6 +85,30 @@ func NewPair(t testing.TB, o Options) *Pair {
 			o.QPAccess = verbs.AccessLocalWrite | verbs.AccessRemoteWrite
 		}
 	}
+}
+
+// Side is one end of a pair.
+type Side struct {
+	Dev  *verbs.Device
+	PD   *verbs.PD
+	CQ   *verbs.CQ // send completions
+	RCQ  *verbs.CQ // receive completions
+	QP   *verbs.QP
+	Port *fabric.Port
+	GID  verbs.GIDEntry
+}
+
+// Pair is two devices on one fabric with a QP each.
+type Pair struct {
+	A, B   Side
+	Fabric *fabric.Fabric
+	Opts   Options
+}
+
+// NewPair builds a pair and registers its teardown with t.Cleanup.
+func NewPair(t testing.TB, o Options) *Pair {
+	t.Helper()
+	o.defaults()
 	p := &Pair{Fabric: fabric.New(), Opts: o}
 	gids := GIDs(o.Net)
 	for i, s := range []*Side{&p.A, &p.B} {
@@ -162,6 +167,8 @@ func (p *Pair) Connect() error {
 // ConnectQP moves qp from RESET to RTS, connected (RC, UC) to remote QP
 // rqpn at GID dgid, sending from GID index sgidIndex.
 func ConnectQP(qp *verbs.QP, rqpn uint32, dgid netip.Addr, sgidIndex uint8, o Options) error {
+	o.Type = qp.Type()
+	o.defaults()
 	typ := qp.Type()
 	init := &verbs.QPAttr{State: verbs.QPSInit, PortNum: 1, AccessFlags: o.QPAccess, QKey: 0x11111111}
 	m := verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort

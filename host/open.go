@@ -1,0 +1,366 @@
+package host
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/afpacket"
+	"github.com/goroce/goroce/link/udp"
+	"github.com/goroce/goroce/verbs"
+)
+
+// Options for Open.
+type Options struct {
+	RunDir string // default RunDir()
+	// Wrap, if set, decorates the device's link (e.g. with link/pcap).
+	Wrap func(link.Link) link.Link
+	// Unprivileged forces the UDP link's unprivileged receive mode even as root.
+	Unprivileged bool
+}
+
+// Device is a device opened by name: the verbs.Device and what runs it.
+type Device struct {
+	*verbs.Device
+	Def    DeviceDef
+	Netdev Netdev
+
+	reg     *Registry
+	lock    *os.File
+	closers []io.Closer
+	gids    GIDTable
+	mu      sync.Mutex // guards gids and Netdev
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	udp     *udp.Link
+	raw     *afpacket.Link
+}
+
+// ErrBusy is wrapped by Open's error when another process has the device open.
+var ErrBusy = errors.New("device in use")
+
+// Owner says which process has a device's data path open.
+type Owner struct {
+	PID     int
+	Command string
+}
+
+// OwnerOf returns the process holding name's data path, if one does.
+func (r *Registry) OwnerOf(name string) (Owner, bool) {
+	f, err := os.Open(filepath.Join(r.devDir(), name+".owner"))
+	if err != nil {
+		return Owner{}, false
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err == nil {
+		unix.Flock(int(f.Fd()), unix.LOCK_UN)
+		return Owner{}, false // nobody holds it
+	}
+	b, _ := io.ReadAll(f)
+	pid, _ := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
+	cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return Owner{PID: pid, Command: strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " "))}, true
+}
+
+// Open starts the data path of the device name: it takes the device's
+// lock (one process at a time, like one kernel driver instance), opens the
+// links its RoCE versions need in its netdev's namespace, builds the GID
+// table and keeps it current from netlink.
+func Open(name string, o Options) (*Device, error) {
+	if o.RunDir == "" {
+		o.RunDir = RunDir()
+	}
+	reg := NewRegistry(o.RunDir)
+	def, err := reg.Get(name)
+	if err != nil {
+		return nil, err
+	}
+	d := &Device{Def: def, reg: reg, stop: make(chan struct{})}
+	d.gids.Versions = def.Versions
+	if err := d.takeLock(); err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*Device, error) {
+		d.closeAll()
+		return nil, err
+	}
+	var l link.Link
+	err = InNetns(def.Netns, func() error {
+		nl, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+		if err != nil {
+			return err
+		}
+		d.closers = append(d.closers, closerFunc(func() error { nl.Close(); return nil }))
+		nd, err := LookupNetdev(nl, def.Netdev)
+		if err != nil {
+			return err
+		}
+		d.Netdev = nd
+		d.gids.Netdev = nd.Name
+		d.gids.Update(nd)
+		root := os.Geteuid() == 0
+		switch {
+		case def.Versions.V1():
+			if !root {
+				return fmt.Errorf("device %s speaks RoCE v1, which needs raw Ethernet (AF_PACKET): run as root: %w", name, syscall.EPERM)
+			}
+			raw, err := afpacket.New(afpacket.Config{Ifindex: nd.Index, MAC: nd.MAC, GIDs: d.gids.Addrs(), V2: def.Versions.V2()})
+			if err != nil {
+				return err
+			}
+			raw.Resolver().SetSources(nd.Addrs)
+			d.raw, l = raw, raw
+			d.closers = append(d.closers, raw)
+			if def.Versions.V2() {
+				hold, err := udp.HoldPort(4791)
+				if err != nil {
+					return err
+				}
+				d.closers = append(d.closers, hold)
+			}
+		default:
+			cfg := udp.Config{Addrs: d.gids.Addrs(), MTU: nd.MTU - 48}
+			if root && !o.Unprivileged {
+				cfg.Ifindex = nd.Index
+			}
+			u, err := udp.New(cfg)
+			if err != nil {
+				return err
+			}
+			d.udp, l = u, u
+			d.closers = append(d.closers, u)
+		}
+		return d.watch(nl, nd.Index)
+	})
+	if err != nil {
+		return fail(fmt.Errorf("open %s (netdev %s%s): %w", name, def.Netdev, def.Netns.suffix(), err))
+	}
+	if o.Wrap != nil {
+		l = o.Wrap(l)
+	}
+	dev, err := verbs.Open(verbs.DeviceConfig{Name: name, Link: l, MAC: d.Netdev.MAC, GIDs: d.gids.Entries(),
+		ActiveMTU: ActiveMTU(d.Netdev.MTU)})
+	if err != nil {
+		return fail(err)
+	}
+	d.Device = dev
+	d.publish()
+	return d, nil
+}
+
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
+
+// takeLock takes the device's data-path lock, or says who holds it.
+func (d *Device) takeLock() error {
+	if err := os.MkdirAll(d.reg.devDir(), 0o755); err != nil {
+		return err
+	}
+	p := filepath.Join(d.reg.devDir(), d.Def.Name+".owner")
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if ow, ok := d.reg.OwnerOf(d.Def.Name); ok {
+			return fmt.Errorf("device %s is in use by process %d (%s); one process at a time runs a device's data path, "+
+				"while control commands (roce link show, roce dev, roce gids) work meanwhile: %w",
+				d.Def.Name, ow.PID, ow.Command, errors.Join(ErrBusy, syscall.EBUSY))
+		}
+		return fmt.Errorf("device %s is in use: %w", d.Def.Name, errors.Join(ErrBusy, syscall.EBUSY))
+	}
+	f.Truncate(0)
+	fmt.Fprintf(f, "%d\n", os.Getpid())
+	d.lock = f
+	return nil
+}
+
+// watch follows the netdev's addresses and link state through netlink and
+// keeps the GID table, the link's local addresses and the port state current.
+func (d *Device) watch(nl *netlink.Handle, ifindex int) error {
+	addrs := make(chan netlink.AddrUpdate, 64)
+	links := make(chan netlink.LinkUpdate, 64)
+	done := make(chan struct{})
+	if err := netlink.AddrSubscribeWithOptions(addrs, done, netlink.AddrSubscribeOptions{}); err != nil {
+		return fmt.Errorf("netlink address subscription: %w", err)
+	}
+	if err := netlink.LinkSubscribeWithOptions(links, done, netlink.LinkSubscribeOptions{}); err != nil {
+		close(done)
+		return fmt.Errorf("netlink link subscription: %w", err)
+	}
+	d.closers = append(d.closers, closerFunc(func() error { close(done); return nil }))
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		for {
+			select {
+			case u, ok := <-addrs:
+				if !ok {
+					return
+				}
+				if u.LinkIndex == ifindex {
+					d.refresh(nl)
+				}
+			case u, ok := <-links:
+				if !ok {
+					return
+				}
+				if int(u.Index) == ifindex {
+					d.refresh(nl)
+				}
+			case <-d.stop:
+				return
+			}
+		}
+	}()
+	return nil
+}
+
+// refresh re-reads the netdev and updates what depends on it.
+func (d *Device) refresh(nl *netlink.Handle) {
+	nd, err := LookupNetdev(nl, d.Def.Netdev)
+	d.mu.Lock()
+	if err != nil {
+		d.mu.Unlock()
+		if d.Device != nil {
+			d.Device.SetPortState(false)
+		}
+		return
+	}
+	d.Netdev = nd
+	changed := d.gids.Update(nd)
+	entries, addrs := d.gids.Entries(), d.gids.Addrs()
+	d.mu.Unlock()
+	if d.udp != nil {
+		d.udp.SetAddrs(addrs)
+	}
+	if d.raw != nil {
+		d.raw.SetGIDs(addrs)
+		d.raw.Resolver().SetSources(nd.Addrs)
+	}
+	if d.Device == nil {
+		return
+	}
+	d.Device.SetPortState(nd.Up && nd.Running)
+	if changed {
+		d.Device.SetGIDs(entries)
+		d.publish()
+	}
+}
+
+// publishedGIDs is the GID table a device's owner writes for control commands.
+type publishedGIDs struct {
+	PID     int            `json:"pid"`
+	Updated time.Time      `json:"updated"`
+	GIDs    []publishedGID `json:"gids"`
+}
+
+type publishedGID struct {
+	Index  int    `json:"index"`
+	GID    string `json:"gid"`
+	Type   string `json:"type"`
+	Netdev string `json:"netdev"`
+}
+
+// publish writes the current GID table for control commands to read.
+func (d *Device) publish() {
+	d.mu.Lock()
+	entries := d.gids.Entries()
+	d.mu.Unlock()
+	pg := publishedGIDs{PID: os.Getpid(), Updated: time.Now()}
+	for i, e := range entries {
+		if e.GID.IsValid() {
+			pg.GIDs = append(pg.GIDs, publishedGID{Index: i, GID: e.GID.String(), Type: e.Type.String(), Netdev: e.Netdev})
+		}
+	}
+	b, _ := json.MarshalIndent(pg, "", "  ")
+	p := filepath.Join(d.reg.devDir(), d.Def.Name+".gids")
+	if os.WriteFile(p+".tmp", b, 0o644) == nil {
+		os.Rename(p+".tmp", p)
+	}
+}
+
+// Close stops the device, closes its links and releases its lock.
+func (d *Device) Close() error {
+	var err error
+	if d.Device != nil {
+		err = d.Device.Close()
+	}
+	d.closeAll()
+	return err
+}
+
+func (d *Device) closeAll() {
+	select {
+	case <-d.stop:
+	default:
+		close(d.stop)
+	}
+	for i := len(d.closers) - 1; i >= 0; i-- {
+		d.closers[i].Close()
+	}
+	d.closers = nil
+	d.wg.Wait()
+	if d.lock != nil {
+		os.Remove(filepath.Join(d.reg.devDir(), d.Def.Name+".gids"))
+		d.lock.Close()
+		d.lock = nil
+	}
+}
+
+// GIDTableOf returns the GID table control commands show for a device: the
+// owner's published table while a process has it open, else the table
+// computed from the netdev's current addresses.
+func (r *Registry) GIDTableOf(def DeviceDef) ([]verbs.GIDEntry, Netdev, error) {
+	var nd Netdev
+	err := InNetns(def.Netns, func() error {
+		nl, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+		if err != nil {
+			return err
+		}
+		defer nl.Close()
+		nd, err = LookupNetdev(nl, def.Netdev)
+		return err
+	})
+	if err != nil {
+		return nil, nd, err
+	}
+	if _, busy := r.OwnerOf(def.Name); busy {
+		if b, err := os.ReadFile(filepath.Join(r.devDir(), def.Name+".gids")); err == nil {
+			var pg publishedGIDs
+			if json.Unmarshal(b, &pg) == nil {
+				var out []verbs.GIDEntry
+				for _, g := range pg.GIDs {
+					for len(out) <= g.Index {
+						out = append(out, verbs.GIDEntry{})
+					}
+					a, _ := netip.ParseAddr(g.GID)
+					t := verbs.GIDTypeRoCEv2
+					if g.Type == verbs.GIDTypeRoCEv1.String() {
+						t = verbs.GIDTypeRoCEv1
+					}
+					out[g.Index] = verbs.GIDEntry{GID: netip.AddrFrom16(a.As16()), Type: t, Netdev: g.Netdev}
+				}
+				return out, nd, nil
+			}
+		}
+	}
+	t := GIDTable{Versions: def.Versions, Netdev: nd.Name}
+	t.Update(nd)
+	return t.Entries(), nd, nil
+}

@@ -1,0 +1,206 @@
+// Package host binds goroce's soft RDMA devices to the host's netdevs: the
+// device registry in the runtime directory (GOROCE_RUNDIR, default
+// /run/goroce), GID tables built from the netdevs' addresses and kept
+// current through netlink, the link chosen per RoCE version, and Open,
+// which starts a verbs.Device by name. It is the only package that joins
+// the engine to real I/O.
+package host
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// DefaultRunDir is where runtime state lives unless GOROCE_RUNDIR says otherwise.
+const DefaultRunDir = "/run/goroce"
+
+// RunDir returns the runtime directory: GOROCE_RUNDIR, or /run/goroce.
+func RunDir() string {
+	if d := os.Getenv("GOROCE_RUNDIR"); d != "" {
+		return d
+	}
+	return DefaultRunDir
+}
+
+// Versions says which RoCE versions a device's port speaks.
+type Versions string
+
+// Port RoCE versions, as `roce link add … roce-versions` takes them.
+const (
+	VersionsBoth Versions = "both" // RoCE v1 and v2 (default: more than Linux rxe, which is v2 only)
+	VersionsV1   Versions = "v1"   // RoCE v1 only, like an mlx4/ConnectX-3 port
+	VersionsV2   Versions = "v2"   // RoCE v2 only, like Linux rxe
+)
+
+// ParseVersions checks a roce-versions value.
+func ParseVersions(s string) (Versions, error) {
+	switch v := Versions(s); v {
+	case VersionsBoth, VersionsV1, VersionsV2:
+		return v, nil
+	case "":
+		return VersionsBoth, nil
+	}
+	return "", fmt.Errorf("roce-versions %q: valid values are v1, v2 and both: %w", s, syscall.EINVAL)
+}
+
+// V1 reports whether the port speaks RoCE v1.
+func (v Versions) V1() bool { return v == VersionsBoth || v == VersionsV1 }
+
+// V2 reports whether the port speaks RoCE v2.
+func (v Versions) V2() bool { return v == VersionsBoth || v == VersionsV2 }
+
+// DeviceDef is a device definition, as `roce link add` records it.
+type DeviceDef struct {
+	Name     string    `json:"name"`
+	Type     string    `json:"type"` // "rxe"
+	Netdev   string    `json:"netdev"`
+	Netns    Netns     `json:"netns"`
+	Versions Versions  `json:"roce_versions"`
+	Created  time.Time `json:"created"`
+}
+
+// Registry is the set of device definitions in a runtime directory.
+type Registry struct {
+	Dir string
+}
+
+// NewRegistry returns the registry in dir (created on first change).
+func NewRegistry(dir string) *Registry { return &Registry{Dir: dir} }
+
+func (r *Registry) devDir() string { return filepath.Join(r.Dir, "devices") }
+
+func (r *Registry) path(name string) string { return filepath.Join(r.devDir(), name+".json") }
+
+var nameRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]{0,63}$`)
+
+// ValidName checks a device name: a letter, then letters, digits, _ . -, at most 64.
+func ValidName(name string) error {
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("device name %q: use a letter followed by letters, digits, '_', '.' or '-' (at most 64): %w", name, syscall.EINVAL)
+	}
+	return nil
+}
+
+// lock takes the registry's lock for a change.
+func (r *Registry) lock() (func(), error) {
+	if err := os.MkdirAll(r.devDir(), 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(r.devDir(), ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { f.Close() }, nil
+}
+
+// Add records a new device. A second device on the same netdev of the same
+// namespace is EEXIST (the kernel: "rdma_rxe: already configured on eth0"),
+// and so is a name in use.
+func (r *Registry) Add(d DeviceDef) error {
+	if err := ValidName(d.Name); err != nil {
+		return err
+	}
+	unlock, err := r.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	defs, err := r.list()
+	if err != nil {
+		return err
+	}
+	for _, o := range defs {
+		if o.Name == d.Name {
+			return fmt.Errorf("device %s already exists (on netdev %s%s): %w", d.Name, o.Netdev, o.Netns.suffix(), syscall.EEXIST)
+		}
+		if o.Netdev == d.Netdev && o.Netns.Same(d.Netns) {
+			return fmt.Errorf("netdev %s%s already has device %s: %w", d.Netdev, d.Netns.suffix(), o.Name, syscall.EEXIST)
+		}
+	}
+	b, err := json.MarshalIndent(d, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := r.path(d.Name) + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, r.path(d.Name))
+}
+
+// Delete removes a device definition; ENODEV when there is none.
+func (r *Registry) Delete(name string) error {
+	unlock, err := r.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := os.Remove(r.path(name)); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("device %s: no such device: %w", name, syscall.ENODEV)
+		}
+		return err
+	}
+	for _, ext := range []string{".gids", ".owner"} {
+		os.Remove(filepath.Join(r.devDir(), name+ext))
+	}
+	return nil
+}
+
+// Get returns a device definition; ENODEV when there is none.
+func (r *Registry) Get(name string) (DeviceDef, error) {
+	var d DeviceDef
+	b, err := os.ReadFile(r.path(name))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return d, fmt.Errorf("device %s: no such device (roce link show lists them): %w", name, syscall.ENODEV)
+		}
+		return d, err
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		return d, fmt.Errorf("device %s: corrupt definition %s: %v", name, r.path(name), err)
+	}
+	return d, nil
+}
+
+// List returns every device definition, by name.
+func (r *Registry) List() ([]DeviceDef, error) { return r.list() }
+
+func (r *Registry) list() ([]DeviceDef, error) {
+	ents, err := os.ReadDir(r.devDir())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []DeviceDef
+	for _, e := range ents {
+		n := e.Name()
+		if !strings.HasSuffix(n, ".json") {
+			continue
+		}
+		d, err := r.Get(strings.TrimSuffix(n, ".json"))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
