@@ -1,0 +1,392 @@
+// Package pingpong is rdma-core's ibv_rc_pingpong, ibv_uc_pingpong and
+// ibv_ud_pingpong in Go, wire-compatible with them in both roles: the same
+// TCP exchange of "LID:QPN:PSN:GID" on port 18515 ending with the client's
+// "done", the same QP attributes, the same traffic and the same output.
+package pingpong
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"runtime"
+	"strconv"
+	"time"
+
+	"github.com/goroce/goroce/verbs"
+	"github.com/goroce/goroce/wire"
+)
+
+// Config mirrors the pingpong tools' options.
+type Config struct {
+	Type     verbs.QPType // RC, UC or UD
+	Server   string       // the server's address (client role); "" = server role
+	Port     int          // TCP port of the exchange (-p), default 18515
+	IBPort   int          // -i, default 1
+	Size     int          // -s, default 4096 (UD: 2048)
+	MTU      verbs.MTU    // -m (RC/UC), default 1024
+	RxDepth  int          // -r, default 500
+	Iters    int          // -n, default 1000
+	SL       int          // -l
+	Events   bool         // -e: sleep on CQ events instead of polling
+	Check    bool         // -c: validate received buffers (rdma-core's --chk)
+	GIDIndex int          // -g; -1: no GID (which RoCE cannot use)
+	Out      io.Writer    // where the tool's output goes
+	// Listener, if set, is the server role's listening socket (tests use an
+	// ephemeral port); otherwise the server listens on Port.
+	Listener net.Listener
+}
+
+const (
+	recvWRID = 1
+	sendWRID = 2
+	udQKey   = 0x11111111
+	grhLen   = 40
+)
+
+// Defaults fills the tools' defaults into zero fields.
+func (c *Config) Defaults() {
+	if c.Port == 0 {
+		c.Port = 18515
+	}
+	if c.IBPort == 0 {
+		c.IBPort = 1
+	}
+	if c.Size == 0 {
+		c.Size = 4096
+		if c.Type == verbs.UD {
+			c.Size = 2048
+		}
+	}
+	if c.MTU == 0 {
+		c.MTU = verbs.MTU1024
+	}
+	if c.RxDepth == 0 {
+		c.RxDepth = 500
+	}
+	if c.Iters == 0 {
+		c.Iters = 1000
+	}
+}
+
+// Dest is what each side tells the other: struct pingpong_dest.
+type Dest struct {
+	LID uint16
+	QPN uint32
+	PSN uint32
+	GID netip.Addr // all zeros when no GID index was given
+}
+
+// msgLen is sizeof "0000:000000:000000:00000000000000000000000000000000",
+// the NUL included: the tools write and read exactly that many bytes.
+const msgLen = 52
+
+// Marshal formats d as the tools do ("%04x:%06x:%06x:%s" with the GID as
+// 32 hex digits, gid_to_wire_gid), NUL-padded to msgLen.
+func (d Dest) Marshal() []byte {
+	g := d.GID.As16()
+	s := fmt.Sprintf("%04x:%06x:%06x:%x", d.LID, d.QPN, d.PSN, g[:])
+	b := make([]byte, msgLen)
+	copy(b, s)
+	return b
+}
+
+// ParseDest parses a message written by Marshal or by the tools.
+func ParseDest(b []byte) (Dest, error) {
+	s := string(b)
+	for i, c := range s {
+		if c == 0 {
+			s = s[:i]
+			break
+		}
+	}
+	var d Dest
+	if len(s) != msgLen-1 || s[4] != ':' || s[11] != ':' || s[18] != ':' {
+		return d, fmt.Errorf("malformed address message %q", s)
+	}
+	lid, err1 := strconv.ParseUint(s[0:4], 16, 16)
+	qpn, err2 := strconv.ParseUint(s[5:11], 16, 24)
+	psn, err3 := strconv.ParseUint(s[12:18], 16, 24)
+	var g [16]byte
+	var err4 error
+	for i := 0; i < 16 && err4 == nil; i++ {
+		var v uint64
+		v, err4 = strconv.ParseUint(s[19+2*i:21+2*i], 16, 8)
+		g[i] = byte(v)
+	}
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
+		return d, fmt.Errorf("malformed address message %q: %w", s, err)
+	}
+	return Dest{LID: uint16(lid), QPN: uint32(qpn), PSN: uint32(psn), GID: netip.AddrFrom16(g)}, nil
+}
+
+func gidString(g netip.Addr) string {
+	if !g.IsValid() {
+		return "::"
+	}
+	return g.String() // inet_ntop(AF_INET6): ::ffff:192.0.2.1 for IPv4-mapped
+}
+
+// Run runs one pingpong on dev.
+func Run(ctx context.Context, dev *verbs.Device, c Config) error {
+	c.Defaults()
+	out := c.Out
+	if out == nil {
+		out = io.Discard
+	}
+	ud := c.Type == verbs.UD
+	if ud {
+		pa, err := dev.QueryPort(c.IBPort)
+		if err != nil {
+			return err
+		}
+		if mtu := pa.ActiveMTU.Bytes(); c.Size > mtu {
+			return fmt.Errorf("Requested size larger than port MTU (%d)", mtu)
+		}
+	}
+	bufLen := c.Size
+	if ud {
+		bufLen += grhLen
+	}
+	buf := make([]byte, bufLen)
+	for i := range buf {
+		buf[i] = 0x7b
+	}
+	pd, err := dev.AllocPD()
+	if err != nil {
+		return fmt.Errorf("Couldn't allocate PD: %w", err)
+	}
+	mr, err := pd.RegMR(buf, verbs.AccessLocalWrite)
+	if err != nil {
+		return fmt.Errorf("Couldn't register MR: %w", err)
+	}
+	defer mr.Dereg()
+	cq, err := dev.CreateCQ(c.RxDepth + 1)
+	if err != nil {
+		return fmt.Errorf("Couldn't create CQ: %w", err)
+	}
+	defer cq.Destroy()
+	qp, err := pd.CreateQP(verbs.QPInitAttr{Type: c.Type, SendCQ: cq, RecvCQ: cq,
+		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: c.RxDepth, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		return fmt.Errorf("Couldn't create QP: %w", err)
+	}
+	defer qp.Destroy()
+	init := &verbs.QPAttr{State: verbs.QPSInit, PKeyIndex: 0, PortNum: uint8(c.IBPort), QKey: udQKey}
+	mask := verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort
+	if ud {
+		mask |= verbs.AttrQKey
+	} else {
+		mask |= verbs.AttrAccessFlags
+	}
+	if err := qp.Modify(init, mask); err != nil {
+		return fmt.Errorf("Failed to modify QP to INIT: %w", err)
+	}
+	recvSGE := mr.SGE(0, bufLen)
+	postRecv := func(n int) int {
+		for i := 0; i < n; i++ {
+			if qp.PostRecv(verbs.RecvWR{WRID: recvWRID, SGList: []verbs.SGE{recvSGE}}) != nil {
+				return i
+			}
+		}
+		return n
+	}
+	routs := postRecv(c.RxDepth)
+	if routs < c.RxDepth {
+		return fmt.Errorf("Couldn't post receive (%d)", routs)
+	}
+	my := Dest{QPN: qp.Num(), PSN: rand.Uint32() & 0xffffff, GID: netip.IPv6Unspecified()}
+	if c.GIDIndex >= 0 {
+		g, err := dev.GID(c.GIDIndex)
+		if err != nil {
+			return fmt.Errorf("can't read sgid of index %d", c.GIDIndex)
+		}
+		my.GID = g.GID
+	}
+	sep := ","
+	if ud {
+		sep = ":" // ibv_ud_pingpong prints "PSN 0x…: GID"
+	}
+	fmt.Fprintf(out, "  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x%s GID %s\n", my.LID, my.QPN, my.PSN, sep, gidString(my.GID))
+
+	var ah *verbs.AH
+	connect := func(rem Dest) error {
+		global := rem.GID.IsValid() && rem.GID != netip.IPv6Unspecified() && !isZeroIID(rem.GID)
+		ahAttr := verbs.AHAttr{PortNum: uint8(c.IBPort), SL: uint8(c.SL)}
+		if global {
+			ahAttr.IsGlobal = true
+			ahAttr.GRH = verbs.GlobalRoute{HopLimit: 1, DGID: rem.GID, SGIDIndex: uint8(max(c.GIDIndex, 0))}
+		}
+		if ud {
+			if err := qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR}, verbs.AttrState); err != nil {
+				return fmt.Errorf("Failed to modify QP to RTR: %w", err)
+			}
+			if err := qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: pingPSN(my.PSN)}, verbs.AttrState|verbs.AttrSQPSN); err != nil {
+				return fmt.Errorf("Failed to modify QP to RTS: %w", err)
+			}
+			var err error
+			if ah, err = pd.CreateAH(ahAttr); err != nil {
+				return fmt.Errorf("Failed to create AH: %w", err)
+			}
+			return nil
+		}
+		rtr := &verbs.QPAttr{State: verbs.QPSRTR, PathMTU: c.MTU, DestQPN: rem.QPN, RQPSN: pingPSN(rem.PSN),
+			MaxDestRdAtomic: 1, MinRNRTimer: 12, AH: ahAttr}
+		m := verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN
+		if c.Type == verbs.RC {
+			m |= verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer
+		}
+		if err := qp.Modify(rtr, m); err != nil {
+			return fmt.Errorf("Failed to modify QP to RTR: %w", err)
+		}
+		rts := &verbs.QPAttr{State: verbs.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, SQPSN: pingPSN(my.PSN), MaxRdAtomic: 1}
+		m = verbs.AttrState | verbs.AttrSQPSN
+		if c.Type == verbs.RC {
+			m |= verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic
+		}
+		if err := qp.Modify(rts, m); err != nil {
+			return fmt.Errorf("Failed to modify QP to RTS: %w", err)
+		}
+		return nil
+	}
+
+	var rem Dest
+	if c.Server != "" {
+		rem, err = clientExchange(ctx, c.Server, c.Port, my)
+	} else {
+		rem, err = serverExchange(ctx, c.Port, c.Listener, my, connect)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "  remote address: LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", rem.LID, rem.QPN, rem.PSN, gidString(rem.GID))
+	if c.Server != "" {
+		if err := connect(rem); err != nil {
+			return err
+		}
+	}
+
+	sendSGE := mr.SGE(0, c.Size)
+	if ud {
+		sendSGE = mr.SGE(grhLen, c.Size)
+	}
+	postSend := func() error {
+		wr := verbs.SendWR{WRID: sendWRID, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{sendSGE}}
+		if ud {
+			wr.AH, wr.RemoteQPN, wr.RemoteQKey = ah, rem.QPN, udQKey
+		}
+		return qp.PostSend(wr)
+	}
+	// --chk: the client marks the first byte of every page (with
+	// i/page_size % sizeof(char), i.e. 0, exactly as rdma-core does) and
+	// every receive checks those bytes.
+	const pageSize = 4096
+	dataOff := 0
+	if ud {
+		dataOff = grhLen
+	}
+	if c.Check && c.Server != "" {
+		for i := 0; i < c.Size; i += pageSize {
+			buf[dataOff+i] = 0
+		}
+	}
+	check := func() error {
+		for i := 0; i < c.Size; i += pageSize {
+			if buf[dataOff+i] != 0 {
+				return fmt.Errorf("invalid data in page %d", i/pageSize)
+			}
+		}
+		return nil
+	}
+	pending := recvWRID
+	if c.Server != "" {
+		if err := postSend(); err != nil {
+			return fmt.Errorf("Couldn't post send: %w", err)
+		}
+		pending |= sendWRID
+	}
+	start := time.Now()
+	rcnt, scnt := 0, 0
+	wcs := make([]verbs.WC, 2)
+	for rcnt < c.Iters || scnt < c.Iters {
+		var n int
+		if c.Events {
+			n, err = cq.PollWait(ctx, wcs)
+		} else {
+			// Busy-poll like the tools, but yield: the device's receive
+			// goroutine needs a processor too (C tools have the kernel's).
+			for n == 0 && err == nil {
+				n, err = cq.Poll(wcs)
+				if n == 0 {
+					if err = ctx.Err(); err == nil {
+						runtime.Gosched()
+					}
+				}
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("poll CQ failed: %w", err)
+		}
+		for _, wc := range wcs[:n] {
+			if wc.Status != verbs.WCSuccess {
+				msg := fmt.Sprintf("Failed status %s (%d) for wr_id %d", wc.Status.Description(), wc.Status, wc.WRID)
+				if wc.Detail != "" {
+					msg += ": " + wc.Detail
+				}
+				return errors.New(msg)
+			}
+			switch wc.WRID {
+			case sendWRID:
+				scnt++
+			case recvWRID:
+				routs--
+				if routs <= 1 {
+					routs += postRecv(c.RxDepth - routs)
+					if routs < c.RxDepth {
+						return fmt.Errorf("Couldn't post receive (%d)", routs)
+					}
+				}
+				rcnt++
+				if c.Check {
+					if err := check(); err != nil {
+						return err
+					}
+				}
+			default:
+				return fmt.Errorf("Completion for unknown wr_id %d", wc.WRID)
+			}
+			pending &^= int(wc.WRID)
+			if scnt < c.Iters && pending == 0 {
+				if err := postSend(); err != nil {
+					return fmt.Errorf("Couldn't post send: %w", err)
+				}
+				pending = recvWRID | sendWRID
+			}
+		}
+	}
+	usec := float64(time.Since(start).Microseconds())
+	if usec == 0 {
+		usec = 1
+	}
+	bytes := int64(c.Size) * int64(c.Iters) * 2
+	fmt.Fprintf(out, "%d bytes in %.2f seconds = %.2f Mbit/sec\n", bytes, usec/1e6, float64(bytes)*8/usec)
+	fmt.Fprintf(out, "%d iters in %.2f seconds = %.2f usec/iter\n", c.Iters, usec/1e6, usec/float64(c.Iters))
+	return nil
+}
+
+func pingPSN(p uint32) wire.PSN { return wire.PSN(p & 0xffffff) }
+
+// isZeroIID reports whether a GID's interface ID (its low 64 bits) is zero:
+// the tools then leave the path without a GRH.
+func isZeroIID(g netip.Addr) bool {
+	b := g.As16()
+	for _, x := range b[8:] {
+		if x != 0 {
+			return false
+		}
+	}
+	return true
+}
