@@ -174,6 +174,11 @@ func (f *PacketFields) Append(b []byte) ([]byte, error) {
 		if f.GRH != nil || (f.IPv4 == nil) == (f.IPv6 == nil) {
 			return b, fmt.Errorf("encode: RoCE v2 needs exactly one of IPv4 and IPv6")
 		}
+		if f.IPv4 != nil {
+			if err := checkIPv4(f.IPv4); err != nil {
+				return b, err
+			}
+		}
 		if f.Eth != nil {
 			e := *f.Eth
 			e.EtherType = EtherTypeIPv4
@@ -215,6 +220,22 @@ func (f *PacketFields) Append(b []byte) ([]byte, error) {
 	}
 	putICRC(b[end-ICRCLen:], icrc(b[nethdr:end-ICRCLen], nlen, ipVer, f.Version))
 	return append(b, f.Trailer...), nil
+}
+
+// checkIPv4 reports what IPv4Fields.Append cannot encode: an address that
+// is not IPv4 (netip.Addr.As4 panics on it) or more than 40 bytes of
+// options (the IHL has 4 bits: at most 60 bytes of header).
+func checkIPv4(f *IPv4Fields) error {
+	if !f.Src.Is4() && !f.Src.Is4In6() {
+		return fmt.Errorf("encode: IPv4 source address %v is not IPv4", f.Src)
+	}
+	if !f.Dst.Is4() && !f.Dst.Is4In6() {
+		return fmt.Errorf("encode: IPv4 destination address %v is not IPv4", f.Dst)
+	}
+	if len(f.Options) > 40 {
+		return fmt.Errorf("encode: %d bytes of IPv4 options, more than 40", len(f.Options))
+	}
+	return nil
 }
 
 // Valid reports whether the opcode row is defined.

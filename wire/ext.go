@@ -303,7 +303,10 @@ func (s Syndrome) String() string {
 		}
 		return fmt.Sprintf("ACK (credits: %d)", ACKCredits(s.Value()))
 	case SynRNRNAK:
-		return fmt.Sprintf("RNR NAK (timer %v)", RNRTimer(s.Value()))
+		// In milliseconds with two decimals, as IBTA Table 46 lists the
+		// timer values (and ib_verbs.h names them: IB_RNR_TIMER_000_64).
+		t := rnrTimer10ns[s.Value()] / 1000 // hundredths of a millisecond
+		return fmt.Sprintf("RNR NAK (timer %d.%02d ms)", t/100, t%100)
 	case SynNAK:
 		if int(s.Value()) < len(nakNames) {
 			return "NAK " + nakNames[s.Value()]
@@ -326,7 +329,7 @@ func ACKCredits(code uint8) int {
 	return ackCredits[code]
 }
 
-// rnrTimerUS is IBTA Vol 1 Table 46: RNR NAK timer code → minimum delay,
+// rnrTimer10ns is IBTA Vol 1 Table 46: RNR NAK timer code → minimum delay,
 // in units of 10 ns (code 0 is the largest, 655.36 ms).
 var rnrTimer10ns = [32]int64{65536000, 1000, 2000, 3000, 4000, 6000, 8000, 12000, 16000, 24000,
 	32000, 48000, 64000, 96000, 128000, 192000, 256000, 384000, 512000, 768000, 1024000,

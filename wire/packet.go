@@ -61,6 +61,16 @@ func (p *Packet) ParseFrame(b []byte, udpPort uint16) error {
 	case EtherTypeRoCE:
 		return p.parseGRH(off)
 	case EtherTypeIPv4, EtherTypeIPv6:
+		// The Ethertype must agree with the IP version, as Linux's
+		// ip_rcv and ipv6_rcv insist; PacketFields.Append derives the
+		// Ethertype from the header, so a mismatch would not round-trip.
+		want, layer := uint8(4), "IPv4"
+		if eth.EtherType() == EtherTypeIPv6 {
+			want, layer = 6, "IPv6"
+		}
+		if len(b) > off && b[off]>>4 != want {
+			return malformed(layer, "version %d", b[off]>>4)
+		}
 		return p.parseIP(off, udpPort)
 	}
 	return ErrNotRoCE

@@ -1,0 +1,86 @@
+package wire
+
+import (
+	"hash/crc32"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestUpdateSlicing checks icrc's own slicing-by-8 loop against
+// hash/crc32 for every length up to 200 bytes, from several starting CRCs.
+func TestUpdateSlicing8(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	p := make([]byte, 200)
+	for i := range p {
+		p[i] = byte(r.Uint32())
+	}
+	for _, crc := range []uint32{0, 0xFFFFFFFF, 0x12345678, r.Uint32()} {
+		for n := range len(p) + 1 {
+			for _, off := range []int{0, 1, 3} { // unaligned starts
+				if off > n {
+					continue
+				}
+				b := p[off:n]
+				if got, want := updateSlicing8(crc, b), crc32.Update(crc, crc32.IEEETable, b); got != want {
+					t.Fatalf("crc %#x, %d bytes at %d: %#08x, want %#08x", crc, len(b), off, got, want)
+				}
+			}
+		}
+	}
+	// The tables: table k maps a byte to its CRC register followed by k zero bytes.
+	for k := range 8 {
+		for i := range 256 {
+			reg := crc32.IEEETable[i]
+			for range k {
+				reg = crc32.IEEETable[reg&0xFF] ^ reg>>8
+			}
+			if ieeeSlicing8[k][i] != reg {
+				t.Fatalf("table %d entry %d", k, i)
+			}
+		}
+	}
+}
+
+// TestICRCPrefixLengths computes the ICRC with and without the split at
+// every prefix length the headers allow (IPv4 with 0 to 40 bytes of
+// options, IPv6, GRH) against a plain CRC over a masked copy.
+func TestICRCPrefixLengths(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, tc := range []struct {
+		nlen  int
+		ipVer uint8
+		v     Version
+	}{
+		{20, 4, RoCEv2}, {24, 4, RoCEv2}, {40, 4, RoCEv2}, {60, 4, RoCEv2}, {40, 6, RoCEv2}, {40, 6, RoCEv1},
+	} {
+		rests := []int{63, 64, 65, 1500, 4096}
+		for n := range 34 {
+			rests = append(rests, n)
+		}
+		for _, rest := range rests {
+			udp := 0
+			if tc.v == RoCEv2 {
+				udp = UDPLen
+			}
+			pkt := make([]byte, tc.nlen+udp+BTHLen+rest)
+			for i := range pkt {
+				pkt[i] = byte(r.Uint32())
+			}
+			m := append(append([]byte{}, ones8[:]...), pkt...)
+			nh := m[8:]
+			if tc.ipVer == 4 {
+				nh[1], nh[8], nh[10], nh[11] = 0xFF, 0xFF, 0xFF, 0xFF
+			} else {
+				nh[0] |= 0x0F
+				nh[1], nh[2], nh[3], nh[7] = 0xFF, 0xFF, 0xFF, 0xFF
+			}
+			if udp > 0 {
+				nh[tc.nlen+6], nh[tc.nlen+7] = 0xFF, 0xFF
+			}
+			nh[tc.nlen+udp+4] = 0xFF
+			if got, want := icrc(pkt, tc.nlen, tc.ipVer, tc.v), crc32.ChecksumIEEE(m); got != want {
+				t.Errorf("nlen %d IPv%d %v, %d bytes after the BTH: %#08x, want %#08x", tc.nlen, tc.ipVer, tc.v, rest, got, want)
+			}
+		}
+	}
+}
