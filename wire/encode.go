@@ -218,7 +218,7 @@ func (f *PacketFields) Append(b []byte) ([]byte, error) {
 	if f.Version == RoCEv2 {
 		UDP(b[nethdr+nlen:]).SetLength(end - nethdr - nlen)
 	}
-	putICRC(b[end-ICRCLen:], icrc(b[nethdr:end-ICRCLen], nlen, ipVer, f.Version))
+	putICRC(b[end-ICRCLen:], icrcInPlace(b[nethdr:end-ICRCLen], nlen, ipVer, f.Version)) // Append owns b
 	return append(b, f.Trailer...), nil
 }
 

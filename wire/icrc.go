@@ -67,6 +67,52 @@ func icrc(pkt []byte, nlen int, ipVer uint8, v Version) uint32 {
 	return crc32.Update(updateSlicing8(icrcLRH, b), crc32.IEEETable, pkt[n:])
 }
 
+// icrcInPlace computes the same ICRC as icrc, for callers that own pkt: it
+// writes the masks into pkt's variant fields, runs the whole packet through
+// crc32.Update in one call (its carry-less-multiply path end to end), and
+// puts the fields back. pkt must not be read or written concurrently.
+func icrcInPlace(pkt []byte, nlen int, ipVer uint8, v Version) uint32 {
+	var save [8]byte
+	var at [8]int
+	k := 0
+	mask := func(i int) {
+		save[k], at[k] = pkt[i], i
+		k++
+		pkt[i] = 0xFF
+	}
+	var hi byte
+	if ipVer == 4 {
+		mask(1)  // TOS
+		mask(8)  // TTL
+		mask(10) // header checksum
+		mask(11)
+	} else {
+		hi = pkt[0]
+		pkt[0] |= 0x0F // traffic class (high nibble)
+		mask(1)        // traffic class (low nibble) and flow label
+		mask(2)
+		mask(3)
+		mask(7) // hop limit
+	}
+	off := nlen
+	if v == RoCEv2 {
+		mask(nlen + 6) // UDP checksum
+		mask(nlen + 7)
+		off += UDPLen
+	}
+	bth4 := pkt[off+4]
+	pkt[off+4] = 0xFF // BTH byte 4: FECN, BECN, resv6a
+	c := crc32.Update(icrcLRH, crc32.IEEETable, pkt)
+	pkt[off+4] = bth4
+	for i := k - 1; i >= 0; i-- {
+		pkt[at[i]] = save[i]
+	}
+	if ipVer != 4 {
+		pkt[0] = hi
+	}
+	return c
+}
+
 // icrcLRH is the CRC of the 8 bytes of ones that stand in for the LRH at
 // the start of every ICRC computation.
 var icrcLRH = crc32.ChecksumIEEE(ones8[:])

@@ -3,6 +3,7 @@ package wire
 import (
 	"hash/crc32"
 	"math/rand/v2"
+	"net/netip"
 	"testing"
 )
 
@@ -83,4 +84,46 @@ func TestICRCPrefixLengths(t *testing.T) {
 			}
 		}
 	}
+}
+
+// icrcInPlace agrees with icrc on every sample packet and leaves the bytes
+// as it found them.
+func TestICRCInPlace(t *testing.T) {
+	for _, f := range inPlaceSamples(t) {
+		var p Packet
+		if err := p.ParseFrame(f, RoCEv2Port); err != nil {
+			t.Fatal(err)
+		}
+		orig := append([]byte(nil), f...)
+		want := icrc(p.Bytes[p.l3:p.icrc], p.l3Len, p.ipVer, p.Version)
+		got := icrcInPlace(p.Bytes[p.l3:p.icrc], p.l3Len, p.ipVer, p.Version)
+		if got != want || string(f) != string(orig) {
+			t.Fatalf("in place %#x, copy %#x; bytes restored: %v", got, want, string(f) == string(orig))
+		}
+	}
+}
+
+func inPlaceSamples(t *testing.T) [][]byte {
+	var out [][]byte
+	for _, v := range []string{"v1", "v4", "v6"} {
+		f := PacketFields{Version: RoCEv2, Eth: &EthernetFields{}, UDP: UDPFields{SrcPort: 1, DstPort: RoCEv2Port},
+			BTH: BTHFields{Opcode: OpcodeRCSendOnly, PKey: 0xffff, FECN: true}, Payload: make([]byte, 4096)}
+		switch v {
+		case "v1":
+			f.Version = RoCEv1
+			f.GRH = &IPv6Fields{TrafficClass: 0x12, FlowLabel: 0x345, HopLimit: 9, NextHeader: GRHNextHdrIBTH,
+				Src: netip.MustParseAddr("fe80::1"), Dst: netip.MustParseAddr("fe80::2")}
+		case "v4":
+			f.IPv4 = &IPv4Fields{TOS: 0x68, TTL: 3, Protocol: 17, ID: 77, Src: netip.MustParseAddr("192.0.2.1"), Dst: netip.MustParseAddr("192.0.2.2")}
+		case "v6":
+			f.IPv6 = &IPv6Fields{TrafficClass: 0x68, FlowLabel: 0xabcde, HopLimit: 3, NextHeader: 17,
+				Src: netip.MustParseAddr("fd00::1"), Dst: netip.MustParseAddr("fd00::2")}
+		}
+		b, err := f.Append(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, b)
+	}
+	return out
 }
