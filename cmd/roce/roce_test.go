@@ -290,7 +290,7 @@ func TestDecodeErrors(t *testing.T) {
 		{[]string{"decode", "--udp-port", "70000", "x"}, exitUsage, "invalid argument"},
 		{[]string{"decode", "-V", "--json", "x"}, exitUsage, "mutually exclusive"},
 		{[]string{"frobnicate"}, exitUsage, `unknown command "frobnicate" for "roce"`},
-		{[]string{"dmeo"}, exitUsage, "did you mean demo?"},
+		{[]string{"dmeo"}, exitUsage, "did you mean demo"}, // "demo or dev?"
 	} {
 		code, stdout, stderr := roce(t, tc.args...)
 		if code != tc.code || !strings.Contains(stderr, tc.stderr) || !strings.HasPrefix(stderr, "roce: ") && tc.code == exitUsage {

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/goroce/goroce/host"
 )
 
 // Exit statuses.
@@ -69,12 +71,16 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		Use:   "roce",
 		Short: "RoCE v1/v2 and RDMA CM in user space, in pure Go",
 		Long: `roce is the command-line tool of goroce, a user-space RoCE v1 and v2 stack
-with RDMA CM written in pure Go: no kernel module, no cgo, no RDMA hardware.
+in pure Go (RDMA CM is the next milestone): no kernel module, no cgo, no RDMA hardware.
 
-Today it decodes RoCE captures (every header, every CM message, every ICRC
-checked) and shows a real Linux Soft-RoCE exchange. The engine, links,
-RDMA CM and configfs come in later milestones.`,
+It creates soft RDMA devices on the host's netdevs (roce link), shows them as
+ibv_devinfo and show_gids do (roce dev, roce gids), runs rdma-core's
+pingpong tests against any peer, goroce or Linux rxe (roce pingpong), and
+decodes RoCE captures with every ICRC checked (roce decode).`,
 		Example: `  roce demo                              # start here
+  roce link add rxe0 type rxe netdev eth0  # a soft RoCE device on eth0
+  roce gids                              # which GID index to use
+  roce pingpong -d rxe0 -g 1 [server]    # ibv_rc_pingpong
   roce decode capture.pcap               # one line per RoCE packet
   roce decode -V capture.pcap            # every field of every layer
   roce decode --json capture.pcap | jq . # JSON Lines
@@ -92,7 +98,9 @@ RDMA CM and configfs come in later milestones.`,
 	root.SetErr(stderr)
 	root.SetVersionTemplate("roce {{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newDecodeCmd(), newDemoCmd())
+	root.PersistentFlags().String("rundir", host.RunDir(),
+		"runtime `DIR`: the device registry and what running devices publish ($GOROCE_RUNDIR sets the default)")
+	root.AddCommand(newDecodeCmd(), newDemoCmd(), newLinkCmd(), newDevCmd(), newDevicesCmd(), newGIDsCmd(), newPingpongCmd())
 	return root
 }
 

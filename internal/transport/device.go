@@ -81,9 +81,7 @@ func OpenDevice(cfg Config) (*Device, error) {
 		rxDone:  make(chan struct{}),
 	}
 	if d.guid == 0 {
-		m := cfg.MAC
-		d.guid = uint64(m[0]^2)<<56 | uint64(m[1])<<48 | uint64(m[2])<<40 | 0xFF<<32 | 0xFE<<24 |
-			uint64(m[3])<<16 | uint64(m[4])<<8 | uint64(m[5])
+		d.guid = NodeGUIDFromMAC(cfg.MAC)
 	}
 	d.activeMTU = cfg.ActiveMTU
 	if d.activeMTU == 0 {

@@ -3,6 +3,8 @@ package transport
 import (
 	"fmt"
 	"syscall"
+
+	"github.com/goroce/goroce/wire"
 )
 
 // DeviceAttr is struct ibv_device_attr (the fields a soft RoCE device fills).
@@ -48,9 +50,20 @@ type DeviceAttr struct {
 const deviceCapFlags = 0x01223c76
 
 // Query returns the device attributes, like ibv_query_device.
-func (d *Device) Query() DeviceAttr {
+func (d *Device) Query() DeviceAttr { return DeviceAttrFor(d.guid) }
+
+// NodeGUIDFromMAC is the node GUID of a device on a netdev with this MAC:
+// its EUI-64, as rxe derives it (52:54:00:c0:02:0b → 5054:00ff:fec0:020b).
+func NodeGUIDFromMAC(m wire.MAC) uint64 {
+	return uint64(m[0]^2)<<56 | uint64(m[1])<<48 | uint64(m[2])<<40 | 0xFF<<32 | 0xFE<<24 |
+		uint64(m[3])<<16 | uint64(m[4])<<8 | uint64(m[5])
+}
+
+// DeviceAttrFor returns the attributes of a device with node GUID guid:
+// what Query returns, for tools that describe a device without running it.
+func DeviceAttrFor(guid uint64) DeviceAttr {
 	return DeviceAttr{
-		FWVer: "0.0.0", NodeGUID: d.guid, SysImageGUID: d.guid, MaxMRSize: MaxMRSize, PageSizeCap: PageSizeCap,
+		FWVer: "0.0.0", NodeGUID: guid, SysImageGUID: guid, MaxMRSize: MaxMRSize, PageSizeCap: PageSizeCap,
 		VendorID: VendorID, MaxQP: MaxQP, MaxQPWR: MaxQPWR, DeviceCapFlags: deviceCapFlags, MaxSGE: MaxSGE,
 		MaxSGERD: MaxSGERD, MaxCQ: MaxCQ, MaxCQE: MaxCQE, MaxMR: MaxMR, MaxPD: MaxPD, MaxQPRdAtom: MaxQPRdAtom,
 		MaxResRdAtom: MaxResRdAtom, MaxQPInitRdAtom: MaxQPInitRdAtom, AtomicCap: AtomicCapHCA, MaxAH: MaxAH,
@@ -98,11 +111,18 @@ func (d *Device) QueryPort(port int) (PortAttr, error) {
 	if port != 1 {
 		return PortAttr{}, fmt.Errorf("query_port: port %d: the device has port 1 only: %w", port, syscall.EINVAL)
 	}
-	a := PortAttr{State: PortActive, MaxMTU: MTU4096, ActiveMTU: d.activeMTU, GIDTableLen: GIDTableLen,
+	return PortAttrFor(d.activeMTU, d.PortActive()), nil
+}
+
+// PortAttrFor returns the attributes of a port with this active MTU and
+// state: what QueryPort returns, for tools that describe a port without
+// running its device.
+func PortAttrFor(activeMTU MTU, up bool) PortAttr {
+	a := PortAttr{State: PortActive, MaxMTU: MTU4096, ActiveMTU: activeMTU, GIDTableLen: GIDTableLen,
 		PortCapFlags: 0x00010000, MaxMsgSize: MaxMsgSize, PKeyTableLen: PKeyTableLen, LinkLayer: "Ethernet",
 		PhysState: "LINK_UP", ActiveWidth: "1X", ActiveSpeed: "2.5 Gbps"}
-	if !d.PortActive() {
+	if !up {
 		a.State, a.PhysState = PortDown, "DISABLED"
 	}
-	return a, nil
+	return a
 }

@@ -1,0 +1,314 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/goroce/goroce/host"
+	"github.com/goroce/goroce/verbs"
+)
+
+type devOptions struct {
+	verbose bool
+	list    bool
+	device  string
+	port    int
+}
+
+func newDevCmd() *cobra.Command {
+	var o devOptions
+	cmd := &cobra.Command{
+		Use:   "dev [-v] [-d NAME] [-i PORT]",
+		Short: "Show devices and their port, as ibv_devinfo prints them",
+		Long: `dev prints what ibv_devinfo prints for a Linux Soft-RoCE (rxe) device, in the
+same format: the device attributes (-v: all of them, ibv_query_device), then
+its port's (ibv_query_port): state PORT_ACTIVE while the netdev is up and
+running, else PORT_DOWN, and the active MTU the netdev's MTU allows (1500 →
+1024). With -v the port's GID table follows, one "GID[  i]:" line per entry:
+RoCE v2 entries in IPv6 notation, RoCE v1 entries as 16 hex bytes, as
+ibv_devinfo shows them. The node GUID is the EUI-64 of the netdev's MAC.
+
+Attributes goroce does not implement read 0 (multicast limits, memory
+windows), so the numbers say what a goroce device accepts.
+
+dev reads the registry and the netdevs only: it works while another process
+runs the device.`,
+		Example: `  roce dev
+  roce dev -v -d rxe0
+  roce dev -l                # like ibv_devices`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.port < 0 {
+				return usageError{fmt.Errorf("dev: -i %d: ports are numbered from 1", o.port)}
+			}
+			if o.list {
+				return devices(cmd, o.device)
+			}
+			return devinfo(cmd, o)
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVarP(&o.verbose, "verbose", "v", false, "print all the attributes of the device(s) and the GID table")
+	f.StringVarP(&o.device, "ib-dev", "d", "", "show device `NAME` only (default: every device)")
+	f.IntVarP(&o.port, "ib-port", "i", 0, "show port `PORT` only (goroce devices have port 1)")
+	f.BoolVarP(&o.list, "list", "l", false, "list the devices and their node GUIDs, as ibv_devices does")
+	return cmd
+}
+
+func newDevicesCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "devices",
+		Short: "List devices and their node GUIDs, as ibv_devices prints them",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return devices(cmd, "")
+		},
+	}
+}
+
+// eachDevice calls fn for the device name (every device when name is
+// empty) with its netdev, read in the device's namespace. A device whose
+// netdev cannot be read is reported on stderr and skipped; the error
+// returned then counts them. Output to out is flushed before stderr is
+// written, so the two stay in order on a terminal.
+func eachDevice(cmd *cobra.Command, op, name string, out *bufio.Writer, withGIDs bool,
+	fn func(def host.DeviceDef, nd host.Netdev, gids []verbs.GIDEntry) error) error {
+	reg, dir := registryOf(cmd)
+	defs, err := devicesOf(reg, dir, op, name)
+	if err != nil {
+		return err
+	}
+	failed := 0
+	for _, def := range defs {
+		var (
+			nd   host.Netdev
+			gids []verbs.GIDEntry
+			err  error
+		)
+		if withGIDs {
+			gids, nd, err = reg.GIDTableOf(def)
+		} else {
+			nd, err = host.LookupNetdevIn(def.Netns, def.Netdev)
+		}
+		if err == nil {
+			err = fn(def, nd, gids)
+		}
+		if err != nil {
+			out.Flush()
+			fmt.Fprintf(cmd.ErrOrStderr(), "roce: %s: %v\n", def.Name, netdevError(def, err))
+			failed++
+		}
+	}
+	if failed > 0 {
+		if len(defs) == 1 {
+			return fmt.Errorf("%s: device %s could not be read", op, defs[0].Name)
+		}
+		return fmt.Errorf("%s: %d of %d devices could not be read", op, failed, len(defs))
+	}
+	return nil
+}
+
+func devinfo(cmd *cobra.Command, o devOptions) error {
+	if o.port > 1 {
+		return &errnoError{op: "dev", errno: syscall.EINVAL,
+			detail: fmt.Sprintf("port %d: goroce devices have one port, port 1", o.port)}
+	}
+	if o.device == "" {
+		// ibv_devinfo: "No IB devices found".
+		reg, dir := registryOf(cmd)
+		if defs, err := reg.List(); err == nil && len(defs) == 0 {
+			return &errnoError{op: "dev", errno: syscall.ENODEV,
+				detail: fmt.Sprintf("no devices in %s (add one: %s)", dir, linkAddSyntax)}
+		}
+	}
+	out := bufio.NewWriter(cmd.OutOrStdout())
+	defer out.Flush()
+	return eachDevice(cmd, "dev", o.device, out, o.verbose, func(def host.DeviceDef, nd host.Netdev, gids []verbs.GIDEntry) error {
+		writeDevinfo(out, def.Name, host.DeviceAttrOf(nd.MAC), host.PortAttrOf(nd), gids, o.verbose)
+		return nil
+	})
+}
+
+func devices(cmd *cobra.Command, name string) error {
+	out := bufio.NewWriter(cmd.OutOrStdout())
+	defer out.Flush()
+	// ibv_devices: printf("    %-16s\t   node GUID\n", "device") ...
+	fmt.Fprintf(out, "    %-16s\t   node GUID\n", "device")
+	fmt.Fprintf(out, "    %-16s\t----------------\n", "------")
+	return eachDevice(cmd, "devices", name, out, false, func(def host.DeviceDef, nd host.Netdev, _ []verbs.GIDEntry) error {
+		fmt.Fprintf(out, "    %-16s\t%016x\n", def.Name, host.NodeGUID(nd.MAC))
+		return nil
+	})
+}
+
+// guidString formats a GUID as ibv_devinfo does: 5054:00ff:fec0:020b.
+func guidString(g uint64) string {
+	return fmt.Sprintf("%04x:%04x:%04x:%04x", g>>48&0xffff, g>>32&0xffff, g>>16&0xffff, g&0xffff)
+}
+
+// deviceCapFlagNames are the IBV_DEVICE_* flags, in the order ibv_devinfo prints them.
+var deviceCapFlagNames = []struct {
+	bit  uint64
+	name string
+}{
+	{1 << 0, "RESIZE_MAX_WR"}, {1 << 1, "BAD_PKEY_CNTR"}, {1 << 2, "BAD_QKEY_CNTR"}, {1 << 3, "RAW_MULTI"},
+	{1 << 4, "AUTO_PATH_MIG"}, {1 << 5, "CHANGE_PHY_PORT"}, {1 << 6, "UD_AV_PORT_ENFORCE"},
+	{1 << 7, "CURR_QP_STATE_MOD"}, {1 << 8, "SHUTDOWN_PORT"}, {1 << 9, "INIT_TYPE"},
+	{1 << 10, "PORT_ACTIVE_EVENT"}, {1 << 11, "SYS_IMAGE_GUID"}, {1 << 12, "RC_RNR_NAK_GEN"},
+	{1 << 13, "SRQ_RESIZE"}, {1 << 14, "N_NOTIFY_CQ"}, {1 << 17, "MEM_WINDOW"}, {1 << 18, "UD_IP_CSUM"},
+	{1 << 20, "XRC"}, {1 << 21, "MEM_MGT_EXTENSIONS"}, {1 << 23, "MEM_WINDOW_TYPE_2A"},
+	{1 << 24, "MEM_WINDOW_TYPE_2B"}, {1 << 25, "RC_IP_CSUM"}, {1 << 26, "RAW_IP_CSUM"},
+	{1 << 29, "MANAGED_FLOW_STEERING"},
+}
+
+func atomicCapString(c int) string {
+	switch c {
+	case 0:
+		return "ATOMIC_NONE"
+	case 1:
+		return "ATOMIC_HCA"
+	case 2:
+		return "ATOMIC_GLOB"
+	}
+	return "invalid atomic capability"
+}
+
+// The numbers ibv_devinfo prints beside the port's physical state, width and speed.
+var (
+	physStateCodes   = map[string]int{"SLEEP": 1, "POLLING": 2, "DISABLED": 3, "LINK_UP": 5, "LINK_ERROR_RECOVERY": 6}
+	activeWidthCodes = map[string]int{"1X": 1, "4X": 2, "8X": 4, "12X": 8, "2X": 16}
+	activeSpeedCodes = map[string]int{"2.5 Gbps": 1, "5.0 Gbps": 2, "10.0 Gbps": 4, "14.0 Gbps": 16, "25.0 Gbps": 32, "50.0 Gbps": 64}
+)
+
+// gidTypeString is how ibv_devinfo names a GID type on an Ethernet port.
+func gidTypeString(t verbs.GIDType) string {
+	if t == verbs.GIDTypeRoCEv1 {
+		return "RoCE v1"
+	}
+	return "RoCE v2"
+}
+
+// writeDevinfo writes what ibv_devinfo [-v] writes for one device: the
+// format strings are rdma-core's (libibverbs/examples/devinfo.c), checked
+// against ibv_devinfo -v on Linux rxe in KERNEL-BEHAVIOUR.md.
+func writeDevinfo(w io.Writer, name string, a verbs.DeviceAttr, p verbs.PortAttr, gids []verbs.GIDEntry, verbose bool) {
+	pf := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+	pf("hca_id:\t%s\n", name)
+	pf("\ttransport:\t\t\t%s (%d)\n", "InfiniBand", 0)
+	if a.FWVer != "" {
+		pf("\tfw_ver:\t\t\t\t%s\n", a.FWVer)
+	}
+	pf("\tnode_guid:\t\t\t%s\n", guidString(a.NodeGUID))
+	pf("\tsys_image_guid:\t\t\t%s\n", guidString(a.SysImageGUID))
+	pf("\tvendor_id:\t\t\t0x%04x\n", a.VendorID)
+	pf("\tvendor_part_id:\t\t\t%d\n", a.VendorPartID)
+	pf("\thw_ver:\t\t\t\t0x%X\n", a.HWVer)
+	pf("\tphys_port_cnt:\t\t\t%d\n", a.PhysPortCnt)
+	if verbose {
+		pf("\tmax_mr_size:\t\t\t0x%x\n", a.MaxMRSize)
+		pf("\tpage_size_cap:\t\t\t0x%x\n", a.PageSizeCap)
+		pf("\tmax_qp:\t\t\t\t%d\n", a.MaxQP)
+		pf("\tmax_qp_wr:\t\t\t%d\n", a.MaxQPWR)
+		pf("\tdevice_cap_flags:\t\t0x%08x\n", a.DeviceCapFlags)
+		known := uint64(0)
+		for _, f := range deviceCapFlagNames {
+			known |= f.bit
+			if a.DeviceCapFlags&f.bit != 0 {
+				pf("\t\t\t\t\t%s\n", f.name)
+			}
+		}
+		if u := a.DeviceCapFlags & 0xffffffff &^ known; u != 0 {
+			pf("\t\t\t\t\tUnknown flags: 0x%X\n", u)
+		}
+		pf("\tmax_sge:\t\t\t%d\n", a.MaxSGE)
+		pf("\tmax_sge_rd:\t\t\t%d\n", a.MaxSGERD)
+		pf("\tmax_cq:\t\t\t\t%d\n", a.MaxCQ)
+		pf("\tmax_cqe:\t\t\t%d\n", a.MaxCQE)
+		pf("\tmax_mr:\t\t\t\t%d\n", a.MaxMR)
+		pf("\tmax_pd:\t\t\t\t%d\n", a.MaxPD)
+		pf("\tmax_qp_rd_atom:\t\t\t%d\n", a.MaxQPRdAtom)
+		pf("\tmax_ee_rd_atom:\t\t\t%d\n", a.MaxEERdAtom)
+		pf("\tmax_res_rd_atom:\t\t%d\n", a.MaxResRdAtom)
+		pf("\tmax_qp_init_rd_atom:\t\t%d\n", a.MaxQPInitRdAtom)
+		pf("\tmax_ee_init_rd_atom:\t\t%d\n", a.MaxEEInitRdAtom)
+		pf("\tatomic_cap:\t\t\t%s (%d)\n", atomicCapString(a.AtomicCap), a.AtomicCap)
+		pf("\tmax_ee:\t\t\t\t%d\n", a.MaxEE)
+		pf("\tmax_rdd:\t\t\t%d\n", a.MaxRDD)
+		pf("\tmax_mw:\t\t\t\t%d\n", a.MaxMW)
+		// goroce has no raw QPs and no multicast: these read 0.
+		pf("\tmax_raw_ipv6_qp:\t\t%d\n", 0)
+		pf("\tmax_raw_ethy_qp:\t\t%d\n", 0)
+		pf("\tmax_mcast_grp:\t\t\t%d\n", 0)
+		pf("\tmax_mcast_qp_attach:\t\t%d\n", 0)
+		pf("\tmax_total_mcast_qp_attach:\t%d\n", 0)
+		pf("\tmax_ah:\t\t\t\t%d\n", a.MaxAH)
+		pf("\tmax_fmr:\t\t\t%d\n", 0)
+		pf("\tmax_srq:\t\t\t%d\n", a.MaxSRQ)
+		if a.MaxSRQ != 0 {
+			pf("\tmax_srq_wr:\t\t\t%d\n", a.MaxSRQWR)
+			pf("\tmax_srq_sge:\t\t\t%d\n", a.MaxSRQSGE)
+		}
+		pf("\tmax_pkeys:\t\t\t%d\n", a.MaxPKeys)
+		pf("\tlocal_ca_ack_delay:\t\t%d\n", a.LocalCAAckDelay)
+		pf("\tgeneral_odp_caps:\n")
+		for _, t := range []string{"rc", "uc", "ud", "xrc"} {
+			pf("\t%s_odp_caps:\n\t\t\t\t\tNO SUPPORT\n", t)
+		}
+		pf("\tcompletion_timestamp_mask not supported\n")
+		pf("\tcore clock not supported\n")
+		pf("\tdevice_cap_flags_ex:\t\t0x%X\n", a.DeviceCapFlags)
+		pf("\ttso_caps:\n\t\tmax_tso:\t\t\t0\n")
+		pf("\trss_caps:\n")
+		pf("\t\tmax_rwq_indirection_tables:\t\t\t0\n")
+		pf("\t\tmax_rwq_indirection_table_size:\t\t\t0\n")
+		pf("\t\trx_hash_function:\t\t\t\t0x0\n")
+		pf("\t\trx_hash_fields_mask:\t\t\t\t0x0\n")
+		pf("\tmax_wq_type_rq:\t\t\t0\n")
+		pf("\tpacket_pacing_caps:\n\t\tqp_rate_limit_min:\t0kbps\n\t\tqp_rate_limit_max:\t0kbps\n")
+		pf("\ttag matching not supported\n")
+		pf("\tnum_comp_vectors:\t\t%d\n", 1)
+	}
+	pf("\t\tport:\t%d\n", 1)
+	pf("\t\t\tstate:\t\t\t%s (%d)\n", p.State, uint8(p.State))
+	pf("\t\t\tmax_mtu:\t\t%s (%d)\n", p.MaxMTU, uint8(p.MaxMTU))
+	pf("\t\t\tactive_mtu:\t\t%s (%d)\n", p.ActiveMTU, uint8(p.ActiveMTU))
+	pf("\t\t\tsm_lid:\t\t\t%d\n", 0)
+	pf("\t\t\tport_lid:\t\t%d\n", 0)
+	pf("\t\t\tport_lmc:\t\t0x%02x\n", 0)
+	pf("\t\t\tlink_layer:\t\t%s\n", p.LinkLayer)
+	if verbose {
+		pf("\t\t\tmax_msg_sz:\t\t0x%x\n", p.MaxMsgSize)
+		pf("\t\t\tport_cap_flags:\t\t0x%08x\n", p.PortCapFlags)
+		pf("\t\t\tport_cap_flags2:\t0x%04x\n", 0)
+		pf("\t\t\tmax_vl_num:\t\t%s (%d)\n", "1", 1)
+		pf("\t\t\tbad_pkey_cntr:\t\t0x%x\n", 0)
+		pf("\t\t\tqkey_viol_cntr:\t\t0x%x\n", 0)
+		pf("\t\t\tsm_sl:\t\t\t%d\n", 0)
+		pf("\t\t\tpkey_tbl_len:\t\t%d\n", p.PKeyTableLen)
+		pf("\t\t\tgid_tbl_len:\t\t%d\n", p.GIDTableLen)
+		pf("\t\t\tsubnet_timeout:\t\t%d\n", 0)
+		pf("\t\t\tinit_type_reply:\t%d\n", 0)
+		pf("\t\t\tactive_width:\t\t%s (%d)\n", p.ActiveWidth, activeWidthCodes[p.ActiveWidth])
+		pf("\t\t\tactive_speed:\t\t%s (%d)\n", p.ActiveSpeed, activeSpeedCodes[p.ActiveSpeed])
+		pf("\t\t\tphys_state:\t\t%s (%d)\n", p.PhysState, physStateCodes[p.PhysState])
+		for i, g := range gids {
+			if !g.GID.IsValid() {
+				continue
+			}
+			if g.Type == verbs.GIDTypeRoCEv1 {
+				// devinfo.c prints RoCE v1 GIDs as raw bytes, v2 with inet_ntop.
+				b := g.GID.As16()
+				pf("\t\t\tGID[%3d]:\t\t%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x, %s\n", i,
+					b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15],
+					gidTypeString(g.Type))
+				continue
+			}
+			pf("\t\t\tGID[%3d]:\t\t%s, %s\n", i, g.GID, gidTypeString(g.Type))
+		}
+	}
+	pf("\n")
+}

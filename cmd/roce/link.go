@@ -1,0 +1,365 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/goroce/goroce/host"
+)
+
+// The control commands (link, dev, devices, gids) read the registry in
+// --rundir and the netdevs; they never open a device's data path, so they
+// work while another process runs the device.
+
+// registryOf returns the registry in the --rundir directory.
+func registryOf(cmd *cobra.Command) (*host.Registry, string) {
+	dir, err := cmd.Flags().GetString("rundir")
+	if err != nil || dir == "" {
+		dir = host.RunDir()
+	}
+	return host.NewRegistry(dir), dir
+}
+
+// errnoError is a control-path failure told the way the kernel's tools
+// tell it — the errno in strerror's words first (rdma link add: "error:
+// File exists") — followed by goroce's explanation. It unwraps to the errno.
+type errnoError struct {
+	op     string // e.g. "link add rxe1"
+	errno  syscall.Errno
+	detail string
+}
+
+func (e *errnoError) Error() string {
+	s := e.op + ": " + strerror(e.errno)
+	if e.detail != "" {
+		s += ": " + e.detail
+	}
+	return s
+}
+
+func (e *errnoError) Unwrap() error { return e.errno }
+
+// strerror is the C library's message for an errno ("No such device").
+func strerror(e syscall.Errno) string {
+	s := e.Error()
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// opError reports err of op: an error that carries an errno becomes an
+// errnoError (the errno moves to the front); others are prefixed with op.
+func opError(op string, err error) error {
+	var errno syscall.Errno
+	if !errors.As(err, &errno) {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return &errnoError{op: op, errno: errno, detail: strings.TrimSuffix(err.Error(), ": "+errno.Error())}
+}
+
+// noDevice is the error for a device name the registry does not hold; it
+// names the runtime directory, the usual culprit (sudo drops GOROCE_RUNDIR).
+func noDevice(op, name, dir string) error {
+	return &errnoError{op: op, errno: syscall.ENODEV,
+		detail: fmt.Sprintf("no device %s in %s (roce link show lists the devices there)", name, dir)}
+}
+
+// getDevice returns the definition of name, or noDevice.
+func getDevice(reg *host.Registry, dir, op, name string) (host.DeviceDef, error) {
+	def, err := reg.Get(name)
+	if errors.Is(err, syscall.ENODEV) {
+		return def, noDevice(op, name, dir)
+	}
+	if err != nil {
+		return def, opError(op, err)
+	}
+	return def, nil
+}
+
+// devicesOf returns the device name, or every device when name is empty.
+func devicesOf(reg *host.Registry, dir, op, name string) ([]host.DeviceDef, error) {
+	if name != "" {
+		def, err := getDevice(reg, dir, op, name)
+		if err != nil {
+			return nil, err
+		}
+		return []host.DeviceDef{def}, nil
+	}
+	defs, err := reg.List()
+	if err != nil {
+		return nil, opError(op, err)
+	}
+	return defs, nil
+}
+
+const linkAddSyntax = "roce link add NAME type rxe netdev NETDEV [roce-versions v1|v2|both]"
+
+func newLinkCmd() *cobra.Command {
+	var details bool
+	cmd := &cobra.Command{
+		Use:   "link",
+		Short: "Add, delete and show RDMA links (soft RoCE devices on netdevs), like rdma link",
+		Long: `link manages goroce's soft RoCE devices the way iproute2's rdma link manages
+Linux Soft-RoCE: a device is bound to a netdev of a network namespace and
+speaks RoCE over it. The definitions live in the runtime directory (--rundir);
+a device's data path runs in the process that opens it.
+
+Without a subcommand, link shows the links.`,
+		Example: `  roce link add rxe0 type rxe netdev eth0
+  roce link add rxe1 type rxe netdev eth1 roce-versions v2
+  roce link                      # = roce link show
+  roce link show -d rxe0         # with netns, RoCE versions and the owning process
+  roce link delete rxe0`,
+		Args:                       unknownCommand,
+		SuggestionsMinimumDistance: 2,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return linkShow(cmd, "", details)
+		},
+	}
+	detailsFlag := func(c *cobra.Command) {
+		c.Flags().BoolVarP(&details, "details", "d", false,
+			"show goroce's extras at the end of each line: netns, roce_versions and owner (the PID running the device)")
+	}
+	detailsFlag(cmd)
+
+	add := &cobra.Command{
+		Use:   "add NAME type rxe netdev NETDEV [roce-versions v1|v2|both]",
+		Short: "Add a soft RoCE device on a netdev of this network namespace",
+		Long: `add records a soft RoCE device NAME bound to NETDEV, a netdev of the
+caller's network namespace (run it inside the namespace: ip netns exec NS
+roce link add ...). The arguments are keywords, as rdma link add takes them.
+
+roce-versions says which RoCE versions the port speaks: v2 (RoCE v2 over
+UDP port 4791, like Linux rxe), v1 (RoCE v1, Ethertype 0x8915, like an mlx4
+port) or both (the default): the port's GID table then holds a RoCE v1 and a
+RoCE v2 entry per address, as on mlx5. RoCE v1 needs root to run.
+
+A netdev has at most one device (the kernel: "rdma_rxe: already configured
+on eth0"), and names are unique: either is EEXIST. The runtime directory is
+created if missing.`,
+		Example: `  roce link add rxe0 type rxe netdev eth0
+  ip netns exec blue roce link add rxe1 type rxe netdev veth1 roce-versions v2`,
+		Args: usageArgs(cobra.ArbitraryArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			a, err := parseLinkAdd(args)
+			if err != nil {
+				return usageError{err}
+			}
+			return linkAdd(cmd, a)
+		},
+	}
+	del := &cobra.Command{
+		Use:     "delete NAME",
+		Aliases: []string{"del"},
+		Short:   "Delete a soft RoCE device",
+		Long: `delete removes the device NAME from the registry. It refuses (EBUSY) while a
+process runs the device, and names that process.`,
+		Example: "  roce link delete rxe0",
+		Args:    usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return linkDelete(cmd, args[0])
+		},
+	}
+	show := &cobra.Command{
+		Use:   "show [NAME]",
+		Short: "Show links, as rdma link show prints them",
+		Long: `show prints one line per device, as rdma link show does for Linux rxe:
+
+  link rxe0/1 state ACTIVE physical_state LINK_UP netdev eth0
+
+The port is ACTIVE (LINK_UP) while its netdev is up and running, else DOWN
+(DISABLED), read from the netdev in the device's namespace. With -d the line
+ends with goroce's extras: netns NAME roce_versions v1|v2|both and, while a
+process runs the device, owner PID.`,
+		Example: `  roce link show
+  roce link show -d rxe0`,
+		Args: usageArgs(cobra.MaximumNArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := ""
+			if len(args) == 1 {
+				name = args[0]
+			}
+			return linkShow(cmd, name, details)
+		},
+	}
+	detailsFlag(show)
+	cmd.AddCommand(add, del, show)
+	return cmd
+}
+
+type linkAddArgs struct {
+	name     string
+	typ      string
+	netdev   string
+	versions host.Versions
+}
+
+// parseLinkAdd parses NAME type rxe netdev NETDEV [roce-versions V]; the
+// keywords may come in any order after NAME, each once.
+func parseLinkAdd(args []string) (linkAddArgs, error) {
+	var a linkAddArgs
+	isKeyword := func(s string) bool { return s == "type" || s == "netdev" || s == "roce-versions" }
+	if len(args) == 0 || isKeyword(args[0]) {
+		return a, fmt.Errorf("link add: the device name comes first: %s", linkAddSyntax)
+	}
+	a.name = args[0]
+	if err := host.ValidName(a.name); err != nil {
+		return a, opError("link add", err)
+	}
+	seen := map[string]bool{}
+	for i := 1; i < len(args); i += 2 {
+		kw := args[i]
+		if !isKeyword(kw) {
+			return a, fmt.Errorf("link add %s: unknown keyword %q: %s", a.name, kw, linkAddSyntax)
+		}
+		if seen[kw] {
+			return a, fmt.Errorf("link add %s: keyword %q given twice", a.name, kw)
+		}
+		seen[kw] = true
+		if i+1 == len(args) {
+			return a, fmt.Errorf("link add %s: keyword %q needs a value: %s", a.name, kw, linkAddSyntax)
+		}
+		v := args[i+1]
+		switch kw {
+		case "type":
+			if v != "rxe" {
+				return a, &errnoError{op: "link add " + a.name, errno: syscall.EINVAL,
+					detail: fmt.Sprintf("link type %q: goroce makes soft RoCE devices, type rxe", v)}
+			}
+			a.typ = v
+		case "netdev":
+			a.netdev = v
+		case "roce-versions":
+			ver, err := host.ParseVersions(v)
+			if v == "" { // ParseVersions takes "" for the default; a keyword needs a value
+				err = fmt.Errorf("roce-versions %q: valid values are v1, v2 and both: %w", v, syscall.EINVAL)
+			}
+			if err != nil {
+				return a, opError("link add "+a.name, err)
+			}
+			a.versions = ver
+		}
+	}
+	switch {
+	case !seen["type"]:
+		return a, fmt.Errorf("link add %s: missing \"type rxe\": %s", a.name, linkAddSyntax)
+	case !seen["netdev"]:
+		return a, fmt.Errorf("link add %s: missing \"netdev NETDEV\": %s", a.name, linkAddSyntax)
+	}
+	if a.versions == "" {
+		a.versions = host.VersionsBoth
+	}
+	return a, nil
+}
+
+func linkAdd(cmd *cobra.Command, a linkAddArgs) error {
+	op := "link add " + a.name
+	reg, _ := registryOf(cmd)
+	ns, err := host.CurrentNetns()
+	if err != nil {
+		return opError(op, fmt.Errorf("reading this thread's network namespace: %w", err))
+	}
+	if _, err := host.LookupNetdevIn(ns, a.netdev); err != nil {
+		if errors.Is(err, syscall.ENODEV) {
+			return &errnoError{op: op, errno: syscall.ENODEV,
+				detail: fmt.Sprintf("netdev %s not found in this network namespace (%v); ip link lists its netdevs", a.netdev, ns)}
+		}
+		return opError(op, err)
+	}
+	def := host.DeviceDef{Name: a.name, Type: a.typ, Netdev: a.netdev, Netns: ns, Versions: a.versions, Created: time.Now()}
+	if err := reg.Add(def); err != nil {
+		return opError(op, err)
+	}
+	return nil
+}
+
+func linkDelete(cmd *cobra.Command, name string) error {
+	op := "link delete " + name
+	reg, dir := registryOf(cmd)
+	if _, err := getDevice(reg, dir, op, name); err != nil {
+		return err
+	}
+	if ow, busy := reg.OwnerOf(name); busy {
+		who := fmt.Sprintf("process %d", ow.PID)
+		if ow.Command != "" {
+			who += " (" + ow.Command + ")"
+		}
+		return &errnoError{op: op, errno: syscall.EBUSY,
+			detail: fmt.Sprintf("%s runs %s; stop it first", who, name)}
+	}
+	if err := reg.Delete(name); err != nil {
+		if errors.Is(err, syscall.ENODEV) {
+			return noDevice(op, name, dir)
+		}
+		return opError(op, err)
+	}
+	return nil
+}
+
+// linkState is what rdma link show says of a port.
+type linkState struct {
+	state, physState string
+}
+
+func linkStateOf(nd host.Netdev) linkState {
+	if host.PortUp(nd) {
+		return linkState{"ACTIVE", "LINK_UP"}
+	}
+	return linkState{"DOWN", "DISABLED"}
+}
+
+// writeLink writes one line of rdma link show (with its trailing space, as
+// iproute2 prints it); with details, goroce's extras end the line.
+func writeLink(w io.Writer, def host.DeviceDef, st linkState, details bool, owner *host.Owner) {
+	fmt.Fprintf(w, "link %s/1 state %s physical_state %s netdev %s ", def.Name, st.state, st.physState, def.Netdev)
+	if details {
+		fmt.Fprintf(w, "netns %v roce_versions %s ", def.Netns, def.Versions)
+		if owner != nil {
+			fmt.Fprintf(w, "owner %d ", owner.PID)
+		}
+	}
+	fmt.Fprintln(w)
+}
+
+func linkShow(cmd *cobra.Command, name string, details bool) error {
+	reg, dir := registryOf(cmd)
+	defs, err := devicesOf(reg, dir, "link show", name)
+	if err != nil {
+		return err
+	}
+	out := bufio.NewWriter(cmd.OutOrStdout())
+	defer out.Flush()
+	for _, def := range defs {
+		st := linkState{"DOWN", "DISABLED"}
+		nd, err := host.LookupNetdevIn(def.Netns, def.Netdev)
+		if err == nil {
+			st = linkStateOf(nd)
+		} else {
+			// The device stays listed (so it can be deleted); its port is down.
+			out.Flush()
+			fmt.Fprintf(cmd.ErrOrStderr(), "roce: %s: port down: %v\n", def.Name, netdevError(def, err))
+		}
+		var owner *host.Owner
+		if ow, ok := reg.OwnerOf(def.Name); ok {
+			owner = &ow
+		}
+		writeLink(out, def, st, details, owner)
+	}
+	return nil
+}
+
+// netdevError explains why a device's netdev could not be read.
+func netdevError(def host.DeviceDef, err error) error {
+	if errors.Is(err, syscall.ENODEV) {
+		return fmt.Errorf("netdev %s not found in network namespace %v: %w", def.Netdev, def.Netns, syscall.ENODEV)
+	}
+	return err
+}
