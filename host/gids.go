@@ -1,6 +1,7 @@
 package host
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -28,7 +29,11 @@ type Netdev struct {
 func LookupNetdev(nl *netlink.Handle, name string) (Netdev, error) {
 	l, err := nl.LinkByName(name)
 	if err != nil {
-		return Netdev{}, fmt.Errorf("netdev %s: %v: %w", name, err, syscall.ENODEV)
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return Netdev{}, fmt.Errorf("netdev %s not found: %w", name, syscall.ENODEV)
+		}
+		return Netdev{}, fmt.Errorf("netdev %s: %w", name, err)
 	}
 	a := l.Attrs()
 	nd := Netdev{Name: a.Name, Index: a.Index, MTU: a.MTU, Up: a.Flags&net.FlagUp != 0,

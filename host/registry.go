@@ -82,12 +82,13 @@ func (r *Registry) devDir() string { return filepath.Join(r.Dir, "devices") }
 
 func (r *Registry) path(name string) string { return filepath.Join(r.devDir(), name+".json") }
 
-var nameRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]{0,63}$`)
+var nameRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]{0,62}$`)
 
-// ValidName checks a device name: a letter, then letters, digits, _ . -, at most 64.
+// ValidName checks a device name: a letter, then letters, digits, _ . -,
+// at most 63 (the kernel's IB_DEVICE_NAME_MAX is 64 with the NUL).
 func ValidName(name string) error {
 	if !nameRE.MatchString(name) {
-		return fmt.Errorf("device name %q: use a letter followed by letters, digits, '_', '.' or '-' (at most 64): %w", name, syscall.EINVAL)
+		return fmt.Errorf("device name %q: use a letter followed by letters, digits, '_', '.' or '-' (at most 63): %w", name, syscall.EINVAL)
 	}
 	return nil
 }
@@ -114,6 +115,9 @@ func (r *Registry) lock() (func(), error) {
 func (r *Registry) Add(d DeviceDef) error {
 	if err := ValidName(d.Name); err != nil {
 		return err
+	}
+	if d.Type != "rxe" {
+		return fmt.Errorf("device type %q: the only type is rxe: %w", d.Type, syscall.EINVAL)
 	}
 	unlock, err := r.lock()
 	if err != nil {
@@ -143,13 +147,18 @@ func (r *Registry) Add(d DeviceDef) error {
 	return os.Rename(tmp, r.path(d.Name))
 }
 
-// Delete removes a device definition; ENODEV when there is none.
+// Delete removes a device definition; ENODEV when there is none, EBUSY
+// while a process runs the device (checked under the registry lock, so no
+// process can open it in between).
 func (r *Registry) Delete(name string) error {
 	unlock, err := r.lock()
 	if err != nil {
 		return err
 	}
 	defer unlock()
+	if ow, busy := r.OwnerOf(name); busy {
+		return fmt.Errorf("device %s is in use by process %d (%s); stop it first: %w", name, ow.PID, ow.Command, syscall.EBUSY)
+	}
 	if err := os.Remove(r.path(name)); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("device %s: no such device: %w", name, syscall.ENODEV)
@@ -168,7 +177,7 @@ func (r *Registry) Get(name string) (DeviceDef, error) {
 	b, err := os.ReadFile(r.path(name))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return d, fmt.Errorf("device %s: no such device (roce link show lists them): %w", name, syscall.ENODEV)
+			return d, fmt.Errorf("device %s is not in %s (roce link show lists the devices there): %w", name, r.Dir, syscall.ENODEV)
 		}
 		return d, err
 	}
@@ -197,7 +206,9 @@ func (r *Registry) list() ([]DeviceDef, error) {
 		}
 		d, err := r.Get(strings.TrimSuffix(n, ".json"))
 		if err != nil {
-			return nil, err
+			// One unreadable definition must not hide the others.
+			fmt.Fprintf(os.Stderr, "goroce: skipping %s: %v\n", n, err)
+			continue
 		}
 		out = append(out, d)
 	}
