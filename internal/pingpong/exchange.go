@@ -11,9 +11,12 @@ import (
 
 // clientExchange is pp_client_exch_dest: send our address, read the
 // server's, write "done".
-func clientExchange(ctx context.Context, server string, port int, my Dest) (Dest, error) {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort(server, strconv.Itoa(port)))
+func clientExchange(ctx context.Context, dial func(context.Context, string, string) (net.Conn, error), server string, port int, my Dest) (Dest, error) {
+	if dial == nil {
+		var d net.Dialer
+		dial = d.DialContext
+	}
+	conn, err := dial(ctx, "tcp", net.JoinHostPort(server, strconv.Itoa(port)))
 	if err != nil {
 		return Dest{}, fmt.Errorf("Couldn't connect to %s:%d: %w", server, port, err)
 	}

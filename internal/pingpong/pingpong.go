@@ -35,6 +35,9 @@ type Config struct {
 	Check    bool         // -c: validate received buffers (rdma-core's --chk)
 	GIDIndex int          // -g; -1: no GID (which RoCE cannot use)
 	Out      io.Writer    // where the tool's output goes
+	// Dial, if set, opens the client role's TCP connection (tests dial from
+	// inside another network namespace); otherwise net.Dialer.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Listener, if set, is the server role's listening socket (tests use an
 	// ephemeral port); otherwise the server listens on Port.
 	Listener net.Listener
@@ -255,7 +258,7 @@ func Run(ctx context.Context, dev *verbs.Device, c Config) error {
 
 	var rem Dest
 	if c.Server != "" {
-		rem, err = clientExchange(ctx, c.Server, c.Port, my)
+		rem, err = clientExchange(ctx, c.Dial, c.Server, c.Port, my)
 	} else {
 		rem, err = serverExchange(ctx, c.Port, c.Listener, my, connect)
 	}

@@ -28,6 +28,48 @@ type compState struct {
 	rnrNAKs  int  // RNR NAKs in a row
 	rnrSince time.Time
 	timeouts int // retransmit timeouts in a row
+	// Round-trip time, sampled on one AckReq packet at a time and never on
+	// a retransmission (Karn's rule), so the timer does not fire before a
+	// slow peer could have answered.
+	rttPSN   wire.PSN
+	rttSent  time.Time
+	rttValid bool
+	srtt     time.Duration
+}
+
+// retransTimeout is the local ACK timeout in force: the QP's timeout
+// attribute, or four smoothed round trips when the peer is slower than
+// that. IBTA §9.7.6.1.3 makes the attribute a minimum, so waiting longer
+// keeps the requester compliant while sparing a slow responder (rxe in an
+// emulated VM answers a 64-packet WRITE in more than the 67 ms of
+// timeout 14) a flood of duplicates.
+func (q *QP) retransTimeout() time.Duration {
+	d := TimeoutDuration(q.attr.Timeout)
+	if d == 0 {
+		return 0
+	}
+	return max(d, 4*q.comp.srtt)
+}
+
+// sampleSent starts an RTT sample on a first transmission that asks for an
+// acknowledgement of PSN last.
+func (q *QP) sampleSent(last wire.PSN) {
+	if !q.comp.rttValid {
+		q.comp.rttPSN, q.comp.rttSent, q.comp.rttValid = last, time.Now(), true
+	}
+}
+
+// sampleAcked ends the RTT sample when the acknowledged PSNs pass it.
+func (q *QP) sampleAcked() {
+	if q.comp.rttValid && q.comp.psn.After(q.comp.rttPSN) {
+		r := time.Since(q.comp.rttSent)
+		if q.comp.srtt == 0 {
+			q.comp.srtt = r
+		} else {
+			q.comp.srtt = (7*q.comp.srtt + r) / 8
+		}
+		q.comp.rttValid = false
+	}
 }
 
 func addrOf(p *path, sport uint16) link.Addr {
@@ -38,7 +80,7 @@ func addrOf(p *path, sport uint16) link.Addr {
 // armRetrans starts the retransmit timer if packets are outstanding and it
 // is not running (IBTA §9.7.6.1.1: the local ACK timeout).
 func (q *QP) armRetrans() {
-	d := TimeoutDuration(q.attr.Timeout)
+	d := q.retransTimeout()
 	if d == 0 || q.comp.timerArmed || q.comp.rnrWait || q.sq.head == q.sq.cur && q.req.off == 0 {
 		return
 	}
@@ -109,6 +151,7 @@ func (q *QP) failOldest(status WCStatus, detail string) {
 // there (go-back-N, IBTA §9.7.5.1.1 and rxe's req_retry).
 func (q *QP) retry(out *txBatch) {
 	q.count(CompleterRetryErr)
+	q.comp.rttValid = false // Karn: no sample across a retransmission
 	q.rewind()
 	q.reqRun(out)
 }
@@ -213,10 +256,16 @@ func (q *QP) progress() {
 	}
 }
 
+// advanceCompPSN moves the oldest unacknowledged PSN forward. Forward
+// progress reloads the transport retry counter: retry_cnt bounds the
+// retries without progress (IBTA §9.7.6.1.3), so a long message under heavy
+// loss, NAKed again and again but moving on each time, is not given up.
 func (q *QP) advanceCompPSN(psn wire.PSN) {
 	if psn.Diff(q.comp.psn) > 0 {
 		q.comp.psn = psn
 		q.comp.progress++
+		q.comp.retryLeft = int(q.attr.RetryCnt)
+		q.sampleAcked()
 	}
 }
 
@@ -289,8 +338,7 @@ func (q *QP) onReadResponse(p *wire.Packet, psn wire.PSN, out *txBatch) {
 			return
 		}
 	}
-	q.comp.psn = psn.Next()
-	q.comp.progress++
+	q.advanceCompPSN(psn.Next())
 	if last {
 		q.completeSend(w, WCSuccess, "")
 		q.sq.head++
@@ -357,7 +405,7 @@ func (q *QP) onNAK(psn wire.PSN, syn wire.Syndrome, out *txBatch) {
 	case wire.NAKRemoteAccessError:
 		status, what = WCRemAccessErr, "denied access"
 	case wire.NAKRemoteOperationalError:
-		status, what = WCRemOpErr, "could not complete the operation (for a SEND: its receive buffer's key was bad)"
+		status, what = WCRemOpErr, "could not complete the operation (for a SEND: it could not place the data in its receive buffer, e.g. the receive's lkey was bad)"
 	default:
 		status, what = WCRemInvRDReqErr, "sent "+syn.String()
 	}

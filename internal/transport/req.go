@@ -413,13 +413,17 @@ func (q *QP) sendPacket(w *sendWQE, out *txBatch) (done, ok bool) {
 	} else {
 		pk.Addr = addrOf(&q.path, q.sport)
 	}
-	if q.req.psn.Before(q.req.maxSent) || q.req.psn == q.req.maxSent && q.req.sentAny {
+	retrans := q.req.psn.Before(q.req.maxSent) || q.req.psn == q.req.maxSent && q.req.sentAny
+	if retrans {
 		q.count(RetransPkts)
 	}
 	// Advance the PSN: a READ request consumes one PSN per response packet.
 	npsn := 1
 	if op == WRRDMARead {
 		npsn = int(w.lastPSN.Diff(q.req.psn)) + 1
+	}
+	if t == wire.TransportRC && f.BTH.AckReq && !retrans {
+		q.sampleSent(q.req.psn.Add(npsn - 1))
 	}
 	q.req.psn = q.req.psn.Add(npsn)
 	if !q.req.sentAny || q.req.psn.Add(-1).After(q.req.maxSent) {

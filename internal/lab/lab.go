@@ -1,0 +1,203 @@
+// Package lab drives the shared interop lab (../shared/lab, see its
+// README): two QEMU VMs running Linux's real rxe driver with rdma-core and
+// perftest, on the bridge br-roce inside the network namespace roce-host.
+// Tests call Start, which boots the lab if it is not up and holds a lock
+// for the rest of the test (the namespace and VMs are shared by every test
+// process), then run goroce in roce-host as 192.0.2.1 / fd00:c0:2::1.
+package lab
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/internal/nettest"
+	"github.com/goroce/goroce/internal/testenv"
+)
+
+// Addresses of the lab (lab/README.md).
+const (
+	Netns    = "roce-host"
+	Bridge   = "br-roce"
+	HostIPv4 = "192.0.2.1"
+	HostIPv6 = "fd00:c0:2::1"
+	HostMgmt = "198.51.100.1"
+)
+
+// VM describes one lab VM.
+type VM struct {
+	Name string // vm1, vm2
+	IPv4 string // on br-roce
+	IPv6 string
+	Mgmt string // management address: perftest and pingpong exchange QP data here
+}
+
+// VMs of a two-VM lab.
+var (
+	VM1 = VM{"vm1", "192.0.2.11", "fd00:c0:2::11", "198.51.100.11"}
+	VM2 = VM{"vm2", "192.0.2.12", "fd00:c0:2::12", "198.51.100.12"}
+)
+
+// Lab is a running lab, locked for the calling test.
+type Lab struct {
+	Dir string // the lab's scripts
+}
+
+// lockPath is shared by every process on the machine that uses the lab.
+const lockPath = "/run/roce-lab.lock"
+
+// Start makes sure the lab is up (running lab/setup and lab/up when it is
+// not) and holds the lab's lock until the test ends. Missing root or lab:
+// skip locally, fail in CI.
+func Start(t testing.TB) *Lab {
+	t.Helper()
+	testenv.Root(t)
+	dir := filepath.Join(testenv.SharedDir(t), "lab")
+	_, err := os.Stat(filepath.Join(dir, "up"))
+	testenv.Require(t, err == nil, "the interop lab at "+dir)
+	_, err = exec.LookPath("qemu-system-x86_64")
+	if err != nil && !testenv.InCI() && os.Getenv("GOROCE_LAB") == "" {
+		testenv.Require(t, false, "qemu (run ../shared/lab/setup, or set GOROCE_LAB=1 to let the tests run it)")
+	}
+	f, err := os.OpenFile(lockPath, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	l := &Lab{Dir: dir}
+	if !l.up() {
+		env := append(os.Environ(), "ROCE_LAB_TRACES="+t.TempDir())
+		for _, step := range [][]string{{"setup"}, {"up", "2"}} {
+			cmd := exec.Command(filepath.Join(dir, step[0]), step[1:]...)
+			cmd.Env = env
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("lab/%s: %v\n%s", strings.Join(step, " "), err, tail(out, 4000))
+			}
+			t.Logf("lab/%s: %s", strings.Join(step, " "), tail(out, 300))
+		}
+		if !l.up() {
+			t.Fatal("the lab did not come up")
+		}
+	}
+	return l
+}
+
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+// up reports whether both VMs answer.
+func (l *Lab) up() bool {
+	for _, vm := range []VM{VM1, VM2} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := exec.CommandContext(ctx, filepath.Join(l.Dir, "vm-exec"), vm.Name, "true").Run()
+		cancel()
+		if err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// Exec runs cmd with /bin/sh in vm and returns its output and exit status.
+func (l *Lab) Exec(vm VM, cmd string) (string, int, error) {
+	c := exec.Command(filepath.Join(l.Dir, "vm-exec"), vm.Name, cmd)
+	var out bytes.Buffer
+	c.Stdout, c.Stderr = &out, &out
+	err := c.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return out.String(), ee.ExitCode(), nil
+	}
+	if err != nil {
+		return out.String(), -1, err
+	}
+	return out.String(), 0, nil
+}
+
+// MustExec runs cmd in vm and fails t unless it exits 0.
+func (l *Lab) MustExec(t testing.TB, vm VM, cmd string) string {
+	t.Helper()
+	out, rc, err := l.Exec(vm, cmd)
+	if err != nil || rc != 0 {
+		t.Fatalf("%s: %q: exit %d %v\n%s", vm.Name, cmd, rc, err, out)
+	}
+	return out
+}
+
+// Counters reads rxe0's hw_counters in vm.
+func (l *Lab) Counters(t testing.TB, vm VM) map[string]uint64 {
+	t.Helper()
+	out := l.MustExec(t, vm, "cd /sys/class/infiniband/rxe0/ports/1/hw_counters && grep . *")
+	m := map[string]uint64{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		if err == nil {
+			m[k] = n
+		}
+	}
+	return m
+}
+
+// GIDIndex returns the index of gid in vm's rxe0 GID table.
+func (l *Lab) GIDIndex(t testing.TB, vm VM, gid string) int {
+	t.Helper()
+	out := l.MustExec(t, vm, "cd /sys/class/infiniband/rxe0/ports/1 && for i in $(ls gids | sort -n); do echo $i $(cat gids/$i); done")
+	want := expand(gid)
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 2 && f[1] == want {
+			n, _ := strconv.Atoi(f[0])
+			return n
+		}
+	}
+	t.Fatalf("%s has no GID %s:\n%s", vm.Name, gid, out)
+	return -1
+}
+
+// expand writes a GID as sysfs does: 8 groups of 4 hex digits.
+func expand(gid string) string {
+	ip := netipParse(gid)
+	b := ip.As16()
+	var parts []string
+	for i := 0; i < 16; i += 2 {
+		parts = append(parts, fmt.Sprintf("%02x%02x", b[i], b[i+1]))
+	}
+	return strings.Join(parts, ":")
+}
+
+// Do runs fn on a thread inside the lab's namespace (sockets fn opens stay there).
+func (l *Lab) Do(fn func() error) error {
+	h, err := netns.GetFromName(Netns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	return nettest.Do(h, fn)
+}
+
+// Command returns an exec.Cmd that runs name inside the lab's namespace.
+func (l *Lab) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", Netns, name}, args...)...)
+}
