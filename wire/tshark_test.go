@@ -143,7 +143,7 @@ func tsharkSample(t *testing.T, op wire.Opcode, e encap, bthOnly bool) tsharkFra
 
 // tsharkFromFields encodes f (giving an IPv6 packet a real UDP checksum)
 // and lists what tshark must decode from it.
-func tsharkFromFields(t *testing.T, name string, f wire.PacketFields, bthOnly bool) tsharkFrame {
+func tsharkFromFields(t testing.TB, name string, f wire.PacketFields, bthOnly bool) tsharkFrame {
 	t.Helper()
 	frame := encode(t, f)
 	p := parseFrame(t, frame)
