@@ -214,6 +214,19 @@ func (t *Table) Invalidate(pd *PD, rkey uint32) error {
 	return nil
 }
 
+// Bounds returns the IOVA range of the valid region key names, for
+// requests that address a whole region (FLUSH at the memory-region
+// selectivity level carries no meaningful range).
+func (t *Table) Bounds(key uint32, local bool) (iova, length uint64, ok bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	r := t.regions[key>>8]
+	if r == nil || !r.valid || local && r.lkey != key || !local && r.rkey != key {
+		return 0, 0, false
+	}
+	return r.iova, uint64(len(r.buf)), true
+}
+
 // Slice checks that key (an lkey when local, else an rkey) names a valid
 // region of pd that grants need and covers [addr, addr+length), and returns
 // that range of the region's memory. A zero-length range needs only a valid

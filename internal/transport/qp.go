@@ -147,6 +147,12 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 	if init.SendCQ == nil || init.RecvCQ == nil {
 		return bad("send_cq and recv_cq are required")
 	}
+	if init.SendCQ.dev != d {
+		return bad("send_cq belongs to device %q, not %q", init.SendCQ.dev.name, d.name)
+	}
+	if init.RecvCQ.dev != d {
+		return bad("recv_cq belongs to device %q, not %q", init.RecvCQ.dev.name, d.name)
+	}
 	c := &init.Cap
 	if c.MaxSendWR < 1 || c.MaxSendWR > MaxQPWR {
 		return bad("cap.max_send_wr %d outside 1..%d", c.MaxSendWR, MaxQPWR)
@@ -228,7 +234,7 @@ func (q *QP) Query() QPAttr {
 	defer q.mu.Unlock()
 	a := q.attr
 	a.State, a.CurState = q.state, q.state
-	a.SQDraining = q.state == QPSSQD && q.sq.cur != q.sq.head
+	a.SQDraining = q.state == QPSSQD && q.sq.head < q.req.sqdEnd
 	return a
 }
 
@@ -371,7 +377,7 @@ func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	if miss := tr.req &^ mask; miss != 0 {
 		return bad("%v → %v of a %v QP requires %v", cur, next, q.typ, miss)
 	}
-	if extra := mask &^ (tr.req | tr.opt | AttrCurState); extra != 0 {
+	if extra := mask &^ (tr.req | tr.opt); extra != 0 {
 		return bad("%v → %v of a %v QP does not accept %v", cur, next, q.typ, extra)
 	}
 	// Validate values before changing anything.
@@ -513,6 +519,12 @@ func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	case next == QPSRTS && (prev == QPSSQD || prev == QPSSQE):
 		q.kick()
 	case next == QPSSQD:
+		if prev != QPSSQD {
+			q.req.sqdEnd = q.sq.cur
+			if q.sq.cur < q.sq.tail && (q.req.off > 0 || q.sq.at(q.sq.cur).started) {
+				q.req.sqdEnd++ // the message being sent
+			}
+		}
 		q.req.sqdNotified = false
 		q.checkDrained()
 	}

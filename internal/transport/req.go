@@ -53,6 +53,7 @@ type reqState struct {
 	maxSent     wire.PSN // highest PSN sent so far, to count retransmissions
 	sentAny     bool     // whether maxSent is valid
 	sqdNotified bool
+	sqdEnd      uint64 // SQD: the WQEs before this SQ index were started and must finish
 }
 
 func (o WROpcode) validFor(t QPType) bool {
@@ -76,21 +77,21 @@ func (q *QP) PostSend(wrs ...SendWR) error {
 		q.mu.Unlock()
 		return net.ErrClosed
 	}
+	var err error
 	for i := range wrs {
-		if err := q.postOne(&wrs[i]); err != nil {
-			q.mu.Unlock()
-			return err
+		if err = q.postOne(&wrs[i]); err != nil {
+			break // the WRs before it are posted: send them (ibv_post_send's bad_wr)
 		}
 	}
 	if q.state != QPSRTS {
 		q.mu.Unlock()
-		return nil
+		return err
 	}
 	out := getTxBatch(q.dev)
 	q.reqRun(out)
 	q.mu.Unlock()
 	putTxBatch(out)
-	return nil
+	return err
 }
 
 func (q *QP) postOne(wr *SendWR) error {
@@ -219,8 +220,8 @@ func (q *QP) reqRun(out *txBatch) {
 	for q.sq.cur < q.sq.tail {
 		w := q.sq.at(q.sq.cur)
 		if q.req.off == 0 && !w.started {
-			if q.state == QPSSQD {
-				break // SQD: finish messages in progress, start no new one
+			if q.state == QPSSQD && q.sq.cur >= q.req.sqdEnd {
+				break // SQD: finish messages in progress (resending them if need be), start no new one
 			}
 			if rc && w.wr.Flags&SendFence != 0 && q.req.rdAtomic > 0 {
 				break // fence: wait for outstanding READ/ATOMIC to complete
@@ -261,7 +262,7 @@ func (q *QP) reqRun(out *txBatch) {
 
 // checkDrained reports SQ_DRAINED once the SQD state has nothing outstanding.
 func (q *QP) checkDrained() {
-	if q.req.sqdNotified || q.sq.head != q.sq.cur || q.req.off != 0 {
+	if q.req.sqdNotified || q.sq.head < q.req.sqdEnd {
 		return
 	}
 	q.req.sqdNotified = true
@@ -408,6 +409,7 @@ func (q *QP) sendPacket(w *sendWQE, out *txBatch) (done, ok bool) {
 	}
 	buf = appendPad(buf, int(paylen))
 	finish(pk, buf)
+	q.counters[SentPkts].Add(1)
 	if t == wire.TransportUD {
 		pk.Addr = addrOf(&w.path, w.sport)
 	} else {

@@ -112,6 +112,7 @@ func (q *QP) ack(out *txBatch, syn wire.Syndrome, psn wire.PSN) {
 	f.Ext.AETH = wire.AETHFields{Syndrome: syn, MSN: q.resp.msn}
 	pk := out.next()
 	finish(pk, appendHeaders(pk.Buf, &f, 0))
+	q.counters[SentPkts].Add(1)
 	pk.Addr = addrOf(&q.path, q.sport)
 }
 
@@ -322,6 +323,10 @@ func (q *QP) rcWrite(p *wire.Packet, out *txBatch) bool {
 	if last && info.Is(wire.FlagImmediate) && !q.resp.wqe.active && !q.takeRecv() {
 		// WRITE_WITH_IMM consumes a receive; without one, RNR (the data
 		// already written is written again on retry).
+		if info.Is(wire.FlagFirst) {
+			// WRITE_ONLY_WITH_IMM: the retry starts the message again.
+			q.resp.inMsg, q.resp.target = 0, nil
+		}
 		q.rnrNAK(out, psn)
 		return false
 	}
@@ -404,6 +409,7 @@ func (q *QP) readResponses(out *txBatch, psn wire.PSN, b []byte, npkts uint64) {
 		buf := appendHeaders(pk.Buf, &f, len(chunk))
 		buf = append(buf, chunk...)
 		finish(pk, appendPad(buf, len(chunk)))
+		q.counters[SentPkts].Add(1)
 		pk.Addr = addrOf(&q.path, q.sport)
 	}
 }
@@ -445,6 +451,7 @@ func (q *QP) atomicAck(out *txBatch, psn wire.PSN, orig uint64) {
 	f.Ext.AtomicAck = orig
 	pk := out.next()
 	finish(pk, appendHeaders(pk.Buf, &f, 0))
+	q.counters[SentPkts].Add(1)
 	pk.Addr = addrOf(&q.path, q.sport)
 }
 
@@ -462,7 +469,15 @@ func (q *QP) rcFlush(p *wire.Packet, out *txBatch, replay bool) {
 	if f.PlacementType()&wire.FlushPersistence != 0 {
 		need |= mem.FlushPersistent
 	}
-	if _, ok := q.checkRKey(out, psn, r.RKey(), r.VA(), max(uint64(r.DMALength()), 1), need); !ok {
+	va, n := r.VA(), max(uint64(r.DMALength()), 1)
+	if f.Selectivity() == wire.FlushSelWholeMR {
+		// The memory-region level ignores the RETH's VA and length (IBTA
+		// 1.5 Memory Placement Extensions; rxe's check_rkey skips the range).
+		if iova, l, ok := q.dev.mem.Bounds(r.RKey(), false); ok {
+			va, n = iova, l
+		}
+	}
+	if _, ok := q.checkRKey(out, psn, r.RKey(), va, n, need); !ok {
 		return
 	}
 	if !replay {
@@ -634,11 +649,11 @@ func grhFor(a *link.Addr, paylen int) [40]byte {
 		copy(g[20:], b[20:])
 		return g
 	}
-	next := uint8(wire.IPProtocolUDP)
+	next, plen := uint8(wire.IPProtocolUDP), wire.UDPLen+paylen
 	if a.Version == wire.RoCEv1 {
-		next = wire.GRHNextHdrIBTH
+		next, plen = wire.GRHNextHdrIBTH, paylen
 	}
-	f := wire.IPv6Fields{TrafficClass: a.TrafficClass, FlowLabel: a.FlowLabel, PayloadLen: paylen,
+	f := wire.IPv6Fields{TrafficClass: a.TrafficClass, FlowLabel: a.FlowLabel, PayloadLen: plen,
 		NextHeader: next, HopLimit: a.HopLimit, Src: a.SrcGID, Dst: a.DstGID}
 	f.Append(g[:0])
 	return g
@@ -655,7 +670,7 @@ func (q *QP) udRequest(p *wire.Packet, a *link.Addr) {
 		return
 	}
 	data := p.Payload()
-	grh := grhFor(a, len(data))
+	grh := grhFor(a, len(p.Transport()))
 	wc := WC{WRID: q.resp.wqe.wrID, Status: WCSuccess, Opcode: WCRecv, ByteLen: uint32(40 + len(data)),
 		QPNum: q.num, SrcQP: deth.SrcQP(), Flags: WCWithGRH}
 	if imm := p.ImmDt(); imm != nil {

@@ -248,12 +248,13 @@ type SendWR struct {
 	AH         *AH
 	RemoteQPN  uint32
 	RemoteQKey uint32
-	// FLUSH: selectivity level and placement type (wire.FlushSel*, wire.Flush*).
+	// FLUSH: selectivity level and placement type (wire.FlushSel*,
+	// wire.Flush*). The length flushed (ibv_wr_flush's len) is the total of
+	// SGList's lengths, whose keys are not used; ATOMIC_WRITE takes its 8
+	// bytes from SGList (or InlineData).
 	FlushSel       uint8
 	FlushPlacement uint8
-	// AtomicWriteData is the 8-byte value of ATOMIC_WRITE, in the
-	// responder's native byte order; it may also be given in SGList.
-	InlineData []byte // for SendInline: the data itself, instead of SGList
+	InlineData     []byte // for SendInline: the data itself, instead of SGList
 }
 
 // RecvWR is a receive work request, struct ibv_recv_wr.
