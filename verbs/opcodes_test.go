@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 	"testing/synctest"
 
@@ -418,7 +419,7 @@ func checkGRH(t *testing.T, net string, g []byte, src, dst netip.Addr, n, immLen
 	pad := (4 - n%4) % 4
 	transport := wire.BTHLen + 8 /* DETH */ + immLen + n + pad + 4 /* ICRC */
 	be := binary.BigEndian
-	switch net {
+	switch strings.TrimPrefix(net, vethPrefix) {
 	case verbstest.NetV2IPv4:
 		h := g[20:40]
 		if h[0] != 0x45 || h[9] != 17 || h[8] != 64 {
@@ -443,7 +444,7 @@ func checkGRH(t *testing.T, net string, g []byte, src, dst netip.Addr, n, immLen
 	default:
 		next := byte(17)
 		paylen := 8 + transport
-		if net == verbstest.NetV1 {
+		if strings.TrimPrefix(net, vethPrefix) == verbstest.NetV1 {
 			next, paylen = 0x1B, transport
 		}
 		if g[0]>>4 != 6 || g[6] != next || g[7] != 64 {

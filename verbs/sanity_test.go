@@ -30,7 +30,7 @@ func TestSanityAllTypesAndNets(t *testing.T) {
 				wr := verbs.SendWR{WRID: 1, Opcode: verbs.WRSendWithImm, ImmData: 0xabcd, Flags: verbs.SendSignaled,
 					SGList: []verbs.SGE{mrA.SGE(0, 700)}}
 				if typ == verbs.UD {
-					ah, err := p.A.PD.CreateAH(verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: p.B.GID.GID}})
+					ah, err := p.A.PD.CreateAH(verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: p.B.GID.GID, SGIDIndex: p.A.GIDIndex}})
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -58,6 +58,9 @@ type Device struct {
 	portUp  bool           // guarded by mu
 
 	rxDone chan struct{}
+	// rxMu is held while the receive goroutine handles a batch: Barrier
+	// takes it to order the caller after everything handled so far.
+	rxMu sync.Mutex
 }
 
 // OpenDevice starts a device on cfg.Link. Close it to stop its receive
@@ -133,6 +136,20 @@ func (d *Device) Close() error {
 	<-d.rxDone
 	d.events.close()
 	return err
+}
+
+// Barrier returns once the packets the device has received so far are
+// handled, and orders the caller after that handling and before what the
+// device handles next. A responder reads RDMA READ and atomic sources and
+// writes RDMA WRITE and atomic targets from the device's receive goroutine;
+// a program learns of it over the network (its peer's completion), which
+// Go's memory model and race detector do not see as synchronization.
+// Reading such memory after Barrier, or writing it before Barrier, is
+// properly ordered. Completions need no Barrier: polling a CQ orders the
+// reader after what the completion reports.
+func (d *Device) Barrier() {
+	d.rxMu.Lock()
+	d.rxMu.Unlock() //nolint:staticcheck // an empty critical section is the point
 }
 
 // GIDs returns a copy of port 1's GID table.
@@ -340,9 +357,11 @@ func (d *Device) receive() {
 			d.counters[RcvdBadHeader].Add(v - prevMal)
 			prevMal = v
 		}
+		d.rxMu.Lock()
 		for i := range bufs[:k] {
 			d.dispatch(&bufs[i], &p, &out)
 		}
+		d.rxMu.Unlock()
 		out.flush()
 	}
 }

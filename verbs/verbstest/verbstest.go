@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
@@ -89,13 +90,46 @@ func (o *Options) defaults() {
 
 // Side is one end of a pair.
 type Side struct {
-	Dev  *verbs.Device
-	PD   *verbs.PD
-	CQ   *verbs.CQ // send completions
-	RCQ  *verbs.CQ // receive completions
-	QP   *verbs.QP
-	Port *fabric.Port
-	GID  verbs.GIDEntry
+	Dev      *verbs.Device
+	PD       *verbs.PD
+	CQ       *verbs.CQ // send completions
+	RCQ      *verbs.CQ // receive completions
+	QP       *verbs.QP
+	Port     *fabric.Port // nil on a registered network other than the fabric
+	GID      verbs.GIDEntry
+	GIDIndex uint8 // GID's index in Dev's table
+}
+
+// Endpoint is one end of a registered network: a running device and the
+// GID its QPs address each other with.
+type Endpoint struct {
+	Dev      *verbs.Device
+	GID      verbs.GIDEntry
+	GIDIndex uint8
+}
+
+// NetworkFunc makes the two devices of a network for one test, and
+// registers their teardown with t.Cleanup.
+type NetworkFunc func(t testing.TB) (a, b Endpoint)
+
+var (
+	netMu    sync.Mutex
+	networks = map[string]NetworkFunc{} // guarded by netMu
+)
+
+// RegisterNetwork makes NewPair build pairs on fn when Options.Net is
+// name: the same test bodies then run over real links (package host's
+// devices on veth, for instance) as over the fabric.
+func RegisterNetwork(name string, fn NetworkFunc) {
+	netMu.Lock()
+	networks[name] = fn
+	netMu.Unlock()
+}
+
+func lookupNetwork(name string) NetworkFunc {
+	netMu.Lock()
+	defer netMu.Unlock()
+	return networks[name]
 }
 
 // Pair is two devices on one fabric with a QP each.
@@ -109,24 +143,39 @@ type Pair struct {
 func NewPair(t testing.TB, o Options) *Pair {
 	t.Helper()
 	o.defaults()
-	p := &Pair{Fabric: fabric.New(), Opts: o}
-	gids := GIDs(o.Net)
-	for i, s := range []*Side{&p.A, &p.B} {
-		fa := o.FaultsA
-		if i == 1 {
-			fa = o.FaultsB
+	p := &Pair{Opts: o}
+	if fn := lookupNetwork(o.Net); fn != nil {
+		a, b := fn(t)
+		for i, s := range []*Side{&p.A, &p.B} {
+			e := a
+			if i == 1 {
+				e = b
+			}
+			s.Dev, s.GID, s.GIDIndex = e.Dev, e.GID, e.GIDIndex
 		}
-		port, err := p.Fabric.AddPort(fabric.PortConfig{Name: fmt.Sprintf("fab%d", i), GIDs: []netip.Addr{gids[i].GID},
-			Faults: fa, Seed: o.Seed*2 + uint64(i)})
-		if err != nil {
-			t.Fatal(err)
+	} else {
+		p.Fabric = fabric.New()
+		gids := GIDs(o.Net)
+		for i, s := range []*Side{&p.A, &p.B} {
+			fa := o.FaultsA
+			if i == 1 {
+				fa = o.FaultsB
+			}
+			port, err := p.Fabric.AddPort(fabric.PortConfig{Name: fmt.Sprintf("fab%d", i), GIDs: []netip.Addr{gids[i].GID},
+				Faults: fa, Seed: o.Seed*2 + uint64(i)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Port, s.GID = port, gids[i]
+			s.Dev, err = verbs.Open(verbs.DeviceConfig{Name: fmt.Sprintf("rxe%d", i), Link: port, MAC: port.MAC(),
+				GIDs: []verbs.GIDEntry{gids[i]}})
+			if err != nil {
+				t.Fatal(err)
+			}
 		}
-		s.Port, s.GID = port, gids[i]
-		s.Dev, err = verbs.Open(verbs.DeviceConfig{Name: fmt.Sprintf("rxe%d", i), Link: port, MAC: port.MAC(),
-			GIDs: []verbs.GIDEntry{gids[i]}})
-		if err != nil {
-			t.Fatal(err)
-		}
+	}
+	for _, s := range []*Side{&p.A, &p.B} {
+		var err error
 		if s.PD, err = s.Dev.AllocPD(); err != nil {
 			t.Fatal(err)
 		}
@@ -149,8 +198,12 @@ func NewPair(t testing.TB, o Options) *Pair {
 	return p
 }
 
-// Close destroys both devices and the fabric.
+// Close destroys both devices and the fabric. (A registered network's
+// devices are closed by the cleanup its NetworkFunc registered.)
 func (p *Pair) Close() {
+	if p.Fabric == nil {
+		return
+	}
 	p.A.Dev.Close()
 	p.B.Dev.Close()
 	p.Fabric.Close()
@@ -158,10 +211,10 @@ func (p *Pair) Close() {
 
 // Connect moves both QPs to RTS, each addressed at the other.
 func (p *Pair) Connect() error {
-	if err := ConnectQP(p.A.QP, p.B.QP.Num(), p.B.GID.GID, 0, p.Opts); err != nil {
+	if err := ConnectQP(p.A.QP, p.B.QP.Num(), p.B.GID.GID, p.A.GIDIndex, p.Opts); err != nil {
 		return err
 	}
-	return ConnectQP(p.B.QP, p.A.QP.Num(), p.A.GID.GID, 0, p.Opts)
+	return ConnectQP(p.B.QP, p.A.QP.Num(), p.A.GID.GID, p.B.GIDIndex, p.Opts)
 }
 
 // ConnectQP moves qp from RESET to RTS, connected (RC, UC) to remote QP
