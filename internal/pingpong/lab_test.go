@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -64,8 +65,8 @@ func startCapture(t *testing.T, l *lab.Lab) (string, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := l.Command(ctx, "tcpdump", "-i", lab.Bridge, "-s", "0", "-U", "-w", file, "udp port 4791")
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-	var out strings.Builder
-	cmd.Stderr = &out
+	out := &lockedBuffer{}
+	cmd.Stderr = out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -222,4 +223,22 @@ func verifyCapture(t *testing.T, file string) {
 	if s := strings.TrimSpace(string(out)); s != "" {
 		t.Errorf("tshark marks frames malformed or in error: %s", s)
 	}
+}
+
+// lockedBuffer is a strings.Builder safe to read while exec's copier writes it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

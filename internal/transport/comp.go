@@ -19,9 +19,14 @@ type compState struct {
 	retryLeft  int      // retransmissions left (retry_cnt)
 	rnrLeft    int      // RNR retries left (rnr_retry; 7 = infinite)
 	timerArmed bool
-	rnrWait    bool   // an RNR NAK timer runs; the requester waits
-	progress   uint64 // bumped on every acknowledgement, so a timer can tell it made none
-	armedAt    uint64 // progress when the timer was armed
+	// retrying: a go-back-N retry has started and no response has made
+	// forward progress since. Every response after a gap reveals the same
+	// gap, so NAKs and implicit NAKs start no further retry until then; the
+	// timer still does (rxe: comp.started_retry).
+	retrying bool
+	rnrWait  bool   // an RNR NAK timer runs; the requester waits
+	progress uint64 // bumped on every acknowledgement, so a timer can tell it made none
+	armedAt  uint64 // progress when the timer was armed
 	// For the words an error completion carries.
 	heard    bool // any response ever arrived from the peer QP
 	seqNAKs  int  // PSN sequence error NAKs in a row
@@ -114,11 +119,24 @@ func (q *QP) onRetransTimer() {
 		q.mu.Unlock()
 		return
 	}
-	q.comp.retryLeft--
+	q.spendRetry()
 	out := getTxBatch(q.dev)
 	q.retry(out)
 	q.mu.Unlock()
 	putTxBatch(out)
+}
+
+// spendRetry uses one transport retry. retry_cnt 7 retries forever once
+// the peer has answered, as on Linux rxe (rxe_comp.c: "if
+// (qp->comp.retry_cnt != 7) retry_cnt--"), which ibverbs users tuned on rxe
+// rely on (IBTA gives 7 no such meaning). Unlike rxe, a peer that never
+// answered at all still exhausts the 7 retries: the usual cause is a wrong
+// QPN, GID or RoCE version, and the user gets IBV_WC_RETRY_EXC_ERR saying so
+// instead of a QP that hangs forever.
+func (q *QP) spendRetry() {
+	if q.attr.RetryCnt != infiniteRetry || !q.comp.heard {
+		q.comp.retryLeft--
+	}
 }
 
 // retryDetail explains a transport retry counter exceeded error.
@@ -150,6 +168,8 @@ func (q *QP) failOldest(status WCStatus, detail string) {
 // retry goes back to the oldest unacknowledged PSN and sends again from
 // there (go-back-N, IBTA §9.7.5.1.1 and rxe's req_retry).
 func (q *QP) retry(out *txBatch) {
+	q.comp.retrying = true
+	q.req.window = max(q.window()/2, MinUnackedPSNs)
 	q.count(CompleterRetryErr)
 	q.comp.rttValid = false // Karn: no sample across a retransmission
 	q.rewind()
@@ -170,18 +190,18 @@ func (q *QP) rewind() {
 			return
 		}
 		if psn.Diff(w.lastPSN) <= 0 {
-			// psn lies in w: resend from it.
+			// psn lies in w: resend from it. WQEs keep the PSNs they
+			// were first sent with, so every retransmitted packet has
+			// its original PSN, and an ACK for PSNs sent before the
+			// rewind still completes them (completeThrough).
 			q.sq.cur = i
 			if psn.Diff(w.firstPSN) <= 0 {
 				q.req.off = 0
-				w.started = false
+				q.req.psn = w.firstPSN
 			} else {
 				k := uint64(psn.Diff(w.firstPSN))
 				q.req.off = k * uint64(q.pmtu)
-			}
-			q.req.psn = psn
-			for j := i + 1; j < q.sq.tail; j++ {
-				q.sq.at(j).started = false
+				q.req.psn = psn
 			}
 			return
 		}
@@ -198,11 +218,15 @@ func (q *QP) receiveResponse(p *wire.Packet, out *txBatch) {
 	psn := p.BTH().PSN()
 	info := p.Info
 	q.comp.heard = true
-	if q.sq.head == q.sq.cur {
-		return // nothing outstanding: a stray or duplicate response
+	if q.sq.head == q.sq.cur && q.req.off == 0 {
+		// Nothing outstanding: a stray or duplicate response. (With
+		// req.off > 0 the WQE at cur is partly sent: its ACKs open the
+		// window for the rest.)
+		return
 	}
-	// A response for a PSN we have not sent is bogus; one before comp.psn is a duplicate.
-	if psn.Diff(q.req.psn) >= 0 {
+	// A response for a PSN never sent is bogus. (Not req.psn: after a
+	// rewind the responder still acknowledges PSNs sent before it.)
+	if !q.req.sentAny || psn.Diff(q.req.maxSent) > 0 {
 		return
 	}
 	aeth := p.AETH()
@@ -233,7 +257,9 @@ func (q *QP) receiveResponse(p *wire.Packet, out *txBatch) {
 // atomic whose response has not arrived (an ACK past it means its response
 // was lost: the caller retries). It reports whether it stopped at such a WQE.
 func (q *QP) completeThrough(psn wire.PSN) (stuckAtRdAtomic bool) {
-	for q.sq.head < q.sq.cur {
+	// Up to tail, not cur: WQEs past cur were sent before a rewind, and
+	// an ACK that covers them means the responder executed them.
+	for q.sq.head < q.sq.tail {
 		w := q.sq.at(q.sq.head)
 		if !w.started || w.lastPSN.Diff(psn) > 0 {
 			break
@@ -243,12 +269,31 @@ func (q *QP) completeThrough(psn wire.PSN) (stuckAtRdAtomic bool) {
 		}
 		q.completeSend(w, WCSuccess, "")
 		q.sq.head++
+		// Its PSNs are acknowledged. comp.psn must not lag behind a
+		// completed WQE: a rewind to it would resend the next WQE from
+		// a PSN the responder gave this one (rxe: complete_wqe).
+		q.advanceCompPSN(w.lastPSN.Next())
 		q.progress()
+		if q.sq.head > q.sq.cur {
+			// Skip what was acknowledged without being resent.
+			q.sq.cur, q.req.off = q.sq.head, 0
+			if q.req.psn.Diff(q.comp.psn) < 0 {
+				q.req.psn = q.comp.psn
+			}
+		}
 	}
 	return false
 }
 
+// nakRetry retries on a NAK or an implicit NAK unless a retry is under way.
+func (q *QP) nakRetry(out *txBatch) {
+	if !q.comp.retrying {
+		q.retry(out)
+	}
+}
+
 func (q *QP) progress() {
+	q.comp.retrying = false
 	q.comp.progress++
 	q.comp.retryLeft = int(q.attr.RetryCnt)
 	if q.attr.RNRRetry != infiniteRNRRetry {
@@ -261,9 +306,11 @@ func (q *QP) progress() {
 // retries without progress (IBTA §9.7.6.1.3), so a long message under heavy
 // loss, NAKed again and again but moving on each time, is not given up.
 func (q *QP) advanceCompPSN(psn wire.PSN) {
-	if psn.Diff(q.comp.psn) > 0 {
+	if d := psn.Diff(q.comp.psn); d > 0 {
 		q.comp.psn = psn
+		q.req.window = min(q.window()+int(d), MaxUnackedPSNs)
 		q.comp.progress++
+		q.comp.retrying = false
 		q.comp.retryLeft = int(q.attr.RetryCnt)
 		q.sampleAcked()
 	}
@@ -278,11 +325,27 @@ func (q *QP) onACK(psn wire.PSN, out *txBatch) {
 		// An ACK beyond an outstanding READ/ATOMIC: its response was lost (IBTA §9.7.5.1.3, implicit NAK).
 		w := q.sq.at(q.sq.head)
 		q.advanceCompPSN(w.firstPSN)
-		q.retry(out)
+		q.nakRetry(out)
 		return
 	}
 	q.advanceCompPSN(psn.Next())
+	q.fastForward()
 	q.afterProgress(out)
+}
+
+// fastForward moves the requester to comp.psn when the responder
+// acknowledged part of the WQE at cur that has not been resent since a
+// rewind.
+func (q *QP) fastForward() {
+	if q.comp.psn.Diff(q.req.psn) <= 0 || q.sq.head != q.sq.cur || q.sq.cur == q.sq.tail {
+		return
+	}
+	w := q.sq.at(q.sq.cur)
+	if !w.started || w.isRdAtom || q.comp.psn.Diff(w.firstPSN) < 0 || q.comp.psn.Diff(w.lastPSN) > 0 {
+		return
+	}
+	q.req.off = uint64(q.comp.psn.Diff(w.firstPSN)) * uint64(q.pmtu)
+	q.req.psn = q.comp.psn
 }
 
 // afterProgress restarts the timer and the requester after acknowledgements.
@@ -313,7 +376,7 @@ func (q *QP) onReadResponse(p *wire.Packet, psn wire.PSN, out *txBatch) {
 	if psn != q.comp.psn {
 		if psn.Diff(q.comp.psn) > 0 {
 			// A response is missing: ask again from the first missing PSN.
-			q.retry(out)
+			q.nakRetry(out)
 		}
 		return
 	}
@@ -374,7 +437,7 @@ func (q *QP) onNAK(psn wire.PSN, syn wire.Syndrome, out *txBatch) {
 	if stuck := q.completeThrough(psn.Add(-1)); stuck {
 		w := q.sq.at(q.sq.head)
 		q.advanceCompPSN(w.firstPSN)
-		q.retry(out)
+		q.nakRetry(out)
 		return
 	}
 	if syn.Value() == wire.NAKPSNSequenceError {
@@ -386,12 +449,15 @@ func (q *QP) onNAK(psn wire.PSN, syn wire.Syndrome, out *txBatch) {
 		if psn.Diff(q.comp.psn) >= 0 {
 			q.advanceCompPSN(psn)
 		}
+		if q.comp.retrying {
+			return // the retry under way covers this gap
+		}
 		if q.comp.retryLeft == 0 {
 			q.count(RetryExceededErr)
 			q.failOldest(WCRetryExcErr, q.retryDetail())
 			return
 		}
-		q.comp.retryLeft--
+		q.spendRetry()
 		q.retry(out)
 		q.armRetrans()
 		return
@@ -434,7 +500,7 @@ func (q *QP) onRNRNAK(psn wire.PSN, syn wire.Syndrome, out *txBatch) {
 	if stuck := q.completeThrough(psn.Add(-1)); stuck {
 		w := q.sq.at(q.sq.head)
 		q.advanceCompPSN(w.firstPSN)
-		q.retry(out)
+		q.nakRetry(out)
 		return
 	}
 	if q.comp.rnrNAKs == 0 {

@@ -41,6 +41,9 @@ const (
 	// waits for ACKs (rxe: RXE_MAX_UNACKED_PSNS = 128). goroce allows more
 	// so one QP can fill a fast link; well under 2^23, the PSN half-space.
 	MaxUnackedPSNs = 1024
+	// MinUnackedPSNs is the smallest window go-back-N retries shrink it to
+	// (see reqState.window).
+	MinUnackedPSNs = 8
 )
 
 // TimeoutDuration returns the local ACK timeout for the QP attribute
@@ -51,6 +54,9 @@ func TimeoutDuration(timeout uint8) time.Duration {
 	}
 	return time.Duration(4096<<min(timeout, 31)) * time.Nanosecond
 }
+
+// infiniteRetry is the retry_cnt value rxe treats as "retry forever".
+const infiniteRetry = 7
 
 // infiniteRNRRetry is the rnr_retry value that means "retry forever" (IBTA §9.7.5.2.8).
 const infiniteRNRRetry = 7

@@ -46,9 +46,14 @@ func (s *sendQueue) clear()               { s.head, s.cur, s.tail = 0, 0, 0 }
 
 // reqState is the requester's progress.
 type reqState struct {
-	psn         wire.PSN // next PSN to send
-	off         uint64   // bytes of the WQE at sq.cur already sent
-	noack       int      // packets sent since the last AckReq
+	psn   wire.PSN // next PSN to send
+	off   uint64   // bytes of the WQE at sq.cur already sent
+	noack int      // packets sent since the last AckReq
+	// window is how many PSNs may be unacknowledged: MaxUnackedPSNs at
+	// first, halved by every go-back-N retry (each one resends the whole
+	// window, so a lossy path must not keep a large one), grown by each
+	// PSN acknowledged. 0 means MaxUnackedPSNs.
+	window      int
 	rdAtomic    int      // outstanding READ/ATOMIC/FLUSH requests
 	maxSent     wire.PSN // highest PSN sent so far, to count retransmissions
 	sentAny     bool     // whether maxSent is valid
@@ -230,7 +235,7 @@ func (q *QP) reqRun(out *txBatch) {
 		if rc && w.isRdAtom && q.req.off == 0 && q.req.rdAtomic >= max(int(q.attr.MaxRdAtomic), 1) {
 			break
 		}
-		if rc && q.req.psn.Diff(q.comp.psn) >= MaxUnackedPSNs {
+		if rc && int(q.req.psn.Diff(q.comp.psn)) >= q.window() {
 			break
 		}
 		if q.rnrWaiting() {
@@ -353,11 +358,6 @@ func (q *QP) sendPacket(w *sendWQE, out *txBatch) (done, ok bool) {
 		}
 		q.req.off += paylen
 		done = last
-		if op == WRSend || op == WRSendWithImm || op == WRSendWithInv {
-			if last {
-				q.count(RDMASends)
-			}
-		}
 	case WRRDMARead:
 		code = wire.OpReadRequest
 		x.RETH = wire.RETHFields{VA: w.wr.RemoteAddr + off, RKey: w.wr.RKey, DMALength: uint32(rem)}
@@ -392,7 +392,10 @@ func (q *QP) sendPacket(w *sendWQE, out *txBatch) (done, ok bool) {
 	}
 	if t == wire.TransportRC {
 		q.req.noack++
-		if done || q.req.noack >= MaxPktPerAck {
+		// AckReq at the end of a message, every MaxPktPerAck packets,
+		// and on the packet that fills the window: nothing more goes
+		// out until it is acknowledged.
+		if done || q.req.noack >= MaxPktPerAck || int(q.req.psn.Next().Diff(q.comp.psn)) >= q.window() {
 			f.BTH.AckReq = true
 			q.req.noack = 0
 		}
@@ -418,6 +421,8 @@ func (q *QP) sendPacket(w *sendWQE, out *txBatch) (done, ok bool) {
 	retrans := q.req.psn.Before(q.req.maxSent) || q.req.psn == q.req.maxSent && q.req.sentAny
 	if retrans {
 		q.count(RetransPkts)
+	} else if done && (op == WRSend || op == WRSendWithImm || op == WRSendWithInv) {
+		q.count(RDMASends) // once per SEND, not per retransmission (rxe counts it on completion)
 	}
 	// Advance the PSN: a READ request consumes one PSN per response packet.
 	npsn := 1
@@ -447,6 +452,14 @@ func (q *QP) failSend(w *sendWQE, status WCStatus, detail string) {
 	}
 	q.dev.events.post(AsyncEvent{Type: EventQPFatal, QPNum: q.num, Detail: detail})
 	q.enterError(int64(idx), status, detail)
+}
+
+// window returns the requester's window in PSNs.
+func (q *QP) window() int {
+	if q.req.window == 0 {
+		return MaxUnackedPSNs
+	}
+	return q.req.window
 }
 
 // rnrWaiting reports whether the requester waits out an RNR NAK timer.
