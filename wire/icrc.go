@@ -72,44 +72,42 @@ func icrc(pkt []byte, nlen int, ipVer uint8, v Version) uint32 {
 // crc32.Update in one call (its carry-less-multiply path end to end), and
 // puts the fields back. pkt must not be read or written concurrently.
 func icrcInPlace(pkt []byte, nlen int, ipVer uint8, v Version) uint32 {
-	var save [8]byte
-	var at [8]int
-	k := 0
-	mask := func(i int) {
-		save[k], at[k] = pkt[i], i
-		k++
-		pkt[i] = 0xFF
-	}
-	var hi byte
-	if ipVer == 4 {
-		mask(1)  // TOS
-		mask(8)  // TTL
-		mask(10) // header checksum
-		mask(11)
-	} else {
-		hi = pkt[0]
-		pkt[0] |= 0x0F // traffic class (high nibble)
-		mask(1)        // traffic class (low nibble) and flow label
-		mask(2)
-		mask(3)
-		mask(7) // hop limit
-	}
 	off := nlen
 	if v == RoCEv2 {
-		mask(nlen + 6) // UDP checksum
-		mask(nlen + 7)
 		off += UDPLen
 	}
+	_ = pkt[off+BTHLen-1]
 	bth4 := pkt[off+4]
 	pkt[off+4] = 0xFF // BTH byte 4: FECN, BECN, resv6a
-	c := crc32.Update(icrcLRH, crc32.IEEETable, pkt)
+	var c uint32
+	if ipVer == 4 {
+		tos, ttl, sum := pkt[1], pkt[8], binary.BigEndian.Uint16(pkt[10:])
+		pkt[1], pkt[8] = 0xFF, 0xFF                  // TOS, TTL
+		binary.BigEndian.PutUint16(pkt[10:], 0xFFFF) // header checksum
+		usum := binary.BigEndian.Uint16(pkt[nlen+6:])
+		binary.BigEndian.PutUint16(pkt[nlen+6:], 0xFFFF) // UDP checksum
+		c = crc32.Update(icrcLRH, crc32.IEEETable, pkt)
+		pkt[1], pkt[8] = tos, ttl
+		binary.BigEndian.PutUint16(pkt[10:], sum)
+		binary.BigEndian.PutUint16(pkt[nlen+6:], usum)
+	} else {
+		// Version, traffic class and flow label in the first word; hop limit at 7.
+		w0, hop := binary.BigEndian.Uint32(pkt), pkt[7]
+		binary.BigEndian.PutUint32(pkt, w0|0x0FFFFFFF)
+		pkt[7] = 0xFF
+		var usum uint16
+		if v == RoCEv2 {
+			usum = binary.BigEndian.Uint16(pkt[nlen+6:])
+			binary.BigEndian.PutUint16(pkt[nlen+6:], 0xFFFF)
+		}
+		c = crc32.Update(icrcLRH, crc32.IEEETable, pkt)
+		binary.BigEndian.PutUint32(pkt, w0)
+		pkt[7] = hop
+		if v == RoCEv2 {
+			binary.BigEndian.PutUint16(pkt[nlen+6:], usum)
+		}
+	}
 	pkt[off+4] = bth4
-	for i := k - 1; i >= 0; i-- {
-		pkt[at[i]] = save[i]
-	}
-	if ipVer != 4 {
-		pkt[0] = hi
-	}
 	return c
 }
 
