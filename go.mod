@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/google/gopacket v1.1.19
+	github.com/hanwen/go-fuse/v2 v2.12.1
 	github.com/spf13/cobra v1.10.2
 	github.com/vishvananda/netlink v1.3.1
 	github.com/vishvananda/netns v0.0.5

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/goroce/goroce/config"
+	"github.com/goroce/goroce/config/configfs"
+)
+
+func newConfigfsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "configfs",
+		Short: "Serve the rdma_cm configfs tree of the devices (default_roce_mode, default_roce_tos)",
+		Long: `configfs serves, with FUSE, the tree Linux shows at /sys/kernel/config/rdma_cm,
+for goroce's devices: the RoCE mode and IP ToS that RDMA CM uses on each port.
+mkdir DIR/rdma_cm/DEV makes DEV/ports/1/default_roce_mode and default_roce_tos
+appear; reading, writing, mkdir and rmdir behave as Linux 6.1 does, errnos
+included, and the values outlive rmdir. roce mode and roce tos change the same
+values without a directory.`,
+		Args:                       unknownCommand,
+		SuggestionsMinimumDistance: 2,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return cmd.Help()
+		},
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "mount DIR",
+		Short: "Mount the tree at DIR and serve it until interrupted or unmounted",
+		Long: `mount serves the rdma_cm tree of the devices in --rundir at DIR (DIR/rdma_cm),
+in the foreground, until it is interrupted (Ctrl-C, SIGTERM) or DIR is
+unmounted (umount DIR); then it exits 0. As root it mounts by itself and every
+user may read; without root it needs fusermount (apt-get install fuse3).
+
+Procedures written for Linux work with DIR for /sys/kernel/config:`,
+		Example: `  mkdir -p /tmp/config && roce configfs mount /tmp/config &
+  mkdir /tmp/config/rdma_cm/rxe0
+  cat /tmp/config/rdma_cm/rxe0/ports/1/default_roce_mode     # RoCE v2
+  echo 106 > /tmp/config/rdma_cm/rxe0/ports/1/default_roce_tos
+  rmdir /tmp/config/rdma_cm/rxe0                             # the values stay`,
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			_, dir := registryOf(cmd)
+			// Take the signals before mounting, so none is lost.
+			sigs := make(chan os.Signal, 1)
+			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+			defer signal.Stop(sigs)
+			srv, err := configfs.Mount(args[0], config.Open(dir))
+			if err != nil {
+				return opError("configfs mount", err)
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "roce: configfs: serving the devices of %s at %s/rdma_cm until interrupted or unmounted\n",
+				dir, srv.Dir())
+			done := make(chan struct{})
+			go func() {
+				srv.Wait()
+				close(done)
+			}()
+			select {
+			case <-done: // umount DIR
+			case <-sigs:
+				if err := srv.Unmount(); err != nil {
+					return opError("configfs mount", err)
+				}
+			}
+			return nil
+		},
+	})
+	return cmd
+}

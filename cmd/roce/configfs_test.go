@@ -1,0 +1,233 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/internal/testenv"
+)
+
+// TestMain lets tests run roce as a process of its own: the test binary,
+// run again with GOROCE_TEST_ROCE=1, is roce.
+func TestMain(m *testing.M) {
+	if os.Getenv("GOROCE_TEST_ROCE") == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// roceExecutable writes a script that runs roce as a process and returns
+// its path. (Under -race, a process waits a second at exit for other
+// reports unless GORACE says atexit_sleep_ms=0.)
+func roceExecutable(t *testing.T) string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "roce")
+	script := fmt.Sprintf("#!/bin/sh\nGOROCE_TEST_ROCE=1 GORACE=\"${GORACE:+$GORACE }atexit_sleep_ms=0\" exec %s \"$@\"\n",
+		strconv.Quote(exe))
+	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// requireFUSE fails (CI) or skips (elsewhere) without root and /dev/fuse.
+func requireFUSE(t *testing.T) {
+	t.Helper()
+	testenv.Root(t)
+	_, err := os.Stat("/dev/fuse")
+	testenv.Require(t, err == nil, "/dev/fuse (modprobe fuse)")
+}
+
+// isMounted reports whether dir is a mount point.
+func isMounted(t *testing.T, dir string) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && f[4] == dir {
+			return true
+		}
+	}
+	return false
+}
+
+// detach unmounts dir lazily if a test left it mounted.
+func detach(t *testing.T, dir string) {
+	if isMounted(t, dir) {
+		t.Errorf("%s was left mounted", dir)
+		syscall.Unmount(dir, syscall.MNT_DETACH)
+	}
+}
+
+// firstLine returns the first line r yields, then drains r in the
+// background; it fails t if none comes within a minute.
+func firstLine(t *testing.T, r io.Reader) string {
+	t.Helper()
+	lines := make(chan string, 1)
+	go func() {
+		br := bufio.NewReader(r)
+		l, _ := br.ReadString('\n')
+		lines <- l
+		io.Copy(io.Discard, br)
+	}()
+	select {
+	case l := <-lines:
+		return l
+	case <-time.After(time.Minute):
+		t.Fatal("no line within a minute")
+		return ""
+	}
+}
+
+// TestConfigfsProcesses mounts the tree with roce configfs mount as a
+// process of its own, and has other processes use it at once: roce mode
+// switching the mode and a shell reading it through the mount, a shell
+// writing the ToS through the mount and roce tos reading it. Every read is
+// a whole valid value; the last writes win; SIGTERM unmounts, exit 0.
+func TestConfigfsProcesses(t *testing.T) {
+	requireFUSE(t)
+	dir, mnt, roceBin := configDevs(t), t.TempDir(), roceExecutable(t)
+	var stderr bytes.Buffer
+	mount := exec.Command(roceBin, "--rundir", dir, "configfs", "mount", mnt)
+	pipe, err := mount.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mount.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if mount.ProcessState == nil {
+			mount.Process.Signal(syscall.SIGTERM)
+			mount.Wait()
+		}
+		detach(t, mnt)
+	})
+	line := firstLine(t, io.TeeReader(pipe, &stderr))
+	if want := "roce: configfs: serving the devices of " + dir + " at " + mnt + "/rdma_cm until interrupted or unmounted\n"; line != want {
+		t.Fatalf("stderr %q, want %q", line, want)
+	}
+	if !isMounted(t, mnt) {
+		t.Fatal("not mounted")
+	}
+	if err := os.Mkdir(mnt+"/rdma_cm/rxe1", 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	out := t.TempDir()
+	script := `f=$MNT/rdma_cm/rxe1/ports/1
+( for i in $(seq 25); do "$ROCE" --rundir "$DIR" mode -d rxe1 -m 1 >/dev/null && "$ROCE" --rundir "$DIR" mode -d rxe1 -m 2 >/dev/null || exit 1; done ) & w1=$!
+( for i in $(seq 100); do echo $i > $f/default_roce_tos || exit 1; done ) & w2=$!
+( for i in $(seq 300); do cat $f/default_roce_mode || exit 1; done ) > $OUT/modes & r1=$!
+( for i in $(seq 50); do "$ROCE" --rundir "$DIR" tos -d rxe1 || exit 1; done ) > $OUT/tos & r2=$!
+wait $w1 && wait $w2 && wait $r1 && wait $r2`
+	sh := exec.Command("bash", "-c", script)
+	sh.Env = append(os.Environ(), "MNT="+mnt, "ROCE="+roceBin, "DIR="+dir, "OUT="+out)
+	if b, err := sh.CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, b)
+	}
+	check := func(file string, n int, valid func(string) bool) {
+		b, err := os.ReadFile(filepath.Join(out, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+		if len(lines) != n {
+			t.Errorf("%s: %d lines, want %d", file, len(lines), n)
+		}
+		for _, l := range lines {
+			if !valid(l) {
+				t.Errorf("%s: read %q", file, l)
+			}
+		}
+	}
+	check("modes", 300, func(l string) bool { return l == "RoCE v2" || l == "IB/RoCE v1" })
+	check("tos", 50, func(l string) bool { n, err := strconv.Atoi(l); return err == nil && n >= 0 && n <= 100 })
+	for file, want := range map[string]string{"default_roce_mode": "RoCE v2\n", "default_roce_tos": "100\n"} {
+		if b, err := os.ReadFile(mnt + "/rdma_cm/rxe1/ports/1/" + file); err != nil || string(b) != want {
+			t.Errorf("%s: %q, %v; want %q", file, b, err, want)
+		}
+	}
+
+	if err := mount.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := mount.Wait(); err != nil {
+		t.Errorf("roce configfs mount after SIGTERM: %v\n%s", err, stderr.String())
+	}
+	if isMounted(t, mnt) {
+		t.Error("still mounted after SIGTERM")
+	}
+}
+
+// TestConfigfsUnmounted: roce configfs mount returns 0 when its mount point
+// is unmounted under it (umount DIR).
+func TestConfigfsUnmounted(t *testing.T) {
+	requireFUSE(t)
+	dir, mnt := configDevs(t), t.TempDir()
+	t.Cleanup(func() { detach(t, mnt) })
+	pr, pw := io.Pipe()
+	var stdout bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		code := run([]string{"--rundir", dir, "configfs", "mount", mnt}, &stdout, pw)
+		pw.Close()
+		done <- code
+	}()
+	if l := firstLine(t, pr); !strings.Contains(l, "serving") {
+		t.Fatalf("stderr %q", l)
+	}
+	if b, err := os.ReadFile(mnt + "/rdma_cm/rxe0/ports/1/default_roce_mode"); err == nil {
+		t.Errorf("read without mkdir: %q", b)
+	}
+	if err := os.Mkdir(mnt+"/rdma_cm/rxe0", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(mnt + "/rdma_cm/rxe0/ports/1/default_roce_mode"); err != nil || string(b) != "RoCE v2\n" {
+		t.Errorf("default_roce_mode: %q, %v", b, err)
+	}
+	if err := syscall.Unmount(mnt, 0); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		if code != 0 || stdout.Len() != 0 {
+			t.Errorf("exit %d, stdout %q", code, stdout.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("roce configfs mount did not return within a minute of umount")
+	}
+}
+
+func TestConfigfsUsage(t *testing.T) {
+	dir := configDevs(t)
+	wantRun(t, dir, exitUsage, []string{"accepts 1 arg(s), received 0", "Run 'roce configfs mount --help' for usage."}, "configfs", "mount")
+	wantRun(t, dir, exitUsage, []string{"accepts 1 arg(s), received 2"}, "configfs", "mount", "a", "b")
+	wantRun(t, dir, exitUsage, []string{`unknown command "mnt" for "roce configfs"`}, "configfs", "mnt")
+	wantRun(t, dir, exitError, []string{"roce: configfs mount: No such file or directory: stat /nonexistent/goroce"},
+		"configfs", "mount", "/nonexistent/goroce")
+	file := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wantRun(t, dir, exitError, []string{"roce: configfs mount: Not a directory: mount " + file}, "configfs", "mount", file)
+	if out := wantRun(t, dir, exitOK, nil, "configfs"); !strings.Contains(out, "roce configfs [command]") {
+		t.Errorf("roce configfs: %q", out)
+	}
+}

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/goroce/goroce/config"
+	"github.com/goroce/goroce/host"
+	"github.com/goroce/goroce/verbs"
+)
+
+// mode and tos are mlnx-tools' cma_roce_mode and cma_roce_tos: they show
+// or set what RDMA CM uses on a port (the rdma_cm configfs attributes
+// default_roce_mode and default_roce_tos), without the configfs directory
+// the scripts make and remove around it.
+
+// portFlags are the -d and -p of cma_roce_mode and cma_roce_tos.
+type portFlags struct {
+	device string
+	port   int
+}
+
+func (p *portFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringVarP(&p.device, "device", "d", "", "use device `DEV` (required; roce link show lists them)")
+	cmd.Flags().IntVarP(&p.port, "port", "p", 1, "use port `PORT` of the device (goroce devices have port 1)")
+}
+
+func (p *portFlags) check(op string) error {
+	if p.device == "" {
+		return usageError{fmt.Errorf("%s: which device? -d DEV is required (roce link show lists the devices)", op)}
+	}
+	if p.port < 1 {
+		return usageError{fmt.Errorf("%s: -p %d: ports are numbered from 1", op, p.port)}
+	}
+	return nil
+}
+
+// treeError reports a config error of op on device dev: the kernel's
+// errno first, then goroce's explanation.
+func treeError(cmd *cobra.Command, op, dev string, err error) error {
+	if errors.Is(err, syscall.ENODEV) {
+		_, dir := registryOf(cmd)
+		return noDevice(op, dev, dir)
+	}
+	var ce *config.Error
+	if errors.As(err, &ce) && ce.Detail != "" {
+		if errno, ok := ce.Err.(syscall.Errno); ok {
+			return &errnoError{op: op, errno: errno, detail: ce.Detail}
+		}
+	}
+	return opError(op, err)
+}
+
+func newModeCmd() *cobra.Command {
+	var (
+		p    portFlags
+		mode string
+	)
+	cmd := &cobra.Command{
+		Use:   "mode -d DEV [-p PORT] [-m 1|2]",
+		Short: "Show or set the RoCE mode RDMA CM uses on a port, as cma_roce_mode does",
+		Long: `mode shows the RoCE mode rdma_cm applications use on a port of a device — the
+rdma_cm configfs attribute default_roce_mode — as mlnx-tools' cma_roce_mode
+does: "RoCE v2" or "IB/RoCE v1". With -m it sets it first: -m 1 for
+IB/RoCE v1, -m 2 for RoCE v2; a port takes only a version it speaks (roce link
+add … roce-versions): a v2-only port, like Linux rxe, refuses -m 1.
+
+A port starts in RoCE v2 if it speaks it, else in RoCE v1, and keeps what is
+set until the device is deleted or the host restarts. No configfs directory
+is needed (roce configfs mount shows the same value).`,
+		Example: `  roce mode -d rxe0           # RoCE v2
+  roce mode -d rxe0 -p 1 -m 1 # use RoCE v1 for new rdma_cm connections`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := p.check("mode"); err != nil {
+				return err
+			}
+			_, dir := registryOf(cmd)
+			tree := config.Open(dir)
+			if cmd.Flags().Changed("mode") {
+				var m verbs.GIDType
+				switch mode {
+				case "1":
+					m = verbs.GIDTypeRoCEv1
+				case "2":
+					m = verbs.GIDTypeRoCEv2
+				default:
+					return usageError{fmt.Errorf("mode: -m %q: the modes are 1 (IB/RoCE v1) and 2 (RoCE v2)", mode)}
+				}
+				if err := tree.SetDefaultMode(p.device, p.port, m); err != nil {
+					if errors.Is(err, syscall.EINVAL) && p.port == 1 {
+						return modeRefused(cmd, p.device, m, err)
+					}
+					return treeError(cmd, "mode", p.device, err)
+				}
+			}
+			m, err := tree.DefaultMode(p.device, p.port)
+			if err != nil {
+				return treeError(cmd, "mode", p.device, err)
+			}
+			_, err = fmt.Fprint(cmd.OutOrStdout(), config.FormatMode(m))
+			return err
+		},
+	}
+	p.add(cmd)
+	cmd.Flags().StringVarP(&mode, "mode", "m", "", "set `MODE` first: 1 (IB/RoCE v1) or 2 (RoCE v2)")
+	return cmd
+}
+
+// modeRefused says which -m a port takes when it refuses m.
+func modeRefused(cmd *cobra.Command, dev string, m verbs.GIDType, err error) error {
+	reg, _ := registryOf(cmd)
+	def, gerr := reg.Get(dev)
+	v, verr := host.ParseVersions(string(def.Versions))
+	if gerr != nil || verr != nil {
+		return treeError(cmd, "mode", dev, err)
+	}
+	valid := "its only mode is 2 (RoCE v2)"
+	switch {
+	case v.V1() && v.V2():
+		valid = "its modes are 1 (IB/RoCE v1) and 2 (RoCE v2)"
+	case v.V1():
+		valid = "its only mode is 1 (IB/RoCE v1)"
+	}
+	return &errnoError{op: "mode", errno: syscall.EINVAL,
+		detail: fmt.Sprintf("%s port 1 does not speak %s (roce-versions %s): %s", dev, m, v, valid)}
+}
+
+func newTOSCmd() *cobra.Command {
+	var (
+		p   portFlags
+		tos string
+	)
+	cmd := &cobra.Command{
+		Use:   "tos -d DEV [-p PORT] [-t TOS]",
+		Short: "Show or set the IP ToS RDMA CM uses on a port, as cma_roce_tos does",
+		Long: `tos shows the type of service rdma_cm applications give new connections on a
+port of a device — the rdma_cm configfs attribute default_roce_tos — as
+mlnx-tools' cma_roce_tos does. With -t it sets it first: 0 to 255, in decimal,
+hex (0x6a) or octal (0152), as the kernel reads the attribute; 106 (0x6a) is
+DSCP 26 (AF31) with ECN ECT(0).
+
+The ToS starts at 0 and keeps what is set until the device is deleted or the
+host restarts. No configfs directory is needed.`,
+		Example: `  roce tos -d rxe0            # 0
+  roce tos -d rxe0 -t 106     # DSCP 26 (AF31), ECT(0)`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := p.check("tos"); err != nil {
+				return err
+			}
+			_, dir := registryOf(cmd)
+			tree := config.Open(dir)
+			if cmd.Flags().Changed("tos") {
+				v, err := config.ParseTOS([]byte(tos))
+				if err != nil {
+					return usageError{&errnoError{op: "tos", errno: config.Errno(err),
+						detail: fmt.Sprintf("-t %q: the ToS is 0..255, in decimal, 0x hex or 0 octal", tos)}}
+				}
+				if err := tree.SetDefaultTOS(p.device, p.port, v); err != nil {
+					return treeError(cmd, "tos", p.device, err)
+				}
+			}
+			v, err := tree.DefaultTOS(p.device, p.port)
+			if err != nil {
+				return treeError(cmd, "tos", p.device, err)
+			}
+			_, err = fmt.Fprint(cmd.OutOrStdout(), config.FormatTOS(v))
+			return err
+		},
+	}
+	p.add(cmd)
+	cmd.Flags().StringVarP(&tos, "tos", "t", "", "set the ToS first: `TOS` is 0..255 (decimal, 0x hex or 0 octal)")
+	return cmd
+}

@@ -1,0 +1,199 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/host"
+	"github.com/goroce/goroce/verbs"
+)
+
+// lock takes the tree's lock, which every change holds: an exclusive
+// flock(2) on <rundir>/config/rdma_cm/.lock, so writers in any process
+// take turns. Readers do not lock: a change replaces a file by rename(2).
+func (t *Tree) lock() (unlock func(), err error) {
+	if err := os.MkdirAll(t.root, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(t.root, lockFile), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, &os.PathError{Op: "flock", Path: f.Name(), Err: err}
+	}
+	return func() { f.Close() }, nil
+}
+
+// writeFile replaces the file at p with content: written beside it, then
+// renamed over it, so a reader sees the old content or the new. The
+// caller holds the lock (which makes the temporary name safe).
+func (t *Tree) writeFile(p, content string) error {
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	tmp := p + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+// instanceOf identifies the device a value belongs to: a device deleted and
+// added again under the same name is another device, which starts from the
+// defaults, as a new cma_device does.
+func instanceOf(def host.DeviceDef, v host.Versions) string {
+	return def.Created.UTC().Format(time.RFC3339Nano) + " " + string(v) + "\n"
+}
+
+func (t *Tree) valuePath(dev string, port int, attr string) string {
+	return filepath.Join(t.root, dev, "ports", fmt.Sprint(port), attr)
+}
+
+// loadRaw returns the stored value of attr on port 1 of def, or ok false
+// when none is stored for this device (never set, or set for an earlier
+// device of that name). Reading the instance before the value pairs with
+// syncInstance's order: a value read after a current instance is current.
+func (t *Tree) loadRaw(def host.DeviceDef, v host.Versions, attr string) (raw []byte, ok bool, err error) {
+	inst, err := os.ReadFile(filepath.Join(t.root, def.Name, instance))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if string(inst) != instanceOf(def, v) {
+		return nil, false, nil
+	}
+	raw, err = os.ReadFile(t.valuePath(def.Name, 1, attr))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, false, nil
+	}
+	return raw, err == nil, err
+}
+
+// corrupt is the error for a state file that does not hold a value: EIO,
+// naming the file, never a silent default.
+func (t *Tree) corrupt(def host.DeviceDef, attr string, err error) error {
+	return fmt.Errorf("corrupt state file %s (%v): %w", t.valuePath(def.Name, 1, attr), err, syscall.EIO)
+}
+
+// loadMode returns the mode of def's port.
+func (t *Tree) loadMode(def host.DeviceDef) (verbs.GIDType, error) {
+	v, err := portVersions(def)
+	if err != nil {
+		return 0, err
+	}
+	raw, ok, err := t.loadRaw(def, v, AttrMode)
+	if err != nil || !ok {
+		return initialMode(v), err
+	}
+	m, err := ParseMode(raw)
+	if err != nil {
+		return 0, t.corrupt(def, AttrMode, err)
+	}
+	if !supports(v, m) {
+		return 0, t.corrupt(def, AttrMode, fmt.Errorf("%s port 1 does not speak %s", def.Name, m))
+	}
+	return m, nil
+}
+
+// loadTOS returns the ToS of def's port.
+func (t *Tree) loadTOS(def host.DeviceDef) (uint8, error) {
+	v, err := portVersions(def)
+	if err != nil {
+		return 0, err
+	}
+	raw, ok, err := t.loadRaw(def, v, AttrTOS)
+	if err != nil || !ok {
+		return 0, err
+	}
+	tos, err := ParseTOS(raw)
+	if err != nil {
+		return 0, t.corrupt(def, AttrTOS, err)
+	}
+	return tos, nil
+}
+
+// syncInstance makes the stored values def's: when they belong to an
+// earlier device of that name, they are removed before the new instance is
+// recorded. The caller holds the lock.
+func (t *Tree) syncInstance(def host.DeviceDef, v host.Versions) error {
+	want := instanceOf(def, v)
+	p := filepath.Join(t.root, def.Name, instance)
+	got, err := os.ReadFile(p)
+	if err == nil && string(got) == want {
+		return nil
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := os.RemoveAll(filepath.Join(t.root, def.Name, "ports")); err != nil {
+		return err
+	}
+	return t.writeFile(p, want)
+}
+
+// store records a value of n's attribute. The caller holds the lock.
+func (t *Tree) store(op string, n node, def host.DeviceDef, v host.Versions, content string) error {
+	if err := t.syncInstance(def, v); err != nil {
+		return t.fail(op, n, err, "")
+	}
+	if err := t.writeFile(t.valuePath(def.Name, n.port, n.attr), content); err != nil {
+		return t.fail(op, n, err, "")
+	}
+	return nil
+}
+
+// storeMode sets the mode of n's port: EINVAL, naming the valid modes,
+// when the port does not speak m (cma_set_default_gid_type). The caller
+// holds the lock.
+func (t *Tree) storeMode(op string, n node, def host.DeviceDef, m verbs.GIDType) error {
+	v, err := portVersions(def)
+	if err != nil {
+		return t.fail(op, n, err, "")
+	}
+	if !supports(v, m) {
+		return t.fail(op, n, syscall.EINVAL, "%q: %s port %d does not speak %s: %s",
+			m.String(), n.dev, n.port, modeVersion(m), validModes(v))
+	}
+	return t.store(op, n, def, v, FormatMode(m))
+}
+
+// storeTOS sets the ToS of n's port. The caller holds the lock.
+func (t *Tree) storeTOS(op string, n node, def host.DeviceDef, tos uint8) error {
+	v, err := portVersions(def)
+	if err != nil {
+		return t.fail(op, n, err, "")
+	}
+	return t.store(op, n, def, v, FormatTOS(tos))
+}
+
+// modeVersion names the RoCE version of a mode for messages.
+func modeVersion(m verbs.GIDType) string {
+	switch m {
+	case verbs.GIDTypeRoCEv1:
+		return "RoCE v1"
+	case verbs.GIDTypeRoCEv2:
+		return "RoCE v2"
+	}
+	return fmt.Sprintf("GID type %d", uint8(m))
+}
