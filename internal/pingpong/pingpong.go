@@ -319,14 +319,20 @@ func Run(ctx context.Context, dev *verbs.Device, c Config) error {
 		if c.Events {
 			n, err = cq.PollWait(ctx, wcs)
 		} else {
-			// Busy-poll like the tools, but yield: the device's receive
-			// goroutine needs a processor too (C tools have the kernel's).
-			for n == 0 && err == nil {
+			// Poll like the tools, yielding so the device's receive
+			// goroutine runs (C tools have the kernel for that), and after a
+			// short spin block in Wait: a goroutine that never blocks keeps
+			// the Go scheduler from polling the network, which on one CPU
+			// leaves packets waiting for sysmon's 10 ms rounds.
+			for spins := 0; n == 0 && err == nil; spins++ {
 				n, err = cq.Poll(wcs)
-				if n == 0 {
-					if err = ctx.Err(); err == nil {
-						runtime.Gosched()
-					}
+				if n != 0 || err != nil {
+					break
+				}
+				if spins < 64 {
+					runtime.Gosched()
+				} else if err = cq.Wait(ctx); err != nil {
+					break
 				}
 			}
 		}
