@@ -1,0 +1,532 @@
+// Package rdmacm is librdmacm in Go: CM IDs, address and route resolution,
+// and the IB CM protocol (REQ/REP/RTU/REJ/MRA/DREQ/DREP, IBA Vol 1 ch. 12)
+// spoken on each device's QP1 as Linux's cm.c and cma.c speak it, with the
+// RDMA IP CM service (Annex A11) private-data header.
+//
+// A CM owns QP1 of every device given to AddDevice: one goroutine per device
+// receives MADs from QP1's completion queue and dispatches them by
+// communication ID or service ID; all protocol state is guarded by CM.mu;
+// response timeouts and retries run on timers that stop with their ID.
+//
+//	cm := rdmacm.New(rdmacm.Options{Defaults: config.Open(host.RunDir())})
+//	cm.AddDevice(dev.Device)
+//	ec := cm.CreateEventChannel()
+//	id, _ := cm.CreateID(ec, rdmacm.PSTCP)
+//	id.ResolveAddr(netip.Addr{}, netip.MustParseAddrPort("192.0.2.11:7174"), time.Second)
+//	// ADDR_RESOLVED → id.ResolveRoute → ROUTE_RESOLVED → id.CreateQP → id.Connect → ESTABLISHED
+//
+// CM.Dial and CM.Listen wrap that sequence and return connected QPs.
+//
+// The messages carry the values Linux puts in them (the tests compare
+// REQ, REP, RTU, DREQ and DREP field by field with rping's in
+// wire/mad/testdata): CM response timeout 20, max CM retries 15, P_Key
+// 0xFFFF, LIDs 0xFFFF, hop limit 64, local ACK timeout 19, target ACK delay
+// 15, flow label (sport × 31 + dport) & 0xFFFFF for RoCE v2, traffic class
+// default_roce_tos, transaction ID = agent high TID over the comm ID as
+// cm_form_tid makes it; REP, RTU and the active side's DREQ reuse the REQ's
+// transaction ID, DREP the DREQ's.
+//
+// Where goroce differs from Linux:
+//   - ResolveAddr has no routing table: see its doc for how it picks a device.
+//   - The passive side never sends an MRA for a slow consumer (a received
+//     MRA does extend the sender's timer); Listen's backlog is not enforced.
+//   - No stale-connection detection (REJ reason 10), no LAP/APR or alternate
+//     path, no multicast, no ADDR_CHANGE or DEVICE_REMOVAL events yet (the
+//     types exist), no private data in DREQ (rdma_disconnect has none).
+//   - Options.MaxRetries is also the REQ's Max CM Retries (at most 15), and
+//     timewait is a fixed Options.Timewait rather than computed per path.
+//   - CONNECT_RESPONSE is never delivered: as librdmacm does for an ID with
+//     a QP, the active side answers the REP itself (RTR, RTS, RTU) and
+//     delivers ESTABLISHED.
+package rdmacm
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/bits"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/goroce/goroce/verbs"
+	"github.com/goroce/goroce/wire/mad"
+)
+
+// Linux's CM values (drivers/infiniband/core/cma.c, cm.c), as the rping
+// REQ in wire/mad/testdata shows them.
+const (
+	cmResponseTimeout = 20 // CMA_CM_RESPONSE_TIMEOUT: 4.096 µs × 2^20 ≈ 4.3 s
+	maxCMRetries      = 15 // CMA_MAX_CM_RETRIES
+	localACKTimeout   = 19 // primary local ACK timeout rxe's CM puts in the REQ (≈ 2.1 s)
+	targetACKDelay    = 15 // REP target ACK delay: rxe's local_ca_ack_delay
+	hopLimit          = 64 // REQ primary hop limit over RoCE
+	lidPermissive     = 0xFFFF
+	defaultPKey       = 0xFFFF
+	udpQKey           = 0x01234567 // RDMA_UDP_QKEY
+	grhLen            = 40
+	nRecv, nSend      = 128, 128
+)
+
+// Defaults gives the RoCE mode and ToS new CM IDs copy from the rdma_cm
+// configfs tree; *config.Tree implements it.
+type Defaults interface {
+	DefaultMode(dev string, port int) (verbs.GIDType, error)
+	DefaultTOS(dev string, port int) (uint8, error)
+}
+
+// Options tune a CM. Zero values mean Linux's behaviour.
+type Options struct {
+	// ResponseTimeout is how long a REQ, REP or DREQ waits for its answer
+	// before it is sent again; default 4.096 µs × 2^20 ≈ 4.29 s.
+	ResponseTimeout time.Duration
+	// MaxRetries is how many times it is sent again; default 15. Negative
+	// means none.
+	MaxRetries int
+	// Timewait is how long a disconnected ID stays in timewait before
+	// TIMEWAIT_EXIT; default 4.096 µs × 2^19 (the local ACK timeout).
+	Timewait time.Duration
+	// Defaults supplies default_roce_mode and default_roce_tos; nil means
+	// RoCE v2 where the port has it, else v1, and ToS 0.
+	Defaults Defaults
+}
+
+func expDuration(e uint) time.Duration { return 4096 * time.Nanosecond << e }
+
+// CM is one rdma_cm instance: its devices, their QP1 agents and the CM IDs.
+type CM struct {
+	opts Options
+	wg   sync.WaitGroup // the agents' receive goroutines
+
+	mu        sync.Mutex
+	closed    bool              // guarded by mu
+	agents    []*agent          // guarded by mu
+	listeners map[portKey]*ID   // guarded by mu: listening IDs
+	bound     map[portKey][]*ID // guarded by mu: IDs bound to a port
+	byLocal   map[uint32]*ID    // guarded by mu: IDs by local comm ID
+	byRemote  map[remoteKey]*ID // guarded by mu: passive IDs by the peer's comm ID and CA GUID
+	ids       map[*ID]struct{}  // guarded by mu: every live ID
+	rng       *rand.Rand        // guarded by mu
+
+	// onRecv, if set before AddDevice, sees every MAD received (a test
+	// hook); called with mu held.
+	onRecv func(in *inbound)
+}
+
+type portKey struct {
+	ps   PortSpace
+	port uint16
+}
+
+type remoteKey struct {
+	commID uint32
+	guid   uint64
+}
+
+// New returns a CM without devices.
+func New(o Options) *CM {
+	if o.ResponseTimeout == 0 {
+		o.ResponseTimeout = expDuration(cmResponseTimeout)
+	}
+	if o.MaxRetries == 0 {
+		o.MaxRetries = maxCMRetries
+	} else if o.MaxRetries < 0 {
+		o.MaxRetries = 0
+	}
+	if o.Timewait == 0 {
+		o.Timewait = expDuration(localACKTimeout)
+	}
+	return &CM{opts: o, listeners: map[portKey]*ID{}, bound: map[portKey][]*ID{}, byLocal: map[uint32]*ID{},
+		byRemote: map[remoteKey]*ID{}, ids: map[*ID]struct{}{},
+		rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
+}
+
+// CreateEventChannel is rdma_create_event_channel.
+func (cm *CM) CreateEventChannel() *EventChannel { return newEventChannel() }
+
+// agent is one device's CM agent: QP1, its CQ and buffers.
+type agent struct {
+	cm     *CM
+	dev    *verbs.Device
+	hiTID  uint32
+	pd     *verbs.PD
+	cq     *verbs.CQ
+	qp     *verbs.QP
+	mr     *verbs.MR
+	buf    []byte // nRecv receive slots of grhLen+mad.Size, then nSend send slots of mad.Size
+	cancel context.CancelFunc
+	done   chan struct{} // closed when run returns
+
+	free []int               // guarded by cm.mu: free send slots
+	ahs  map[ahKey]*verbs.AH // guarded by cm.mu
+	sent int                 // guarded by cm.mu: MADs sent
+	drop int                 // guarded by cm.mu: MADs not sent for lack of a slot
+}
+
+type ahKey struct {
+	dgid netip.Addr
+	sgid uint8
+	tc   uint8
+}
+
+const recvSlot = grhLen + mad.Size
+
+// AddDevice makes the CM serve dev: it creates dev's QP1 (EEXIST if
+// something else owns it) and starts receiving CM MADs on it. The CM owns
+// QP1 until Close; dev must outlive the CM.
+func (cm *CM) AddDevice(dev *verbs.Device) error {
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	if cm.closed {
+		return fmt.Errorf("rdmacm: add device %s: %w", dev.Name(), syscall.ESHUTDOWN)
+	}
+	for _, a := range cm.agents {
+		if a.dev == dev {
+			return fmt.Errorf("rdmacm: add device %s: already added: %w", dev.Name(), syscall.EEXIST)
+		}
+	}
+	a := &agent{cm: cm, dev: dev, hiTID: uint32(len(cm.agents) + 1), ahs: map[ahKey]*verbs.AH{}, done: make(chan struct{})}
+	if err := a.open(); err != nil {
+		a.destroy()
+		return fmt.Errorf("rdmacm: add device %s: %w", dev.Name(), err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a.cancel = cancel
+	cm.agents = append(cm.agents, a)
+	cm.wg.Add(1)
+	go a.run(ctx)
+	return nil
+}
+
+func (a *agent) open() error {
+	var err error
+	if a.pd, err = a.dev.AllocPD(); err != nil {
+		return err
+	}
+	if a.cq, err = a.dev.CreateCQ(nRecv + nSend); err != nil {
+		return err
+	}
+	if a.qp, err = a.pd.CreateQP(verbs.QPInitAttr{Type: verbs.GSI, SendCQ: a.cq, RecvCQ: a.cq, SigAll: true,
+		Cap: verbs.QPCap{MaxSendWR: nSend, MaxRecvWR: nRecv, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		return err
+	}
+	a.buf = make([]byte, nRecv*recvSlot+nSend*mad.Size)
+	if a.mr, err = a.pd.RegMR(a.buf, verbs.AccessLocalWrite); err != nil {
+		return err
+	}
+	if err = a.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, PortNum: 1, QKey: verbs.GSIQKey},
+		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrQKey); err != nil {
+		return err
+	}
+	if err = a.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR}, verbs.AttrState); err != nil {
+		return err
+	}
+	if err = a.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS}, verbs.AttrState|verbs.AttrSQPSN); err != nil {
+		return err
+	}
+	for i := range nRecv {
+		if err = a.postRecv(i); err != nil {
+			return err
+		}
+	}
+	for i := range nSend {
+		a.free = append(a.free, i)
+	}
+	return nil
+}
+
+func (a *agent) postRecv(i int) error {
+	return a.qp.PostRecv(verbs.RecvWR{WRID: uint64(i), SGList: []verbs.SGE{a.mr.SGE(i*recvSlot, recvSlot)}})
+}
+
+// destroy releases what open made; the receive goroutine must have ended.
+func (a *agent) destroy() {
+	if a.qp != nil {
+		a.qp.Destroy()
+	}
+	if a.mr != nil {
+		a.mr.Dereg()
+	}
+	if a.cq != nil {
+		a.cq.Destroy()
+	}
+}
+
+const sendWRID = 1 << 32
+
+func (a *agent) run(ctx context.Context) {
+	defer a.cm.wg.Done()
+	defer close(a.done)
+	wcs := make([]verbs.WC, 32)
+	for {
+		n, err := a.cq.PollWait(ctx, wcs)
+		if err != nil {
+			return
+		}
+		for _, wc := range wcs[:n] {
+			a.complete(wc)
+		}
+	}
+}
+
+// complete handles one completion of QP1.
+func (a *agent) complete(wc verbs.WC) {
+	if wc.WRID&sendWRID != 0 {
+		a.cm.mu.Lock()
+		a.free = append(a.free, int(wc.WRID&^sendWRID))
+		a.cm.mu.Unlock()
+		return
+	}
+	if wc.Status != verbs.WCSuccess {
+		return // flushed: QP1 is going away
+	}
+	i := int(wc.WRID)
+	slot := a.buf[i*recvSlot : (i+1)*recvSlot]
+	in := inbound{srcQP: wc.SrcQP}
+	in.parseGRH(slot[:grhLen])
+	ok := int(wc.ByteLen) == recvSlot
+	if ok {
+		in.mad = append([]byte(nil), slot[grhLen:]...)
+	}
+	if err := a.postRecv(i); err != nil {
+		return
+	}
+	if !ok {
+		return
+	}
+	a.cm.mu.Lock()
+	defer a.cm.mu.Unlock()
+	if !a.cm.closed {
+		if a.cm.onRecv != nil {
+			a.cm.onRecv(&in)
+		}
+		a.cm.handle(a, &in)
+	}
+}
+
+// inbound is a received MAD and where it came from.
+type inbound struct {
+	mad      []byte
+	src, dst netip.Addr // GIDs
+	v1       bool       // RoCE v1 (GRH next header IBTH)
+	tc       uint8
+	srcQP    uint32
+}
+
+// parseGRH reads the 40 bytes before a UD receive: an IPv4 header in the
+// last 20 bytes for RoCE v2 over IPv4, else a GRH/IPv6 header.
+func (in *inbound) parseGRH(g []byte) {
+	if g[20]>>4 == 4 {
+		in.src = netip.AddrFrom16(netip.AddrFrom4([4]byte(g[32:36])).As16())
+		in.dst = netip.AddrFrom16(netip.AddrFrom4([4]byte(g[36:40])).As16())
+		in.tc = g[21]
+		return
+	}
+	in.src = netip.AddrFrom16([16]byte(g[8:24]))
+	in.dst = netip.AddrFrom16([16]byte(g[24:40]))
+	in.v1 = g[6] == 0x1B
+	in.tc = uint8(binary.BigEndian.Uint16(g[0:2]) >> 4)
+}
+
+// netType returns the GID type a received MAD was sent with.
+func (in *inbound) netType() verbs.GIDType {
+	if in.v1 {
+		return verbs.GIDTypeRoCEv1
+	}
+	return verbs.GIDTypeRoCEv2
+}
+
+// gidIndex returns the index of gid of type typ in the agent's table.
+func (a *agent) gidIndex(gid netip.Addr, typ verbs.GIDType) (uint8, bool) {
+	for i, e := range a.dev.GIDs() {
+		if e.GID == gid && e.Type == typ {
+			return uint8(i), true
+		}
+	}
+	return 0, false
+}
+
+// send sends one 256-byte MAD to QP rqpn (1 for CM) at dgid from GID index
+// sgid. A MAD that cannot be sent is dropped, as a lost datagram: the
+// sender's retries cover it. Called with cm.mu held.
+func (a *agent) send(dgid netip.Addr, sgid, tc uint8, m []byte, rqpn uint32) {
+	if len(a.free) == 0 {
+		a.drop++
+		return
+	}
+	k := ahKey{dgid, sgid, tc}
+	ah := a.ahs[k]
+	if ah == nil {
+		var err error
+		ah, err = a.pd.CreateAH(verbs.AHAttr{IsGlobal: true, PortNum: 1,
+			GRH: verbs.GlobalRoute{DGID: dgid, SGIDIndex: sgid, HopLimit: hopLimit, TrafficClass: tc}})
+		if err != nil {
+			a.drop++
+			return
+		}
+		a.ahs[k] = ah
+	}
+	i := a.free[len(a.free)-1]
+	off := nRecv*recvSlot + i*mad.Size
+	copy(a.buf[off:off+mad.Size], m)
+	err := a.qp.PostSend(verbs.SendWR{WRID: sendWRID | uint64(i), Opcode: verbs.WRSend,
+		SGList: []verbs.SGE{a.mr.SGE(off, mad.Size)}, AH: ah, RemoteQPN: rqpn, RemoteQKey: verbs.GSIQKey})
+	if err != nil {
+		a.drop++
+		return
+	}
+	a.free = a.free[:len(a.free)-1]
+	a.sent++
+}
+
+// tid forms a transaction ID as Linux's cm_form_tid: the MAD agent's high
+// 32 bits over the local comm ID as it lies in memory (big-endian bytes
+// read little-endian, so rping's comm ID 0xba6bbd67 gives 0x…67bd6bba).
+func (a *agent) tid(commID uint32) uint64 {
+	return uint64(a.hiTID)<<32 | uint64(bits.ReverseBytes32(commID))
+}
+
+// RemoveDevice stops serving dev: its QP1 is destroyed, and every ID on
+// it stops its timers and gets DEVICE_REMOVAL (it should then be destroyed,
+// as with librdmacm).
+func (cm *CM) RemoveDevice(dev *verbs.Device) error {
+	cm.mu.Lock()
+	var a *agent
+	for i, x := range cm.agents {
+		if x.dev == dev {
+			a = x
+			cm.agents = append(cm.agents[:i:i], cm.agents[i+1:]...)
+			break
+		}
+	}
+	if a == nil || cm.closed {
+		cm.mu.Unlock()
+		return fmt.Errorf("rdmacm: remove device %s: not added: %w", dev.Name(), syscall.ENODEV)
+	}
+	for id := range cm.ids {
+		if id.ag != a {
+			continue
+		}
+		id.disarm()
+		id.stopTimewait()
+		id.forget()
+		if id.state == stListen {
+			delete(cm.listeners, portKey{id.ps, id.src.Port()})
+		}
+		id.state = stDone
+		id.ec.push(Event{Type: EventDeviceRemoval, ID: id, Status: -int(syscall.ENODEV)})
+	}
+	cm.mu.Unlock()
+	a.cancel()
+	<-a.done
+	a.destroy()
+	return nil
+}
+
+// Close stops every agent, destroys the QP1s it created and fails every ID's
+// pending operation silently. Event channels stay open.
+func (cm *CM) Close() error {
+	cm.mu.Lock()
+	if cm.closed {
+		cm.mu.Unlock()
+		return nil
+	}
+	cm.closed = true
+	for id := range cm.ids {
+		id.disarm()
+		id.stopTimewait()
+	}
+	agents := cm.agents
+	cm.mu.Unlock()
+	for _, a := range agents {
+		a.cancel()
+	}
+	cm.wg.Wait()
+	for _, a := range agents {
+		a.destroy()
+	}
+	return nil
+}
+
+// buildMAD returns a CM MAD: header then the 232-byte attribute data.
+func buildMAD(attr mad.AttributeID, tid uint64, body interface{ Append([]byte) []byte }) []byte {
+	b := make([]byte, 0, mad.Size)
+	b = mad.NewCMHeader(attr, tid).Append(b)
+	return body.Append(b)
+}
+
+// errTimedOut is the cause of UNREACHABLE after the last retry.
+var errTimedOut = errors.New("no answer from the peer's CM")
+
+// handle dispatches one MAD. Called with cm.mu held.
+func (cm *CM) handle(a *agent, in *inbound) {
+	m, err := mad.Parse(in.mad)
+	if err != nil {
+		return
+	}
+	h := m.Header()
+	if h.MgmtClass() != mad.ClassCM {
+		return
+	}
+	switch h.Method() {
+	case mad.MethodGet, mad.MethodSet:
+		// No CM agent handles Get or Set: the MAD layer answers with the
+		// request, method GetResp and status "unsupported method/attribute
+		// combination" (Linux ib_mad generate_unmatched_resp).
+		resp := append([]byte(nil), in.mad...)
+		r := mad.Header(resp)
+		r.SetMethod(mad.MethodGetResp)
+		r.SetStatus(mad.StatusUnsupportedMethodAttribute)
+		if sgid, ok := a.gidIndex(in.dst, in.netType()); ok {
+			a.send(in.src, sgid, in.tc, resp, in.srcQP)
+		}
+		return
+	case mad.MethodSend:
+	default:
+		return
+	}
+	if !m.IsCM() {
+		return
+	}
+	switch h.AttributeID() {
+	case mad.AttrREQ:
+		req, _ := m.REQ()
+		cm.handleREQ(a, in, h, req)
+	case mad.AttrREP:
+		rep, _ := m.REP()
+		cm.handleREP(rep)
+	case mad.AttrRTU:
+		rtu, _ := m.RTU()
+		cm.handleRTU(rtu)
+	case mad.AttrREJ:
+		rej, _ := m.REJ()
+		cm.handleREJ(rej)
+	case mad.AttrMRA:
+		mra, _ := m.MRA()
+		cm.handleMRA(mra)
+	case mad.AttrDREQ:
+		dreq, _ := m.DREQ()
+		cm.handleDREQ(a, in, h, dreq)
+	case mad.AttrDREP:
+		drep, _ := m.DREP()
+		cm.handleDREP(drep)
+	case mad.AttrSIDRREQ:
+		cm.handleSIDRREQ(a, in, h, m)
+	case mad.AttrSIDRREP:
+		rep, _ := m.SIDRREP()
+		cm.handleSIDRREP(rep)
+	}
+}
+
+// newCommID returns an unused random non-zero local comm ID.
+func (cm *CM) newCommID() uint32 {
+	for {
+		c := cm.rng.Uint32()
+		if c != 0 && cm.byLocal[c] == nil {
+			return c
+		}
+	}
+}

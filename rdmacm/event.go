@@ -1,0 +1,169 @@
+package rdmacm
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+
+	"github.com/goroce/goroce/wire/mad"
+)
+
+// EventType is enum rdma_cm_event_type, with librdmacm's values.
+type EventType int
+
+// Event types.
+const (
+	EventAddrResolved EventType = iota
+	EventAddrError
+	EventRouteResolved
+	EventRouteError
+	EventConnectRequest
+	EventConnectResponse
+	EventConnectError
+	EventUnreachable
+	EventRejected
+	EventEstablished
+	EventDisconnected
+	EventDeviceRemoval
+	EventMulticastJoin
+	EventMulticastError
+	EventAddrChange
+	EventTimewaitExit
+)
+
+var eventNames = [...]string{
+	"ADDR_RESOLVED", "ADDR_ERROR", "ROUTE_RESOLVED", "ROUTE_ERROR", "CONNECT_REQUEST",
+	"CONNECT_RESPONSE", "CONNECT_ERROR", "UNREACHABLE", "REJECTED", "ESTABLISHED",
+	"DISCONNECTED", "DEVICE_REMOVAL", "MULTICAST_JOIN", "MULTICAST_ERROR", "ADDR_CHANGE",
+	"TIMEWAIT_EXIT",
+}
+
+// String returns the name rdma_event_str gives, such as
+// "RDMA_CM_EVENT_CONNECT_REQUEST".
+func (t EventType) String() string {
+	if t >= 0 && int(t) < len(eventNames) {
+		return "RDMA_CM_EVENT_" + eventNames[t]
+	}
+	return fmt.Sprintf("RDMA_CM_EVENT(%d)", int(t))
+}
+
+// PortSpace is an rdma_cm port space (enum rdma_port_space, low byte).
+type PortSpace = mad.PortSpace
+
+// Port spaces.
+const (
+	PSTCP = mad.PortSpaceTCP // RC connections
+	PSUDP = mad.PortSpaceUDP // UD, resolved with SIDR
+	PSIB  = mad.PortSpaceIB  // RC or UD
+)
+
+// ConnParam is struct rdma_conn_param.
+type ConnParam struct {
+	// PrivateData goes in the REQ (at most 56 bytes: the IP CM header takes
+	// 36 of the REQ's 92), REP (196) or, for Reject, REJ (148). In events
+	// it is the peer's whole private-data field after any IP CM header.
+	PrivateData        []byte
+	ResponderResources uint8 // RDMA READ/atomic requests this side accepts
+	InitiatorDepth     uint8 // RDMA READ/atomic requests this side issues
+	RetryCount         uint8 // transport retries, 0-7 (Connect only)
+	RNRRetryCount      uint8 // RNR NAK retries, 0-7, 7 = infinite
+	// QPNum, in events, is the peer's QP number.
+	QPNum uint32
+}
+
+// Event is struct rdma_cm_event.
+type Event struct {
+	Type EventType
+	ID   *ID // the CM ID the event is for; a new ID for CONNECT_REQUEST
+	// Listen is the listening ID a CONNECT_REQUEST arrived on.
+	Listen *ID
+	// Status is librdmacm's status: 0, a negative errno (UNREACHABLE:
+	// -ETIMEDOUT) or, for REJECTED, the positive IB CM reject reason.
+	Status int
+	// Err says what went wrong in words, nil on success.
+	Err         error
+	PrivateData []byte // the peer's private data (REQ, REP, REJ, DREQ); owned by the receiver
+	Param       ConnParam
+}
+
+func (e Event) String() string {
+	s := e.Type.String()
+	if e.Status != 0 {
+		s += fmt.Sprintf(" status %d", e.Status)
+	}
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+// EventChannel is struct rdma_event_channel: the queue the events of its CM
+// IDs arrive on. Its queue is unbounded, so the CM never blocks on a slow
+// consumer.
+type EventChannel struct {
+	ready chan struct{} // one token while q may be non-empty
+
+	mu     sync.Mutex
+	q      []Event // guarded by mu
+	closed bool    // guarded by mu
+}
+
+func newEventChannel() *EventChannel { return &EventChannel{ready: make(chan struct{}, 1)} }
+
+// push queues e; it never blocks.
+func (ec *EventChannel) push(e Event) {
+	ec.mu.Lock()
+	if !ec.closed {
+		ec.q = append(ec.q, e)
+	}
+	ec.mu.Unlock()
+	select {
+	case ec.ready <- struct{}{}:
+	default:
+	}
+}
+
+// Get waits for the next event, like rdma_get_cm_event (events need no
+// acknowledgement). After Close it returns net.ErrClosed.
+func (ec *EventChannel) Get(ctx context.Context) (Event, error) {
+	for {
+		ec.mu.Lock()
+		if ec.closed {
+			ec.mu.Unlock()
+			return Event{}, net.ErrClosed
+		}
+		if len(ec.q) > 0 {
+			e := ec.q[0]
+			ec.q[0] = Event{}
+			ec.q = ec.q[1:]
+			more := len(ec.q) > 0
+			ec.mu.Unlock()
+			if more {
+				select {
+				case ec.ready <- struct{}{}:
+				default:
+				}
+			}
+			return e, nil
+		}
+		ec.mu.Unlock()
+		select {
+		case <-ec.ready:
+		case <-ctx.Done():
+			return Event{}, ctx.Err()
+		}
+	}
+}
+
+// Close discards queued events and makes Get fail, like
+// rdma_destroy_event_channel.
+func (ec *EventChannel) Close() {
+	ec.mu.Lock()
+	ec.closed, ec.q = true, nil
+	ec.mu.Unlock()
+	select {
+	case ec.ready <- struct{}{}:
+	default:
+	}
+}

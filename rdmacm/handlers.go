@@ -1,0 +1,337 @@
+package rdmacm
+
+import (
+	"fmt"
+	"net/netip"
+	"syscall"
+
+	"github.com/goroce/goroce/verbs"
+	"github.com/goroce/goroce/wire"
+	"github.com/goroce/goroce/wire/mad"
+)
+
+func wirePSN(p uint32) wire.PSN { return wire.PSN(p & 0xFFFFFF) }
+
+// replyREJ answers a REQ no ID takes (cm_issue_rej): local comm ID 0,
+// remote comm ID the REQ's, sent back in the network type it came in.
+func (cm *CM) replyREJ(a *agent, in *inbound, tid uint64, rcid uint32, reason mad.RejectReason) {
+	sgid, ok := a.gidIndex(in.dst, in.netType())
+	if !ok {
+		return
+	}
+	f := mad.REJFields{RemoteCommID: rcid, MessageRejected: mad.MsgREQ, Reason: reason}
+	a.send(in.src, sgid, in.tc, buildMAD(mad.AttrREJ, tid, f), in.srcQP)
+}
+
+// listenerFor returns the listener of service ID svc for destination
+// address dst on device a.
+func (cm *CM) listenerFor(a *agent, svc mad.ServiceID, dst netip.Addr) *ID {
+	if !svc.IsIPCM() {
+		return nil
+	}
+	l := cm.listeners[portKey{svc.PortSpace(), svc.Port()}]
+	if l == nil {
+		return nil
+	}
+	if la := l.src.Addr(); la.IsValid() && !la.IsUnspecified() && la != dst.Unmap() {
+		return nil
+	}
+	if l.ag != nil && l.ag != a {
+		return nil
+	}
+	return l
+}
+
+// newChild makes the passive ID of a request to l, answering in the
+// network type the request came in (cma_ib_req_handler, cm_req_handler).
+func (cm *CM) newChild(a *agent, in *inbound, l *ID, tid uint64, hdr mad.IPCMHeader) (*ID, bool) {
+	sgid, ok := a.gidIndex(in.dst, in.netType())
+	if !ok {
+		return nil, false
+	}
+	c := &ID{cm: cm, ec: l.ec, ps: l.ps, state: stReqRcvd, ag: a, listen: l, sgid: sgid, gidType: in.netType(),
+		rgid: in.src, tid: tid, mtu: a.dev.ActiveMTU()}
+	c.src = netip.AddrPortFrom(hdr.DstAddr(), l.src.Port())
+	c.dst = netip.AddrPortFrom(hdr.SrcAddr(), hdr.SrcPort())
+	c.lcid = cm.newCommID()
+	cm.byLocal[c.lcid] = c
+	cm.ids[c] = struct{}{}
+	return c, true
+}
+
+func (cm *CM) handleREQ(a *agent, in *inbound, h mad.Header, req mad.REQ) {
+	rk := remoteKey{req.LocalCommID(), req.LocalCAGUID()}
+	if c := cm.byRemote[rk]; c != nil {
+		// A retransmitted REQ: resend the REP if one is waiting (cm_dup_req_handler).
+		if c.state == stRepSent && c.msg != nil {
+			c.ag.send(c.rgid, c.sgid, c.tos, c.msg, 1)
+		}
+		return
+	}
+	hdr, err := req.IPCM()
+	l := (*ID)(nil)
+	if err == nil {
+		l = cm.listenerFor(a, req.ServiceID(), hdr.DstAddr())
+	}
+	if l == nil || l.ps == PSUDP || req.TransportServiceType() != mad.TransportRC {
+		cm.replyREJ(a, in, h.TransactionID(), req.LocalCommID(), mad.RejectInvalidServiceID)
+		return
+	}
+	c, ok := cm.newChild(a, in, l, h.TransactionID(), hdr)
+	if !ok {
+		return
+	}
+	c.rcid, c.rguid, c.remoteKey = rk.commID, rk.guid, rk
+	cm.byRemote[rk] = c
+	c.rqpn, c.rpsn = req.LocalQPN(), req.StartingPSN()
+	c.tos, c.flow = req.PrimaryTrafficClass(), req.PrimaryFlowLabel()
+	if m := verbs.MTU(req.PathPacketPayloadMTU()); m >= verbs.MTU256 && m < c.mtu {
+		c.mtu = m
+	}
+	c.reqRetry, c.reqRNR = req.RetryCount(), req.RNRRetryCount()
+	c.peer = ConnParam{ResponderResources: req.InitiatorDepth(), InitiatorDepth: req.ResponderResources(),
+		RetryCount: req.RetryCount(), RNRRetryCount: req.RNRRetryCount(), QPNum: req.LocalQPN()}
+	p := c.peer
+	p.PrivateData = append([]byte(nil), req.PrivateData()[mad.IPCMHeaderLen:]...)
+	c.ec.push(Event{Type: EventConnectRequest, ID: c, Listen: l, PrivateData: p.PrivateData, Param: p})
+}
+
+func (cm *CM) handleREP(rep mad.REP) {
+	id := cm.byLocal[rep.RemoteCommID()]
+	if id == nil {
+		return
+	}
+	switch id.state {
+	case stEstablished:
+		if id.rcid == rep.LocalCommID() && id.lastRTU != nil {
+			id.ag.send(id.rgid, id.sgid, id.tos, id.lastRTU, 1) // the RTU was lost
+		}
+		return
+	case stReqSent:
+	default:
+		return
+	}
+	id.disarm()
+	id.rcid, id.rqpn, id.rpsn, id.rguid = rep.LocalCommID(), rep.LocalQPN(), rep.StartingPSN(), rep.LocalCAGUID()
+	p := ConnParam{ResponderResources: rep.InitiatorDepth(), InitiatorDepth: rep.ResponderResources(),
+		RNRRetryCount: rep.RNRRetryCount(), QPNum: rep.LocalQPN(),
+		PrivateData: append([]byte(nil), rep.PrivateData()...)}
+	id.peer = p
+	// librdmacm's ucma_process_conn_resp: RTR, RTS, then rdma_accept (RTU).
+	if err := id.rtrRTS(id.local.ResponderResources, min(id.local.InitiatorDepth, rep.ResponderResources()),
+		id.local.RetryCount, rep.RNRRetryCount()); err != nil {
+		id.sendREJ(mad.MsgREP, mad.RejectNoResources, nil)
+		id.forget()
+		id.state = stDone
+		id.ec.push(Event{Type: EventConnectError, ID: id, Status: -int(syscall.EINVAL), Err: err})
+		return
+	}
+	id.lastRTU = buildMAD(mad.AttrRTU, id.tid, mad.RTUFields{LocalCommID: id.lcid, RemoteCommID: id.rcid})
+	id.ag.send(id.rgid, id.sgid, id.tos, id.lastRTU, 1)
+	id.state = stEstablished
+	id.ec.push(Event{Type: EventEstablished, ID: id, PrivateData: p.PrivateData, Param: p})
+}
+
+func (cm *CM) handleRTU(rtu mad.RTU) {
+	id := cm.byLocal[rtu.RemoteCommID()]
+	if id == nil || id.state != stRepSent || id.rcid != rtu.LocalCommID() {
+		return
+	}
+	id.disarm()
+	id.state = stEstablished
+	id.ec.push(Event{Type: EventEstablished, ID: id, Param: id.peer})
+}
+
+func (cm *CM) handleREJ(rej mad.REJ) {
+	id := cm.byLocal[rej.RemoteCommID()]
+	if id == nil {
+		return
+	}
+	switch id.state {
+	case stReqSent, stRepSent:
+	case stEstablished:
+		if rej.MessageRejected() != mad.MsgREP {
+			return
+		}
+	default:
+		return
+	}
+	id.disarm()
+	id.forget()
+	id.state = stDone
+	r := rej.Reason()
+	id.ec.push(Event{Type: EventRejected, ID: id, Status: int(r),
+		Err:         fmt.Errorf("rdmacm: %v rejected the connection: reason %d (%v)", id.dst, uint16(r), r),
+		PrivateData: append([]byte(nil), rej.PrivateData()...)})
+}
+
+func (cm *CM) handleMRA(mra mad.MRA) {
+	id := cm.byLocal[mra.RemoteCommID()]
+	if id == nil || id.msg == nil {
+		return
+	}
+	if (id.state == stReqSent && mra.MessageMRAed() == mad.MsgREQ) || (id.state == stRepSent && mra.MessageMRAed() == mad.MsgREP) {
+		// The peer needs longer: wait its service timeout plus ours (cm_mra_handler).
+		id.arm(expDuration(uint(mra.ServiceTimeout())) + id.cm.opts.ResponseTimeout)
+	}
+}
+
+func (cm *CM) handleDREQ(a *agent, in *inbound, h mad.Header, dreq mad.DREQ) {
+	id := cm.byLocal[dreq.RemoteCommID()]
+	drep := func(lcid, rcid uint32) []byte {
+		return buildMAD(mad.AttrDREP, h.TransactionID(), mad.DREPFields{LocalCommID: lcid, RemoteCommID: rcid})
+	}
+	if id == nil || id.rcid != dreq.LocalCommID() {
+		// No such connection: answer anyway (cm_issue_drep).
+		if sgid, ok := a.gidIndex(in.dst, in.netType()); ok {
+			a.send(in.src, sgid, in.tc, drep(dreq.RemoteCommID(), dreq.LocalCommID()), in.srcQP)
+		}
+		return
+	}
+	switch id.state {
+	case stEstablished, stRepSent:
+		id.disarm()
+		id.lastDREP = drep(id.lcid, id.rcid)
+		id.state = stDreqRcvd
+		id.ec.push(Event{Type: EventDisconnected, ID: id, PrivateData: append([]byte(nil), dreq.PrivateData()...)})
+	case stDreqSent:
+		// Crossing DREQs: both sides answer (rdma_client.pcap).
+		id.disarm()
+		id.lastDREP = drep(id.lcid, id.rcid)
+		id.ag.send(id.rgid, id.sgid, id.tos, id.lastDREP, 1)
+		id.ec.push(Event{Type: EventDisconnected, ID: id})
+		id.enterTimewait()
+	case stTimewait:
+		if id.lastDREP == nil {
+			id.lastDREP = drep(id.lcid, id.rcid)
+		}
+		id.ag.send(id.rgid, id.sgid, id.tos, id.lastDREP, 1)
+	}
+}
+
+func (cm *CM) handleDREP(drep mad.DREP) {
+	id := cm.byLocal[drep.RemoteCommID()]
+	if id == nil || id.state != stDreqSent || id.rcid != drep.LocalCommID() {
+		return
+	}
+	id.disarm()
+	id.ec.push(Event{Type: EventDisconnected, ID: id})
+	id.enterTimewait()
+}
+
+// SIDR (IBTA §12.11): UD service resolution.
+
+func (id *ID) connectSIDR(p ConnParam) error {
+	if len(p.PrivateData) > mad.RDMACMMaxSIDRREQPrivateData {
+		return id.errorf("connect", syscall.EINVAL, "private data of %d bytes: at most %d", len(p.PrivateData), mad.RDMACMMaxSIDRREQPrivateData)
+	}
+	cm := id.cm
+	id.local = p
+	id.lcid = cm.newCommID() // the request ID
+	cm.byLocal[id.lcid] = id
+	id.tid = id.ag.tid(id.lcid)
+	f := mad.SIDRREQFields{RequestID: id.lcid, PartitionKey: defaultPKey, ServiceID: mad.NewIPCMServiceID(id.ps, id.dst.Port())}
+	n := copy(f.PrivateData[:], id.ipcmHeader())
+	copy(f.PrivateData[n:], p.PrivateData)
+	id.msg = buildMAD(mad.AttrSIDRREQ, id.tid, f)
+	id.msgQPN = 1
+	id.state = stReqSent
+	id.sendArm()
+	return nil
+}
+
+func (cm *CM) handleSIDRREQ(a *agent, in *inbound, h mad.Header, m mad.MAD) {
+	req, ok := m.SIDRREQ()
+	if !ok {
+		return
+	}
+	reply := func(st mad.SIDRStatus) {
+		if sgid, ok := a.gidIndex(in.dst, in.netType()); ok {
+			f := mad.SIDRREPFields{RequestID: req.RequestID(), Status: st, ServiceID: req.ServiceID()}
+			a.send(in.src, sgid, in.tc, buildMAD(mad.AttrSIDRREP, h.TransactionID(), f), in.srcQP)
+		}
+	}
+	hdr, err := m.IPCM()
+	var l *ID
+	if err == nil {
+		l = cm.listenerFor(a, req.ServiceID(), hdr.DstAddr())
+	}
+	if l == nil || l.ps == PSTCP {
+		reply(mad.SIDRUnsupported)
+		return
+	}
+	c, ok := cm.newChild(a, in, l, h.TransactionID(), hdr)
+	if !ok {
+		return
+	}
+	c.rcid = req.RequestID()
+	c.rqkey = udpQKey // marks the child as SIDR
+	c.tos = in.tc
+	pd := append([]byte(nil), req.PrivateData()[mad.IPCMHeaderLen:]...)
+	c.ec.push(Event{Type: EventConnectRequest, ID: c, Listen: l, PrivateData: pd, Param: ConnParam{PrivateData: pd}})
+}
+
+func (id *ID) acceptSIDR(p ConnParam) error {
+	if len(p.PrivateData) > mad.RDMACMMaxSIDRREPPrivateData {
+		return id.errorf("accept", syscall.EINVAL, "private data of %d bytes: at most %d", len(p.PrivateData), mad.RDMACMMaxSIDRREPPrivateData)
+	}
+	if id.qp == nil {
+		return id.errorf("accept", syscall.EINVAL, "no QP: call CreateQP first")
+	}
+	f := mad.SIDRREPFields{RequestID: id.rcid, Status: mad.SIDRSuccess, QPN: id.qp.Num(),
+		ServiceID: mad.NewIPCMServiceID(id.ps, id.src.Port()), QKey: udpQKey}
+	copy(f.PrivateData[:], p.PrivateData)
+	id.ag.send(id.rgid, id.sgid, id.tos, buildMAD(mad.AttrSIDRREP, id.tid, f), 1)
+	id.forget()
+	id.state = stEstablished
+	return nil
+}
+
+func (id *ID) rejectSIDR(pd []byte) error {
+	if len(pd) > mad.RDMACMMaxSIDRREPPrivateData {
+		return id.errorf("reject", syscall.EINVAL, "private data of %d bytes: at most %d", len(pd), mad.RDMACMMaxSIDRREPPrivateData)
+	}
+	f := mad.SIDRREPFields{RequestID: id.rcid, Status: mad.SIDRReject, ServiceID: mad.NewIPCMServiceID(id.ps, id.src.Port())}
+	copy(f.PrivateData[:], pd)
+	id.ag.send(id.rgid, id.sgid, id.tos, buildMAD(mad.AttrSIDRREP, id.tid, f), 1)
+	id.forget()
+	id.state = stDone
+	return nil
+}
+
+// UDParam is what an ESTABLISHED event of a UD ID tells (rdma_ud_param):
+// the remote QPN and Q_Key, and an AH for sending to the peer.
+type UDParam struct {
+	QPNum uint32
+	QKey  uint32
+	AH    verbs.AHAttr
+}
+
+// UD returns the UD parameters learned from the SIDR_REP (active side) or
+// the SIDR_REQ (passive side).
+func (id *ID) UD() UDParam {
+	id.cm.mu.Lock()
+	defer id.cm.mu.Unlock()
+	return UDParam{QPNum: id.rqpn, QKey: id.rqkey, AH: verbs.AHAttr{IsGlobal: true, PortNum: 1,
+		GRH: verbs.GlobalRoute{DGID: id.rgid, SGIDIndex: id.sgid, HopLimit: hopLimit, TrafficClass: id.tos}}}
+}
+
+func (cm *CM) handleSIDRREP(rep mad.SIDRREP) {
+	id := cm.byLocal[rep.RequestID()]
+	if id == nil || id.state != stReqSent || id.ps != PSUDP && (id.qp == nil || id.qp.Type() != verbs.UD) {
+		return
+	}
+	id.disarm()
+	id.forget()
+	pd := append([]byte(nil), rep.PrivateData()...)
+	if st := rep.Status(); st != mad.SIDRSuccess {
+		id.state = stDone
+		// cma_sidr_rep_handler: UNREACHABLE with the SIDR status.
+		id.ec.push(Event{Type: EventUnreachable, ID: id, Status: int(st), PrivateData: pd,
+			Err: fmt.Errorf("rdmacm: %v: SIDR_REP status %d (%v): %w", id.dst, uint8(st), st, syscall.ECONNREFUSED)})
+		return
+	}
+	id.rqpn, id.rqkey = rep.QPN(), rep.QKey()
+	id.state = stEstablished
+	id.ec.push(Event{Type: EventEstablished, ID: id, PrivateData: pd, Param: ConnParam{PrivateData: pd, QPNum: id.rqpn}})
+}

@@ -1,0 +1,758 @@
+package rdmacm
+
+import (
+	"fmt"
+	"net/netip"
+	"syscall"
+	"time"
+
+	"github.com/goroce/goroce/verbs"
+	"github.com/goroce/goroce/wire/mad"
+)
+
+// state is a CM ID's state (Linux enum rdma_cm_state, with the IB CM
+// states folded in).
+type state uint8
+
+const (
+	stIdle          state = iota
+	stAddrBound           // bound or address resolved
+	stRouteResolved       // ROUTE_RESOLVED
+	stListen              // listening
+	stReqSent             // active: REQ (or SIDR_REQ) sent, waiting for REP
+	stReqRcvd             // passive: CONNECT_REQUEST delivered, waiting for Accept/Reject
+	stRepSent             // passive: REP sent, waiting for RTU
+	stEstablished         // connected
+	stDreqSent            // DREQ sent, waiting for DREP
+	stDreqRcvd            // DREQ received, DISCONNECTED delivered; Disconnect sends DREP
+	stTimewait            // disconnected, in timewait
+	stDone                // rejected, unreachable or out of timewait
+	stDestroyed
+)
+
+var stateNames = [...]string{"IDLE", "ADDR_BOUND", "ROUTE_RESOLVED", "LISTEN", "REQ_SENT", "REQ_RCVD",
+	"REP_SENT", "ESTABLISHED", "DREQ_SENT", "DREQ_RCVD", "TIMEWAIT", "DONE", "DESTROYED"}
+
+func (s state) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("state(%d)", uint8(s))
+}
+
+// ID is struct rdma_cm_id. Its methods may be called from any goroutine.
+type ID struct {
+	cm *CM
+	ec *EventChannel
+	ps PortSpace
+
+	// guarded by cm.mu:
+	state     state
+	src, dst  netip.AddrPort
+	bound     bool
+	ag        *agent
+	sgid      uint8
+	gidType   verbs.GIDType
+	tos       uint8
+	mtu       verbs.MTU
+	qp        *verbs.QP
+	listen    *ID // passive: the listener the request came to
+	lcid      uint32
+	rcid      uint32
+	rguid     uint64
+	rqpn      uint32
+	rqkey     uint32
+	rpsn      uint32
+	psn       uint32
+	rgid      netip.Addr
+	flow      uint32
+	tid       uint64
+	remoteKey remoteKey // passive: key in cm.byRemote
+	local     ConnParam // what this side asked for
+	peer      ConnParam // what the peer's REQ/REP said, from this side's view
+	reqRetry  uint8     // REQ retry count
+	reqRNR    uint8     // RNR retry count the peer asked this side to use
+	lastRTU   []byte    // active: RTU sent, resent on a duplicate REP
+	lastDREP  []byte    // DREP sent, resent on a duplicate DREQ
+
+	// retransmission, guarded by cm.mu
+	msg     []byte // MAD waiting for an answer
+	msgQPN  uint32
+	retries int
+	timer   *time.Timer
+	gen     uint64
+	twTimer *time.Timer
+}
+
+// CreateID is rdma_create_id: a new CM ID in port space ps whose events
+// go to ec.
+func (cm *CM) CreateID(ec *EventChannel, ps PortSpace) (*ID, error) {
+	switch ps {
+	case PSTCP, PSUDP, PSIB:
+	default:
+		return nil, fmt.Errorf("rdmacm: create_id: port space %v: valid are TCP, UDP and IB: %w", ps, syscall.EINVAL)
+	}
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	if cm.closed {
+		return nil, fmt.Errorf("rdmacm: create_id: %w", syscall.ESHUTDOWN)
+	}
+	id := &ID{cm: cm, ec: ec, ps: ps}
+	cm.ids[id] = struct{}{}
+	return id, nil
+}
+
+func (id *ID) errorf(op string, errno syscall.Errno, format string, args ...any) error {
+	return fmt.Errorf("rdmacm: %s: %s: %w", op, fmt.Sprintf(format, args...), errno)
+}
+
+// gidOf returns the GID an IP address has in a GID table.
+func gidOf(a netip.Addr) netip.Addr {
+	if a.Is4() {
+		return netip.AddrFrom16(a.As16())
+	}
+	return a
+}
+
+// ipOf returns the IP address of a GID.
+func ipOf(g netip.Addr) netip.Addr {
+	if g.Is4In6() {
+		return g.Unmap()
+	}
+	return g
+}
+
+// agentFor returns the device with GID addr, if any. Called with cm.mu held.
+func (cm *CM) agentFor(addr netip.Addr) *agent {
+	g := gidOf(addr)
+	for _, a := range cm.agents {
+		for _, e := range a.dev.GIDs() {
+			if e.GID == g {
+				return a
+			}
+		}
+	}
+	return nil
+}
+
+// BindAddr is rdma_bind_addr: it binds the ID to a local address (the
+// unspecified address binds to no device) and port (0 picks one).
+func (id *ID) BindAddr(addr netip.AddrPort) error {
+	cm := id.cm
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	return id.bind(addr)
+}
+
+// bind: called with cm.mu held.
+func (id *ID) bind(addr netip.AddrPort) error {
+	cm := id.cm
+	if id.bound || id.state != stIdle {
+		return id.errorf("bind_addr", syscall.EINVAL, "ID already bound (state %v)", id.state)
+	}
+	var ag *agent
+	if a := addr.Addr(); a.IsValid() && !a.IsUnspecified() {
+		if ag = cm.agentFor(a); ag == nil {
+			return id.errorf("bind_addr", syscall.EADDRNOTAVAIL, "no device has address %v", a)
+		}
+	}
+	port := addr.Port()
+	if port == 0 {
+		for {
+			// Linux's ephemeral range, inet_get_local_port_range: 32768-60999.
+			port = uint16(32768 + cm.rng.IntN(60999-32768+1))
+			if len(cm.bound[portKey{id.ps, port}]) == 0 {
+				break
+			}
+		}
+	} else {
+		for _, o := range cm.bound[portKey{id.ps, port}] {
+			oa, na := o.src.Addr(), addr.Addr()
+			if !oa.IsValid() || oa.IsUnspecified() || !na.IsValid() || na.IsUnspecified() || oa == na {
+				return id.errorf("bind_addr", syscall.EADDRINUSE, "%v port %d is in use", id.ps, port)
+			}
+		}
+	}
+	id.src = netip.AddrPortFrom(addr.Addr(), port)
+	id.ag = ag
+	id.bound = true
+	k := portKey{id.ps, port}
+	cm.bound[k] = append(cm.bound[k], id)
+	id.state = stAddrBound
+	return nil
+}
+
+func (id *ID) unbind() {
+	if !id.bound {
+		return
+	}
+	k := portKey{id.ps, id.src.Port()}
+	l := id.cm.bound[k]
+	for i, o := range l {
+		if o == id {
+			l = append(l[:i], l[i+1:]...)
+			break
+		}
+	}
+	if len(l) == 0 {
+		delete(id.cm.bound, k)
+	} else {
+		id.cm.bound[k] = l
+	}
+	id.bound = false
+}
+
+// ResolveAddr is rdma_resolve_addr. The device is chosen as follows: the
+// one holding src if src is given; else one holding dst (a loopback
+// connection); else the first device added with a GID of dst's family
+// (IPv4-mapped or IPv6), whose address becomes the source. goroce's
+// devices know no prefix lengths, so this stands in for the route lookup
+// Linux does. ADDR_RESOLVED or ADDR_ERROR follows; timeout is unused, as the
+// lookup needs no network.
+func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Duration) error {
+	cm := id.cm
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	if !dst.Addr().IsValid() || dst.Addr().IsUnspecified() {
+		return id.errorf("resolve_addr", syscall.EINVAL, "destination %v", dst)
+	}
+	dst = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
+	if src.IsValid() {
+		src = src.Unmap()
+	}
+	if !id.bound {
+		if err := id.bind(netip.AddrPortFrom(src, 0)); err != nil {
+			return err
+		}
+	} else if id.state != stAddrBound {
+		return id.errorf("resolve_addr", syscall.EINVAL, "ID in state %v", id.state)
+	}
+	ag := id.ag
+	if ag == nil {
+		ag = cm.agentFor(dst.Addr())
+	}
+	if ag == nil {
+		for _, a := range cm.agents {
+			if srcOf(a, dst.Addr()).IsValid() {
+				ag = a
+				break
+			}
+		}
+	}
+	if ag == nil {
+		id.ec.push(Event{Type: EventAddrError, ID: id, Status: -int(syscall.EHOSTUNREACH),
+			Err: fmt.Errorf("rdmacm: no device reaches %v: %w", dst.Addr(), syscall.EHOSTUNREACH)})
+		return nil
+	}
+	s := id.src.Addr()
+	if !s.IsValid() || s.IsUnspecified() {
+		if cm.agentFor(dst.Addr()) == ag {
+			s = dst.Addr()
+		} else {
+			s = srcOf(ag, dst.Addr())
+		}
+	}
+	id.ag, id.src, id.dst = ag, netip.AddrPortFrom(s, id.src.Port()), dst
+	id.ec.push(Event{Type: EventAddrResolved, ID: id})
+	return nil
+}
+
+// srcOf returns an address of a's of dst's family, preferring RoCE v2 GIDs.
+func srcOf(a *agent, dst netip.Addr) netip.Addr {
+	var best netip.Addr
+	for _, e := range a.dev.GIDs() {
+		if e.GID.Is4In6() != dst.Is4() || (!dst.Is4() && e.GID.IsLinkLocalUnicast() != dst.IsLinkLocalUnicast()) {
+			continue
+		}
+		if !best.IsValid() || e.Type == verbs.GIDTypeRoCEv2 {
+			best = ipOf(e.GID)
+		}
+		if e.Type == verbs.GIDTypeRoCEv2 {
+			break
+		}
+	}
+	return best
+}
+
+// defaults returns the RoCE mode and ToS new connections on a use.
+func (cm *CM) defaults(a *agent) (verbs.GIDType, uint8, error) {
+	if d := cm.opts.Defaults; d != nil {
+		mode, err := d.DefaultMode(a.dev.Name(), 1)
+		if err != nil {
+			return 0, 0, err
+		}
+		tos, err := d.DefaultTOS(a.dev.Name(), 1)
+		if err != nil {
+			return 0, 0, err
+		}
+		return mode, tos, nil
+	}
+	mode := verbs.GIDTypeRoCEv1
+	for _, e := range a.dev.GIDs() {
+		if e.Type == verbs.GIDTypeRoCEv2 {
+			mode = verbs.GIDTypeRoCEv2
+		}
+	}
+	return mode, 0, nil
+}
+
+// ResolveRoute is rdma_resolve_route: path MTU = the port's active MTU,
+// traffic class = default_roce_tos, GID type = default_roce_mode (the
+// source GID index is that of the source address with that type).
+// ROUTE_RESOLVED or ROUTE_ERROR follows.
+func (id *ID) ResolveRoute(timeout time.Duration) error {
+	cm := id.cm
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	if id.state != stAddrBound || id.ag == nil || !id.dst.IsValid() {
+		return id.errorf("resolve_route", syscall.EINVAL, "address not resolved (state %v)", id.state)
+	}
+	mode, tos, err := cm.defaults(id.ag)
+	if err != nil {
+		id.ec.push(Event{Type: EventRouteError, ID: id, Status: -int(syscall.EINVAL), Err: err})
+		return nil
+	}
+	sgid, ok := id.ag.gidIndex(gidOf(id.src.Addr()), mode)
+	if !ok {
+		id.ec.push(Event{Type: EventRouteError, ID: id, Status: -int(syscall.EINVAL),
+			Err: fmt.Errorf("rdmacm: device %s has no %v GID for %v (default_roce_mode is %v): %w",
+				id.ag.dev.Name(), mode, id.src.Addr(), mode, syscall.EINVAL)})
+		return nil
+	}
+	id.sgid, id.gidType, id.tos, id.mtu = sgid, mode, tos, id.ag.dev.ActiveMTU()
+	id.rgid = gidOf(id.dst.Addr())
+	id.flow = 0
+	if mode == verbs.GIDTypeRoCEv2 {
+		// cma_get_roce_udp_flow_label: (sport × 31 + dport) & 0xFFFFF.
+		id.flow = (uint32(id.src.Port())*31 + uint32(id.dst.Port())) & 0xFFFFF
+	}
+	id.state = stRouteResolved
+	id.ec.push(Event{Type: EventRouteResolved, ID: id})
+	return nil
+}
+
+// CreateQP is rdma_create_qp: a QP on the ID's device, moved to INIT as
+// rdma_cm does (RC: remote write, plus read and atomic; UD: Q_Key
+// 0x01234567, RDMA_UDP_QKEY).
+func (id *ID) CreateQP(pd *verbs.PD, init verbs.QPInitAttr) (*verbs.QP, error) {
+	cm := id.cm
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	if id.ag == nil {
+		return nil, id.errorf("create_qp", syscall.EINVAL, "ID has no device yet")
+	}
+	if pd.Device() != id.ag.dev {
+		return nil, id.errorf("create_qp", syscall.EINVAL, "PD is on device %s, the ID on %s", pd.Device().Name(), id.ag.dev.Name())
+	}
+	if id.qp != nil {
+		return nil, id.errorf("create_qp", syscall.EEXIST, "ID has QP %d", id.qp.Num())
+	}
+	qp, err := pd.CreateQP(init)
+	if err != nil {
+		return nil, err
+	}
+	attr := &verbs.QPAttr{State: verbs.QPSInit, PortNum: 1}
+	mask := verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort
+	if init.Type == verbs.UD {
+		attr.QKey, mask = udpQKey, mask|verbs.AttrQKey
+	} else {
+		attr.AccessFlags, mask = verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic, mask|verbs.AttrAccessFlags
+	}
+	if err := qp.Modify(attr, mask); err != nil {
+		qp.Destroy()
+		return nil, err
+	}
+	if init.Type == verbs.UD {
+		if err := qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR}, verbs.AttrState); err == nil {
+			err = qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: 0}, verbs.AttrState|verbs.AttrSQPSN)
+		}
+	}
+	id.qp = qp
+	return qp, nil
+}
+
+// QP returns the ID's QP, nil before CreateQP.
+func (id *ID) QP() *verbs.QP {
+	id.cm.mu.Lock()
+	defer id.cm.mu.Unlock()
+	return id.qp
+}
+
+// Device returns the ID's device, nil before it has one.
+func (id *ID) Device() *verbs.Device {
+	id.cm.mu.Lock()
+	defer id.cm.mu.Unlock()
+	if id.ag == nil {
+		return nil
+	}
+	return id.ag.dev
+}
+
+// LocalAddr and RemoteAddr are rdma_get_local_addr and rdma_get_peer_addr.
+func (id *ID) LocalAddr() netip.AddrPort {
+	id.cm.mu.Lock()
+	defer id.cm.mu.Unlock()
+	return id.src
+}
+
+// RemoteAddr returns the peer's address.
+func (id *ID) RemoteAddr() netip.AddrPort {
+	id.cm.mu.Lock()
+	defer id.cm.mu.Unlock()
+	return id.dst
+}
+
+// Listen is rdma_listen: CONNECT_REQUEST events for the bound port follow.
+// An unbound ID is bound to the unspecified address and a free port.
+func (id *ID) Listen(backlog int) error {
+	cm := id.cm
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	if !id.bound {
+		if err := id.bind(netip.AddrPort{}); err != nil {
+			return err
+		}
+	}
+	if id.state != stAddrBound {
+		return id.errorf("listen", syscall.EINVAL, "ID in state %v", id.state)
+	}
+	k := portKey{id.ps, id.src.Port()}
+	if o := cm.listeners[k]; o != nil {
+		return id.errorf("listen", syscall.EADDRINUSE, "%v port %d has a listener", id.ps, k.port)
+	}
+	cm.listeners[k] = id
+	id.state = stListen
+	return nil
+}
+
+// rtrRTS moves the connected QP to RTR then RTS. Called with cm.mu held.
+func (id *ID) rtrRTS(maxDestRd, maxRd, retry, rnr uint8) error {
+	if id.qp == nil {
+		return nil
+	}
+	mtu := id.mtu
+	rtr := &verbs.QPAttr{State: verbs.QPSRTR, PathMTU: mtu, DestQPN: id.rqpn, RQPSN: wirePSN(id.rpsn),
+		MaxDestRdAtomic: maxDestRd, MinRNRTimer: 0,
+		AH: verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: id.rgid, FlowLabel: id.flow,
+			SGIDIndex: id.sgid, HopLimit: hopLimit, TrafficClass: id.tos}}}
+	if err := id.qp.Modify(rtr, verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|
+		verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer); err != nil {
+		return err
+	}
+	rts := &verbs.QPAttr{State: verbs.QPSRTS, SQPSN: wirePSN(id.psn), Timeout: localACKTimeout, RetryCnt: retry,
+		RNRRetry: rnr, MaxRdAtomic: maxRd}
+	return id.qp.Modify(rts, verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|
+		verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic)
+}
+
+// toErr moves the QP to ERR, flushing its work requests.
+func (id *ID) toErr() {
+	if id.qp != nil && id.qp.State() != verbs.QPSReset {
+		id.qp.Modify(&verbs.QPAttr{State: verbs.QPSErr}, verbs.AttrState)
+	}
+}
+
+// Connect is rdma_connect: it sends a REQ (RC, port space TCP or IB) or a
+// SIDR_REQ (UD, port space UDP) with Linux's field values. ESTABLISHED,
+// REJECTED or UNREACHABLE follows.
+func (id *ID) Connect(p ConnParam) error {
+	cm := id.cm
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	if id.state != stRouteResolved {
+		return id.errorf("connect", syscall.EINVAL, "route not resolved (state %v)", id.state)
+	}
+	if id.ps == PSUDP || (id.qp != nil && id.qp.Type() == verbs.UD) {
+		return id.connectSIDR(p)
+	}
+	if len(p.PrivateData) > mad.RDMACMMaxREQPrivateData {
+		return id.errorf("connect", syscall.EINVAL, "private data of %d bytes: at most %d", len(p.PrivateData), mad.RDMACMMaxREQPrivateData)
+	}
+	if p.RetryCount > 7 || p.RNRRetryCount > 7 {
+		return id.errorf("connect", syscall.EINVAL, "retry_count %d, rnr_retry_count %d: valid 0-7", p.RetryCount, p.RNRRetryCount)
+	}
+	if id.qp == nil {
+		return id.errorf("connect", syscall.EINVAL, "no QP: call CreateQP first")
+	}
+	id.local = p
+	id.lcid = cm.newCommID()
+	cm.byLocal[id.lcid] = id
+	id.psn = cm.rng.Uint32() & 0xFFFFFF
+	id.tid = id.ag.tid(id.lcid)
+	id.msg = buildMAD(mad.AttrREQ, id.tid, id.reqFields(p))
+	id.msgQPN = 1
+	id.state = stReqSent
+	id.sendArm()
+	return nil
+}
+
+// ipcmHeader returns the cma_hdr of the ID's REQ or SIDR_REQ.
+func (id *ID) ipcmHeader() []byte {
+	v := uint8(4)
+	if !id.src.Addr().Is4() {
+		v = 6
+	}
+	return mad.IPCMHeaderFields{IPVersion: v, SrcPort: id.src.Port(), SrcAddr: id.src.Addr(), DstAddr: id.dst.Addr()}.Append(nil)
+}
+
+// reqFields builds the REQ as cma.c and cm.c fill it.
+func (id *ID) reqFields(p ConnParam) mad.REQFields {
+	f := mad.REQFields{
+		LocalCommID:             id.lcid,
+		ServiceID:               mad.NewIPCMServiceID(id.ps, id.dst.Port()),
+		LocalCAGUID:             id.ag.dev.GUID(),
+		LocalQPN:                id.qp.Num(),
+		ResponderResources:      p.ResponderResources,
+		InitiatorDepth:          p.InitiatorDepth,
+		RemoteCMResponseTimeout: cmResponseTimeout,
+		TransportServiceType:    mad.TransportRC,
+		StartingPSN:             id.psn,
+		LocalCMResponseTimeout:  cmResponseTimeout,
+		RetryCount:              p.RetryCount,
+		PartitionKey:            defaultPKey,
+		PathPacketPayloadMTU:    uint8(id.mtu),
+		RNRRetryCount:           p.RNRRetryCount,
+		MaxCMRetries:            uint8(min(id.cm.opts.MaxRetries, maxCMRetries)),
+		Primary: mad.REQPath{
+			LocalPortLID: lidPermissive, RemotePortLID: lidPermissive,
+			LocalPortGID: gidOf(id.src.Addr()).As16(), RemotePortGID: id.rgid.As16(),
+			FlowLabel: id.flow, TrafficClass: id.tos, HopLimit: hopLimit, LocalACKTimeout: localACKTimeout,
+		},
+	}
+	n := copy(f.PrivateData[:], id.ipcmHeader())
+	copy(f.PrivateData[n:], p.PrivateData)
+	return f
+}
+
+// sendArm sends id.msg and starts its response timer.
+func (id *ID) sendArm() {
+	id.retries = 0
+	id.ag.send(id.rgid, id.sgid, id.tos, id.msg, id.msgQPN)
+	id.arm(id.cm.opts.ResponseTimeout)
+}
+
+func (id *ID) arm(d time.Duration) {
+	if id.timer != nil {
+		id.timer.Stop()
+	}
+	id.gen++
+	g := id.gen
+	id.timer = time.AfterFunc(d, func() {
+		cm := id.cm
+		cm.mu.Lock()
+		defer cm.mu.Unlock()
+		if id.gen != g || cm.closed {
+			return
+		}
+		id.timeout()
+	})
+}
+
+// disarm stops the response timer; the MAD waiting for an answer is
+// forgotten.
+func (id *ID) disarm() {
+	id.gen++
+	if id.timer != nil {
+		id.timer.Stop()
+		id.timer = nil
+	}
+	id.msg = nil
+}
+
+func (id *ID) stopTimewait() {
+	if id.twTimer != nil {
+		id.twTimer.Stop()
+		id.twTimer = nil
+	}
+}
+
+// timeout resends the waiting MAD or, after the last retry, gives up as
+// cm.c does (REQ/REP: UNREACHABLE -ETIMEDOUT; DREQ: DISCONNECTED).
+func (id *ID) timeout() {
+	if id.msg == nil {
+		return
+	}
+	if id.retries < id.cm.opts.MaxRetries {
+		id.retries++
+		id.ag.send(id.rgid, id.sgid, id.tos, id.msg, id.msgQPN)
+		id.arm(id.cm.opts.ResponseTimeout)
+		return
+	}
+	id.disarm()
+	switch id.state {
+	case stReqSent, stRepSent:
+		// cm.c sends a REJ with reason Timeout when it gives up.
+		if id.state == stReqSent && id.ps != PSUDP {
+			id.sendREJ(mad.MsgREQ, mad.RejectTimeout, nil)
+		}
+		id.forget()
+		id.state = stDone
+		id.ec.push(Event{Type: EventUnreachable, ID: id, Status: -int(syscall.ETIMEDOUT),
+			Err: fmt.Errorf("rdmacm: %v %v: %w after %d tries", id.dst, errTimedOut, syscall.ETIMEDOUT, id.cm.opts.MaxRetries+1)})
+	case stDreqSent:
+		id.ec.push(Event{Type: EventDisconnected, ID: id, Status: 0})
+		id.enterTimewait()
+	}
+}
+
+// forget removes the ID from the comm ID tables.
+func (id *ID) forget() {
+	cm := id.cm
+	if id.lcid != 0 && cm.byLocal[id.lcid] == id {
+		delete(cm.byLocal, id.lcid)
+	}
+	if id.remoteKey != (remoteKey{}) && cm.byRemote[id.remoteKey] == id {
+		delete(cm.byRemote, id.remoteKey)
+	}
+}
+
+func (id *ID) enterTimewait() {
+	id.state = stTimewait
+	id.stopTimewait()
+	id.twTimer = time.AfterFunc(id.cm.opts.Timewait, func() {
+		cm := id.cm
+		cm.mu.Lock()
+		defer cm.mu.Unlock()
+		if cm.closed || id.state != stTimewait {
+			return
+		}
+		id.forget()
+		id.state = stDone
+		id.ec.push(Event{Type: EventTimewaitExit, ID: id})
+	})
+}
+
+// sendREJ rejects the peer's REQ or REP.
+func (id *ID) sendREJ(msg mad.MsgType, reason mad.RejectReason, pd []byte) {
+	f := mad.REJFields{LocalCommID: id.lcid, RemoteCommID: id.rcid, MessageRejected: msg, Reason: reason}
+	copy(f.PrivateData[:], pd)
+	id.ag.send(id.rgid, id.sgid, id.tos, buildMAD(mad.AttrREJ, id.tid, f), 1)
+}
+
+// Accept is rdma_accept on an ID from CONNECT_REQUEST: as cma_accept_ib it
+// moves the QP to RTR and RTS, then sends the REP; ESTABLISHED follows the
+// RTU. For UD it sends a SIDR_REP.
+func (id *ID) Accept(p ConnParam) error {
+	cm := id.cm
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	if id.state != stReqRcvd {
+		return id.errorf("accept", syscall.EINVAL, "no connection request pending (state %v)", id.state)
+	}
+	if id.ps == PSUDP || id.rqkey != 0 {
+		return id.acceptSIDR(p)
+	}
+	if len(p.PrivateData) > mad.RDMACMMaxREPPrivateData {
+		return id.errorf("accept", syscall.EINVAL, "private data of %d bytes: at most %d", len(p.PrivateData), mad.RDMACMMaxREPPrivateData)
+	}
+	if id.qp == nil {
+		return id.errorf("accept", syscall.EINVAL, "no QP: call CreateQP first")
+	}
+	if p.RNRRetryCount > 7 {
+		return id.errorf("accept", syscall.EINVAL, "rnr_retry_count %d: valid 0-7", p.RNRRetryCount)
+	}
+	id.local = p
+	id.psn = cm.rng.Uint32() & 0xFFFFFF
+	if err := id.rtrRTS(p.ResponderResources, p.InitiatorDepth, id.reqRetry, id.reqRNR); err != nil {
+		return err
+	}
+	f := mad.REPFields{LocalCommID: id.lcid, RemoteCommID: id.rcid, LocalQPN: id.qp.Num(), StartingPSN: id.psn,
+		ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth, TargetACKDelay: targetACKDelay,
+		RNRRetryCount: p.RNRRetryCount, LocalCAGUID: id.ag.dev.GUID()}
+	copy(f.PrivateData[:], p.PrivateData)
+	id.msg = buildMAD(mad.AttrREP, id.tid, f)
+	id.msgQPN = 1
+	id.state = stRepSent
+	id.sendArm()
+	return nil
+}
+
+// Reject is rdma_reject: a REJ with reason Consumer Reject (28) and private
+// data (at most 148 bytes).
+func (id *ID) Reject(privateData []byte) error {
+	cm := id.cm
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	if id.state != stReqRcvd {
+		return id.errorf("reject", syscall.EINVAL, "no connection request pending (state %v)", id.state)
+	}
+	if id.rqkey != 0 {
+		return id.rejectSIDR(privateData)
+	}
+	if len(privateData) > mad.RDMACMMaxREJPrivateData {
+		return id.errorf("reject", syscall.EINVAL, "private data of %d bytes: at most %d", len(privateData), mad.RDMACMMaxREJPrivateData)
+	}
+	id.sendREJ(mad.MsgREQ, mad.RejectConsumer, privateData)
+	id.forget()
+	id.state = stDone
+	return nil
+}
+
+// Disconnect is rdma_disconnect: the QP goes to ERR and a DREQ is sent, or,
+// after the peer's DREQ (DISCONNECTED delivered), the DREP. DISCONNECTED
+// follows the DREP (or the DREQ's last timeout), TIMEWAIT_EXIT the timewait.
+func (id *ID) Disconnect() error {
+	cm := id.cm
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	switch id.state {
+	case stEstablished, stRepSent:
+		id.disarm()
+		id.toErr()
+		id.msg = buildMAD(mad.AttrDREQ, id.ag.tid(id.lcid), mad.DREQFields{LocalCommID: id.lcid, RemoteCommID: id.rcid, RemoteQPN: id.rqpn})
+		id.msgQPN = 1
+		id.state = stDreqSent
+		id.sendArm()
+		return nil
+	case stDreqRcvd:
+		id.toErr()
+		id.ag.send(id.rgid, id.sgid, id.tos, id.lastDREP, 1)
+		id.enterTimewait()
+		return nil
+	}
+	return id.errorf("disconnect", syscall.EINVAL, "not connected (state %v)", id.state)
+}
+
+// Destroy is rdma_destroy_id: what the ID still owes the peer is sent (REJ
+// for an unanswered request, DREQ for a connection, DREP for a DREQ), and
+// its timers stop. The QP, if any, is destroyed.
+func (id *ID) Destroy() error {
+	cm := id.cm
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	if id.state == stDestroyed {
+		return nil
+	}
+	if !cm.closed && id.ag != nil {
+		switch id.state {
+		case stReqRcvd:
+			if id.rqkey == 0 {
+				id.sendREJ(mad.MsgREQ, mad.RejectConsumer, nil)
+			}
+		case stReqSent:
+			if id.ps != PSUDP {
+				id.sendREJ(mad.MsgREQ, mad.RejectTimeout, nil)
+			}
+		case stEstablished, stRepSent:
+			id.ag.send(id.rgid, id.sgid, id.tos, buildMAD(mad.AttrDREQ, id.ag.tid(id.lcid),
+				mad.DREQFields{LocalCommID: id.lcid, RemoteCommID: id.rcid, RemoteQPN: id.rqpn}), 1)
+		case stDreqRcvd:
+			id.ag.send(id.rgid, id.sgid, id.tos, id.lastDREP, 1)
+		}
+	}
+	id.disarm()
+	id.stopTimewait()
+	id.forget()
+	id.unbind()
+	if id.state == stListen {
+		delete(cm.listeners, portKey{id.ps, id.src.Port()})
+	}
+	delete(cm.ids, id)
+	id.state = stDestroyed
+	var err error
+	if id.qp != nil {
+		err = id.qp.Destroy()
+		id.qp = nil
+	}
+	return err
+}
