@@ -19,8 +19,9 @@ import (
 //go:embed demo/rping.pcap
 var demoPcap []byte
 
-const demoIntro = `goroce's engine is not wired into roce yet; meanwhile, here is a real rxe capture
-of rping decoded by goroce's wire layer, with every ICRC verified.
+const demoIntro = `The loopback demo of goroce's own engine comes with RDMA CM; meanwhile, here is
+a real Linux rxe capture of rping decoded by goroce's wire layer, with every
+ICRC verified.
 
 RoCE v2 (RDMA over Converged Ethernet, version 2) carries InfiniBand transport
 packets in UDP datagrams to port 4791: a Base Transport Header (opcode,
@@ -54,7 +55,8 @@ bundled in the binary: RDMA CM connection setup, SEND, RDMA READ, RDMA WRITE,
 ACKs and disconnect, with every ICRC recomputed and checked. It needs no
 root, no network and no RDMA hardware.
 
-goroce's own engine is not wired into roce yet; when it is, demo will run it.`,
+The loopback demo of goroce's own engine comes with RDMA CM; until then demo
+shows this capture.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return demo(cmd.OutOrStdout(), all)

@@ -316,7 +316,7 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
 	for _, want := range []string{
-		"goroce's engine is not wired into roce yet; meanwhile, here is a real rxe capture\nof rping decoded by goroce's wire layer, with every ICRC verified.",
+		"The loopback demo of goroce's own engine comes with RDMA CM; meanwhile, here is\na real Linux rxe capture of rping decoded by goroce's wire layer, with every\nICRC verified.",
 		"RoCE v2", "rping -s -a 192.0.2.11 -v -C 10",
 		"CM REQ", "CM REP", "CM RTU", "RC_RDMA_READ_REQUEST", "RC_RDMA_WRITE_ONLY", "RC_ACKNOWLEDGE", "CM DREQ", "CM DREP",
 		"rping.pcap: 125 RoCE packets (125 ICRC ok), 2 other frames skipped.",

@@ -73,9 +73,28 @@ func Start(t testing.TB) *Lab {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-		f.Close()
-		t.Fatal(err)
+	// Wait for the lock, saying so, and give up after 20 minutes rather
+	// than hang until go test's timeout. (A process started under the lock
+	// that daemonizes, such as `flock LOCK lab/up`, keeps it: lab.Start's own
+	// children do not inherit it, the file being close-on-exec.)
+	deadline := time.Now().Add(20 * time.Minute)
+	for next := time.Now(); ; time.Sleep(time.Second) {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if err != unix.EWOULDBLOCK {
+			f.Close()
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			f.Close()
+			t.Fatalf("the lab lock %s has been held by another process for 20 minutes (lsof %s shows which)", lockPath, lockPath)
+		}
+		if time.Now().After(next) {
+			t.Logf("waiting for the lab lock %s, held by another test or tool", lockPath)
+			next = time.Now().Add(30 * time.Second)
+		}
 	}
 	t.Cleanup(func() { f.Close() })
 	l := &Lab{Dir: dir}
