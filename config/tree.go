@@ -483,43 +483,42 @@ func checkDevName(op, dev string, port int, attr string) error {
 // ReadMode reads rdma_cm/<dev>/ports/<port>/default_roce_mode:
 // "RoCE v2\n" or "IB/RoCE v1\n". Like the file, it needs the device
 // directory (ENOENT without it); DefaultMode does not.
-func (t *Tree) ReadMode(dev string, port int) (string, error) {
-	if err := checkDevName("read", dev, port, AttrMode); err != nil {
-		return "", err
-	}
-	b, err := t.ReadFile(attrPath(dev, port, AttrMode))
-	return string(b), err
-}
+func (t *Tree) ReadMode(dev string, port int) (string, error) { return t.readAttr(dev, port, AttrMode) }
 
 // WriteMode writes data to rdma_cm/<dev>/ports/<port>/default_roce_mode:
 // "RoCE v2" or "IB/RoCE v1", with or without one newline, and only a mode
 // the port speaks; anything else is EINVAL, naming the port's modes, and
 // changes nothing. See WriteFile.
 func (t *Tree) WriteMode(dev string, port int, data []byte) error {
-	if err := checkDevName("write", dev, port, AttrMode); err != nil {
-		return err
-	}
-	return t.WriteFile(attrPath(dev, port, AttrMode), data)
+	return t.writeAttr(dev, port, AttrMode, data)
 }
 
 // ReadTOS reads rdma_cm/<dev>/ports/<port>/default_roce_tos: the ToS in
 // decimal and a newline. It needs the device directory; DefaultTOS does not.
-func (t *Tree) ReadTOS(dev string, port int) (string, error) {
-	if err := checkDevName("read", dev, port, AttrTOS); err != nil {
-		return "", err
-	}
-	b, err := t.ReadFile(attrPath(dev, port, AttrTOS))
-	return string(b), err
-}
+func (t *Tree) ReadTOS(dev string, port int) (string, error) { return t.readAttr(dev, port, AttrTOS) }
 
 // WriteTOS writes data to rdma_cm/<dev>/ports/<port>/default_roce_tos: 0..255
 // as kstrtou8 reads it (ParseTOS); ERANGE above 255, EINVAL for anything
 // else, and then nothing changes. See WriteFile.
 func (t *Tree) WriteTOS(dev string, port int, data []byte) error {
-	if err := checkDevName("write", dev, port, AttrTOS); err != nil {
+	return t.writeAttr(dev, port, AttrTOS, data)
+}
+
+// readAttr reads one attribute file of a port, the device name checked first.
+func (t *Tree) readAttr(dev string, port int, attr string) (string, error) {
+	if err := checkDevName("read", dev, port, attr); err != nil {
+		return "", err
+	}
+	b, err := t.ReadFile(attrPath(dev, port, attr))
+	return string(b), err
+}
+
+// writeAttr writes one attribute file of a port, the device name checked first.
+func (t *Tree) writeAttr(dev string, port int, attr string, data []byte) error {
+	if err := checkDevName("write", dev, port, attr); err != nil {
 		return err
 	}
-	return t.WriteFile(attrPath(dev, port, AttrTOS), data)
+	return t.WriteFile(attrPath(dev, port, attr), data)
 }
 
 // portOf checks a port number as the kernel's cma_get/set_default_*
