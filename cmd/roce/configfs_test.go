@@ -112,11 +112,9 @@ func TestConfigfsProcesses(t *testing.T) {
 	if err := mount.Start(); err != nil {
 		t.Fatal(err)
 	}
+	w := &fuseWatch{t: t, mnt: mnt, server: mount, stderr: &stderr}
 	t.Cleanup(func() {
-		if mount.ProcessState == nil {
-			mount.Process.Signal(syscall.SIGTERM)
-			mount.Wait()
-		}
+		w.stopServer()
 		detach(t, mnt)
 	})
 	line := firstLine(t, io.TeeReader(pipe, &stderr))
@@ -126,7 +124,7 @@ func TestConfigfsProcesses(t *testing.T) {
 	if !isMounted(t, mnt) {
 		t.Fatal("not mounted")
 	}
-	if err := os.Mkdir(mnt+"/rdma_cm/rxe1", 0o755); err != nil {
+	if err := w.within("mkdir", func() error { return os.Mkdir(mnt+"/rdma_cm/rxe1", 0o755) }); err != nil {
 		t.Fatal(err)
 	}
 
@@ -139,8 +137,15 @@ func TestConfigfsProcesses(t *testing.T) {
 wait $w1 && wait $w2 && wait $r1 && wait $r2`
 	sh := exec.Command("bash", "-c", script)
 	sh.Env = append(os.Environ(), "MNT="+mnt, "ROCE="+roceBin, "DIR="+dir, "OUT="+out)
-	if b, err := sh.CombinedOutput(); err != nil {
-		t.Fatalf("%v\n%s", err, b)
+	var shOut bytes.Buffer
+	sh.Stdout, sh.Stderr = &shOut, &shOut
+	sh.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := sh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(-sh.Process.Pid, syscall.SIGKILL) // the loops, if the test fails while they run
+	if err := w.within("the shell loops", sh.Wait); err != nil {
+		t.Fatalf("%v\n%s", err, shOut.String())
 	}
 	check := func(file string, n int, valid func(string) bool) {
 		b, err := os.ReadFile(filepath.Join(out, file))
@@ -160,15 +165,17 @@ wait $w1 && wait $w2 && wait $r1 && wait $r2`
 	check("modes", 300, func(l string) bool { return l == "RoCE v2" || l == "IB/RoCE v1" })
 	check("tos", 50, func(l string) bool { n, err := strconv.Atoi(l); return err == nil && n >= 0 && n <= 100 })
 	for file, want := range map[string]string{"default_roce_mode": "RoCE v2\n", "default_roce_tos": "100\n"} {
-		if b, err := os.ReadFile(mnt + "/rdma_cm/rxe1/ports/1/" + file); err != nil || string(b) != want {
+		var b []byte
+		err := w.within("read "+file, func() (err error) {
+			b, err = os.ReadFile(mnt + "/rdma_cm/rxe1/ports/1/" + file)
+			return err
+		})
+		if err != nil || string(b) != want {
 			t.Errorf("%s: %q, %v; want %q", file, b, err, want)
 		}
 	}
 
-	if err := mount.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if err := mount.Wait(); err != nil {
+	if err := w.stopServer(); err != nil {
 		t.Errorf("roce configfs mount after SIGTERM: %v\n%s", err, stderr.String())
 	}
 	if isMounted(t, mnt) {
@@ -193,16 +200,24 @@ func TestConfigfsUnmounted(t *testing.T) {
 	if l := firstLine(t, pr); !strings.Contains(l, "serving") {
 		t.Fatalf("stderr %q", l)
 	}
-	if b, err := os.ReadFile(mnt + "/rdma_cm/rxe0/ports/1/default_roce_mode"); err == nil {
+	w := &fuseWatch{t: t, mnt: mnt}
+	read := func(file string) (b []byte, err error) {
+		err = w.within("read "+file, func() (err error) {
+			b, err = os.ReadFile(file)
+			return err
+		})
+		return b, err
+	}
+	if b, err := read(mnt + "/rdma_cm/rxe0/ports/1/default_roce_mode"); err == nil {
 		t.Errorf("read without mkdir: %q", b)
 	}
-	if err := os.Mkdir(mnt+"/rdma_cm/rxe0", 0o755); err != nil {
+	if err := w.within("mkdir", func() error { return os.Mkdir(mnt+"/rdma_cm/rxe0", 0o755) }); err != nil {
 		t.Fatal(err)
 	}
-	if b, err := os.ReadFile(mnt + "/rdma_cm/rxe0/ports/1/default_roce_mode"); err != nil || string(b) != "RoCE v2\n" {
+	if b, err := read(mnt + "/rdma_cm/rxe0/ports/1/default_roce_mode"); err != nil || string(b) != "RoCE v2\n" {
 		t.Errorf("default_roce_mode: %q, %v", b, err)
 	}
-	if err := syscall.Unmount(mnt, 0); err != nil {
+	if err := w.within("umount", func() error { return syscall.Unmount(mnt, 0) }); err != nil {
 		t.Fatal(err)
 	}
 	select {
