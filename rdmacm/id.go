@@ -426,12 +426,19 @@ func (id *ID) Listen(backlog int) error {
 }
 
 // rtrRTS moves the connected QP to RTR then RTS. Called with cm.mu held.
+//
+// Each side's Starting PSN (in its REQ or REP) is the PSN it expects to
+// receive, as Linux's cm.c uses it (ib_send_cm_rep takes its rq_psn from
+// the REP it sends; cm_rep_handler its sq_psn from the REP it gets): so
+// the receive queue starts at our own PSN and the send queue at the
+// peer's. The rping capture in ../shared/traces shows it: the client's
+// first SEND carries the REP's PSN, the server's first READ the REQ's.
 func (id *ID) rtrRTS(maxDestRd, maxRd, retry, rnr uint8) error {
 	if id.qp == nil {
 		return nil
 	}
 	mtu := id.mtu
-	rtr := &verbs.QPAttr{State: verbs.QPSRTR, PathMTU: mtu, DestQPN: id.rqpn, RQPSN: wirePSN(id.rpsn),
+	rtr := &verbs.QPAttr{State: verbs.QPSRTR, PathMTU: mtu, DestQPN: id.rqpn, RQPSN: wirePSN(id.psn),
 		MaxDestRdAtomic: maxDestRd, MinRNRTimer: 0,
 		AH: verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: id.rgid, FlowLabel: id.flow,
 			SGIDIndex: id.sgid, HopLimit: hopLimit, TrafficClass: id.tos}}}
@@ -439,7 +446,7 @@ func (id *ID) rtrRTS(maxDestRd, maxRd, retry, rnr uint8) error {
 		verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer); err != nil {
 		return err
 	}
-	rts := &verbs.QPAttr{State: verbs.QPSRTS, SQPSN: wirePSN(id.psn), Timeout: localACKTimeout, RetryCnt: retry,
+	rts := &verbs.QPAttr{State: verbs.QPSRTS, SQPSN: wirePSN(id.rpsn), Timeout: localACKTimeout, RetryCnt: retry,
 		RNRRetry: rnr, MaxRdAtomic: maxRd}
 	return id.qp.Modify(rts, verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|
 		verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic)

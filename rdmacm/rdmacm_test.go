@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/netip"
+	"sync"
 	"syscall"
 	"testing"
 	"testing/synctest"
@@ -525,4 +526,48 @@ func TestRemoveDevice(t *testing.T) {
 	if err := cm2.AddDevice(a.dev); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestStartingPSN: each side's Starting PSN is the PSN it expects to
+// receive, as Linux uses it (ib_send_cm_rep sets the passive side's rq_psn
+// from its REP; the rping capture shows the client's first SEND carrying
+// the REP's PSN and the server's first READ the REQ's). Linux rxe NAKs
+// (PSN sequence error) a peer that reads the fields the other way round.
+func TestStartingPSN(t *testing.T) {
+	var mu sync.Mutex
+	var reqPSN, repPSN uint32
+	hook := func(in *inbound) {
+		m, err := mad.Parse(in.mad)
+		if err != nil {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if r, ok := m.REQ(); ok {
+			reqPSN = r.StartingPSN()
+		}
+		if r, ok := m.REP(); ok {
+			repPSN = r.StartingPSN()
+		}
+	}
+	a, b := newSidesHook(t, "", fastOptions, fastOptions, hook, hook)
+	ca, cb := connect(t, a, b, nil, nil)
+	mu.Lock()
+	defer mu.Unlock()
+	active, passive := ca.QP().Query(), cb.QP().Query()
+	for _, c := range []struct {
+		what      string
+		got, want uint32
+	}{
+		{"active sq_psn (the REP's)", uint32(active.SQPSN), repPSN},
+		{"active rq_psn (the REQ's)", uint32(active.RQPSN), reqPSN},
+		{"passive sq_psn (the REQ's)", uint32(passive.SQPSN), reqPSN},
+		{"passive rq_psn (the REP's)", uint32(passive.RQPSN), repPSN},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: %#x, want %#x", c.what, c.got, c.want)
+		}
+	}
+	ca.Destroy()
+	cb.Destroy()
 }
