@@ -1,6 +1,12 @@
 package transport
 
-import "sync/atomic"
+import (
+	"cmp"
+	"slices"
+	"sync/atomic"
+
+	"github.com/goroce/goroce/wire"
+)
 
 // Counter identifies one transport counter.
 type Counter int
@@ -59,4 +65,39 @@ func (c *Counters) Snapshot() map[string]uint64 {
 		m[CounterNames[k]] = c[k].Load()
 	}
 	return m
+}
+
+// QPInfo is what `rdma res show qp` shows of a QP (rxe fills the same
+// fields from rxe_qp_to_attr: sq_psn is the requester's next PSN, rq_psn the
+// responder's expected PSN).
+type QPInfo struct {
+	QPN     uint32
+	Type    QPType
+	State   QPState
+	DestQPN uint32   // rqpn; meaningful for RC and UC from RTR on
+	SQPSN   wire.PSN // next PSN the requester sends
+	RQPSN   wire.PSN // PSN the responder expects next
+	PDN     uint32   // the protection domain's number
+	PathMTU MTU
+}
+
+// Info returns the QP's resource view. It takes the QP's mutex briefly.
+func (q *QP) Info() QPInfo {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return QPInfo{QPN: q.num, Type: q.typ, State: q.state, DestQPN: q.attr.DestQPN,
+		SQPSN: q.req.psn, RQPSN: q.resp.psn, PDN: q.pd.pd.ID(), PathMTU: q.attr.PathMTU}
+}
+
+// QPs returns the device's live QPs in QPN order, for resource and
+// statistics tools (rdma res show qp, rdma statistic qp show).
+func (d *Device) QPs() []*QP {
+	d.mu.RLock()
+	qps := make([]*QP, 0, len(d.qps))
+	for _, q := range d.qps {
+		qps = append(qps, q)
+	}
+	d.mu.RUnlock()
+	slices.SortFunc(qps, func(a, b *QP) int { return cmp.Compare(a.num, b.num) })
+	return qps
 }
