@@ -47,6 +47,7 @@ type Device struct {
 	wg      sync.WaitGroup
 	udp     *udp.Link
 	raw     *afpacket.Link
+	ctl     controlState // the control socket (control.go)
 }
 
 // ErrBusy is wrapped by Open's error when another process has the device open.
@@ -151,12 +152,18 @@ func Open(name string, o Options) (*Device, error) {
 	if o.Wrap != nil {
 		l = o.Wrap(l)
 	}
+	d.ctl.tap = &tap{Link: l} // captures through the control socket
+	l = d.ctl.tap
 	dev, err := verbs.Open(verbs.DeviceConfig{Name: name, Link: l, MAC: d.Netdev.MAC, GIDs: d.gids.Entries(),
 		ActiveMTU: ActiveMTU(d.Netdev.MTU)})
 	if err != nil {
 		return fail(err)
 	}
 	d.Device = dev
+	if err := d.startControl(); err != nil {
+		dev.Close()
+		return fail(fmt.Errorf("open %s: %w", name, err))
+	}
 	d.publish()
 	return d, nil
 }
@@ -297,6 +304,7 @@ func (d *Device) publish() {
 
 // Close stops the device, closes its links and releases its lock.
 func (d *Device) Close() error {
+	d.stopControl()
 	var err error
 	if d.Device != nil {
 		err = d.Device.Close()
@@ -306,6 +314,7 @@ func (d *Device) Close() error {
 }
 
 func (d *Device) closeAll() {
+	d.stopControl()
 	select {
 	case <-d.stop:
 	default:

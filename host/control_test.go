@@ -1,0 +1,298 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/gopacket/pcapgo"
+
+	"github.com/goroce/goroce/verbs"
+	"github.com/goroce/goroce/verbs/verbstest"
+	"github.com/goroce/goroce/wire"
+)
+
+// loDevice registers a RoCE v2 device on lo in a fresh runtime directory.
+func loDevice(t *testing.T) *Registry {
+	t.Helper()
+	ns, err := CurrentNetns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewRegistry(t.TempDir())
+	if err := r.Add(DeviceDef{Name: "rxe0", Type: "rxe", Netdev: "lo", Netns: ns, Versions: VersionsV2}); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// loopQPs makes two RC QPs on d connected to each other over 127.0.0.1.
+func loopQPs(t *testing.T, d *Device) (pd *verbs.PD, cq *verbs.CQ, a, b *verbs.QP) {
+	t.Helper()
+	gidx := -1
+	for i, g := range d.GIDs() {
+		if g.GID == netip.MustParseAddr("::ffff:127.0.0.1") {
+			gidx = i
+		}
+	}
+	if gidx < 0 {
+		t.Fatalf("no 127.0.0.1 GID in %v", d.GIDs())
+	}
+	pd, err := d.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cq, err = d.CreateCQ(4096); err != nil {
+		t.Fatal(err)
+	}
+	init := verbs.QPInitAttr{Type: verbs.RC, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	if a, err = pd.CreateQP(init); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = pd.CreateQP(init); err != nil {
+		t.Fatal(err)
+	}
+	o := verbstest.Options{QPAccess: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessLocalWrite}
+	gid := netip.MustParseAddr("::ffff:127.0.0.1")
+	if err := verbstest.ConnectQP(a, b.Num(), gid, uint8(gidx), o); err != nil {
+		t.Fatal(err)
+	}
+	if err := verbstest.ConnectQP(b, a.Num(), gid, uint8(gidx), o); err != nil {
+		t.Fatal(err)
+	}
+	return pd, cq, a, b
+}
+
+// readCapture reads a capture's pcapng stream to its end: the frames and
+// the last statistics block.
+type captureResult struct {
+	frames  [][]byte
+	stats   pcapgo.NgInterfaceStatistics
+	gotISB  bool
+	linkErr error
+}
+
+func readCapture(s io.Reader) captureResult {
+	var res captureResult
+	opts := pcapgo.DefaultNgReaderOptions
+	opts.StatisticsCallback = func(_ int, st pcapgo.NgInterfaceStatistics) { res.stats, res.gotISB = st, true }
+	ng, err := pcapgo.NewNgReader(s, opts)
+	if err != nil {
+		res.linkErr = err
+		return res
+	}
+	for {
+		data, _, err := ng.ReadPacketData()
+		if err == io.EOF {
+			return res
+		}
+		if err != nil {
+			res.linkErr = err
+			return res
+		}
+		res.frames = append(res.frames, append([]byte(nil), data...))
+	}
+}
+
+func TestControlNotRunning(t *testing.T) {
+	r := loDevice(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := r.Counters(ctx, "rxe0"); !errors.Is(err, ErrNotRunning) {
+		t.Errorf("counters of a device nobody runs: %v, want ErrNotRunning", err)
+	}
+	if _, err := r.Resources(ctx, "rxe9"); !errors.Is(err, syscall.ENODEV) {
+		t.Errorf("resources of an unknown device: %v, want ENODEV", err)
+	}
+	if _, err := r.Capture(ctx, "rxe0"); !errors.Is(err, ErrNotRunning) {
+		t.Errorf("capture of a device nobody runs: %v, want ErrNotRunning", err)
+	}
+}
+
+// TestControlLoopback opens a device on lo as its owner would, runs RDMA
+// WRITEs between two of its QPs, and reads counters, resources and two
+// captures at once through the control socket: one that keeps up, one that
+// reads nothing until the end and so drops, and says how many.
+func TestControlLoopback(t *testing.T) {
+	r := loDevice(t)
+	defer func(n int) { captureQueueLen = n }(captureQueueLen)
+	captureQueueLen = 64
+
+	// A dead owner's socket is in the way: Open replaces it.
+	sock := r.ControlSocket("rxe0")
+	if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(sock, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d, err := Open("rxe0", Options{RunDir: r.Dir, Unprivileged: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	st, err := os.Stat(sock)
+	if err != nil || st.Mode()&os.ModeSocket == 0 || st.Mode().Perm() != 0o600 {
+		t.Fatalf("control socket %s: %v, %v; want a socket with mode 0600", sock, st.Mode(), err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pd, cq, a, b := loopQPs(t, d)
+	remove := d.AddCMIDSource(func() []CMID {
+		return []CMID{{Port: 1, ID: 3, LQPN: a.Num(), QPType: "RC", State: "CONNECT", PS: "TCP", SrcAddr: "127.0.0.1:7174", DstAddr: "127.0.0.1:40000"}}
+	})
+	d.CountCMEvent("RDMA_CM_EVENT_ESTABLISHED")
+
+	fast, err := r.Capture(ctx, "rxe0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fast.Close()
+	slow, err := r.Capture(ctx, "rxe0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	fastc := make(chan captureResult, 1)
+	go func() { fastc <- readCapture(fast) }()
+
+	// Wait until both captures are subscribed (the reply line is sent after).
+	src, dst := make([]byte, 1<<20), make([]byte, 1<<20)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	mrA, err := pd.RegMR(src, verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mrB, err := pd.RegMR(dst, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const writes = 4
+	for i := range writes {
+		if err := a.PostSend(verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGList: []verbs.SGE{mrA.SGE(0, len(src))}, RemoteAddr: mrB.Addr(), RKey: mrB.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+		verbstest.MustSucceed(t, cq)
+	}
+
+	rep, err := r.Counters(ctx, "rxe0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Device != "rxe0" || rep.Owner.PID != os.Getpid() || rep.Counters["sent_pkts"] < writes*1024 ||
+		rep.Counters["rcvd_pkts"] < writes*1024 || rep.Link["tx_packets"] == 0 || rep.CMEvents["RDMA_CM_EVENT_ESTABLISHED"] != 1 {
+		t.Errorf("counters: %+v", rep)
+	}
+	if len(rep.QPs) != 2 || rep.QPs[0].LQPN != a.Num() || rep.QPs[0].Counters["sent_pkts"] < writes*1024 || rep.QPs[0].State != "RTS" {
+		t.Errorf("QP counters: %+v", rep.QPs)
+	}
+	res, err := r.Resources(ctx, "rxe0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.QPs) != 2 {
+		t.Fatalf("resources: %+v", res)
+	}
+	qa, qb := res.QPs[0], res.QPs[1]
+	if qa.LQPN != a.Num() || qa.RQPN != b.Num() || qb.RQPN != a.Num() || qa.Type != "RC" || qa.State != "RTS" ||
+		qa.SQPSN != uint32(wire.PSN(0x1000).Add(writes*1024)) || qb.RQPSN != qa.SQPSN || qa.PathMTU != 1024 || qb.PDN != qa.PDN {
+		t.Errorf("QPs: %+v", res.QPs)
+	}
+	if len(res.CMIDs) != 1 || res.CMIDs[0].State != "CONNECT" || res.CMIDs[0].LQPN != a.Num() {
+		t.Errorf("CM IDs: %+v", res.CMIDs)
+	}
+	remove()
+	if res, err := r.Resources(ctx, "rxe0"); err != nil || len(res.CMIDs) != 0 {
+		t.Errorf("CM IDs after their source is removed: %+v, %v", res, err)
+	}
+
+	// End both captures: each ends with what it had queued, the final
+	// statistics and EOF.
+	fast.Stop()
+	slow.Stop()
+	fr := <-fastc
+	sr := readCapture(slow)
+	for _, c := range []struct {
+		name string
+		r    captureResult
+	}{{"fast", fr}, {"slow", sr}} {
+		if c.r.linkErr != nil || !c.r.gotISB {
+			t.Fatalf("%s capture: %v, statistics block %v", c.name, c.r.linkErr, c.r.gotISB)
+		}
+		if c.r.stats.PacketsReceived != uint64(len(c.r.frames))+c.r.stats.PacketsDropped {
+			t.Errorf("%s capture: %d frames, statistics %+v", c.name, len(c.r.frames), c.r.stats)
+		}
+		// Every frame is a RoCE v2 packet over IPv4 with a good ICRC.
+		for i, f := range c.r.frames {
+			var p wire.Packet
+			if err := p.ParseFrame(f, wire.RoCEv2Port); err != nil {
+				t.Fatalf("%s capture frame %d: %v", c.name, i+1, err)
+			}
+			if err := p.VerifyICRC(); err != nil {
+				t.Fatalf("%s capture frame %d: %v", c.name, i+1, err)
+			}
+		}
+	}
+	if n := uint64(len(fr.frames)) + fr.stats.PacketsDropped; n < writes*1024 {
+		t.Errorf("fast capture saw %d packets; the device sent %d", n, rep.Counters["sent_pkts"])
+	}
+	if sr.stats.PacketsDropped == 0 {
+		t.Errorf("the capture that did not read dropped nothing: %+v, %d frames", sr.stats, len(sr.frames))
+	}
+	t.Logf("fast capture: %d frames, %d dropped; slow capture: %d frames, %d dropped",
+		len(fr.frames), fr.stats.PacketsDropped, len(sr.frames), sr.stats.PacketsDropped)
+
+	// Close removes the socket; the device is no longer running.
+	d.Close()
+	if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket after Close: %v", err)
+	}
+	if _, err := r.Counters(ctx, "rxe0"); !errors.Is(err, ErrNotRunning) {
+		t.Errorf("counters after Close: %v", err)
+	}
+}
+
+// A client that connects and sends nothing, or garbage, does not hold up
+// the owner's Close.
+func TestControlBadClients(t *testing.T) {
+	r := loDevice(t)
+	d, err := Open("rxe0", Options{RunDir: r.Dir, Unprivileged: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle, err := net.Dial("unix", r.ControlSocket("rxe0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	bad, err := net.Dial("unix", r.ControlSocket("rxe0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Close()
+	bad.Write([]byte("{\"op\":\"reboot\"}\n"))
+	bad.SetReadDeadline(time.Now().Add(10 * time.Second))
+	b, _ := io.ReadAll(bad)
+	if !strings.Contains(string(b), `unknown request \"reboot\"`) {
+		t.Errorf("reply to an unknown request: %q", b)
+	}
+	done := make(chan struct{})
+	go func() { d.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close hangs on an idle control client")
+	}
+}
