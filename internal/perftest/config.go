@@ -1,0 +1,258 @@
+// Package perftest is linux-rdma perftest's ib_write_bw, ib_read_bw,
+// ib_send_bw, ib_atomic_bw, ib_write_lat, ib_read_lat, ib_send_lat and
+// ib_atomic_lat in Go, wire-compatible with perftest 6.06 (Debian's 4.5
+// package) in both roles: the same TCP exchange of versions, MTU and QP
+// data on port 18515, the same QP attributes and traffic, the same banner
+// and result tables.
+package perftest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+)
+
+// Verb is the operation under test; the values are perftest's VerbType.
+type Verb int
+
+const (
+	Send   Verb = 0
+	Write  Verb = 1
+	Read   Verb = 2
+	Atomic Verb = 3
+)
+
+var verbNames = [...]string{"Send", "RDMA_Write", "RDMA_Read", "Atomic"}
+
+func (v Verb) String() string {
+	if v >= 0 && int(v) < len(verbNames) {
+		return verbNames[v]
+	}
+	return fmt.Sprintf("Verb(%d)", int(v))
+}
+
+// Atomic operations (-A); the names are perftest's.
+const (
+	FetchAndAdd = "FETCH_AND_ADD"
+	CmpAndSwap  = "CMP_AND_SWAP"
+)
+
+// Limits and defaults of perftest_parameters.h.
+const (
+	DefaultPort   = 18515
+	maxSize       = 8388608 // MAX_SIZE: -a runs 2 B .. 8 MiB
+	defSizeBW     = 65536
+	defSizeLat    = 2
+	defSizeAtomic = 8
+	defItersWB    = 5000 // ib_write_bw
+	defIters      = 1000
+	defTxBW       = 128
+	defTxLat      = 1
+	defRxSend     = 512
+	defCQMod      = 100
+	cqModLimit    = 8192 // MSG_SIZE_CQ_MOD_LIMIT: above it, a CQE per message
+	minIters      = 5
+	minRNRTimer   = 12
+	latTail       = 2 // LAT_MEASURE_TAIL: the slowest samples left out
+	maxPeakIters  = 20000
+	atomicAdd     = 1 // ATOMIC_ADD_VALUE
+	atomicSwap    = 0 // ATOMIC_SWAP_VALUE
+)
+
+// Config mirrors perftest's options.
+type Config struct {
+	Verb   Verb
+	Lat    bool   // ib_*_lat instead of ib_*_bw
+	Atomic string // -A: FETCH_AND_ADD (default) or CMP_AND_SWAP
+	Server string // the server's address (client role); "" = server role
+	Port   int    // -p: TCP port of the exchange, default 18515
+	IBPort int    // -i, default 1
+	Size   int    // -s; 0 = perftest's default (BW 65536, latency 2, atomic 8)
+	Iters  int    // -n; 0 = default (ib_write_bw 5000, others 1000)
+	// Duration (-D) runs for this long instead of Iters, measuring the
+	// middle half (perftest's margin, -f, is a quarter each side).
+	Duration    time.Duration
+	All         bool // -a: sizes 2 B to 8 MiB
+	GIDIndex    int  // -x; -1 picks as perftest does (IPv4 unless IPv6, RoCE v2 over v1)
+	IPv6        bool // --ipv6: prefer an IPv6 GID when picking
+	MTU         int  // -m in bytes; 0 = the port's active MTU
+	NumQPs      int  // -q, default 1
+	TxDepth     int  // -t; 0 = default (BW 128, latency 1)
+	RxDepth     int  // -r; 0 = default (SEND 512)
+	CQMod       int  // -Q; 0 = default (100)
+	OutReads    int  // -o; 0 = the device maximum (READ and atomics)
+	QPTimeout   int  // -u, default 14
+	ReportGbits bool // --report_gbits: Gb/sec instead of MB/sec (MiB)
+	OutJSON     bool // --out_json
+	JSONFile    string
+	Device      string    // the device name for the banner
+	Out         io.Writer // the tool's output (stdout)
+	Progress    io.Writer // a progress line per second in -D runs (stderr)
+	// Dial, if set, opens the client's TCP connection; otherwise net.Dialer.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Listener, if set, is the server's listening socket; otherwise the
+	// server listens on Port.
+	Listener net.Listener
+	// Verify makes a goroce-to-goroce run check the data: the server checks
+	// what WRITE and SEND placed and what FETCH_AND_ADD summed, the client
+	// what READ brought back. perftest peers do not fill buffers this way.
+	Verify bool
+}
+
+// ErrUsage marks a configuration perftest would refuse.
+var ErrUsage = errors.New("invalid configuration")
+
+func usage(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", ErrUsage, fmt.Sprintf(format, a...))
+}
+
+// params are Config with perftest's defaults and dependencies applied
+// (init_perftest_params, force_dependecies).
+type params struct {
+	Config
+	client   bool
+	atomicFA bool
+	noPeak   bool
+	margin   time.Duration
+}
+
+func (c Config) resolve() (*params, error) {
+	p := &params{Config: c, client: c.Server != ""}
+	if p.Verb < Send || p.Verb > Atomic {
+		return nil, usage("unknown verb %d", int(p.Verb))
+	}
+	if p.Port == 0 {
+		p.Port = DefaultPort
+	}
+	if p.Port < 0 || p.Port > 65535 {
+		return nil, usage("-p %d: port must be 0-65535", p.Port)
+	}
+	if p.IBPort == 0 {
+		p.IBPort = 1
+	}
+	if p.NumQPs == 0 {
+		p.NumQPs = 1
+	}
+	if p.NumQPs < 1 || p.NumQPs > 1024 {
+		return nil, usage("-q %d: number of QPs must be 1-1024", p.NumQPs)
+	}
+	if p.Lat && p.NumQPs > 1 {
+		return nil, usage("-q %d: latency tests run on one QP", p.NumQPs)
+	}
+	switch p.Atomic {
+	case "", FetchAndAdd:
+		p.Atomic, p.atomicFA = FetchAndAdd, true
+	case CmpAndSwap:
+	default:
+		return nil, usage("-A %s: atomic type must be CMP_AND_SWAP or FETCH_AND_ADD", p.Atomic)
+	}
+	if p.Verb != Atomic && c.Atomic != "" {
+		return nil, usage("-A applies to atomic tests only")
+	}
+	if p.Size == 0 {
+		switch {
+		case p.Verb == Atomic:
+			p.Size = defSizeAtomic
+		case p.Lat:
+			p.Size = defSizeLat
+		default:
+			p.Size = defSizeBW
+		}
+	}
+	if p.Verb == Atomic && p.Size != defSizeAtomic {
+		return nil, usage("-s %d: Message size cannot be changed for Atomic tests", p.Size)
+	}
+	if p.Size < 1 || p.Size > maxSize {
+		return nil, usage("-s %d: size must be 1-%d", p.Size, maxSize)
+	}
+	if p.All && p.Verb == Atomic {
+		return nil, usage("-a: atomic tests have one size")
+	}
+	if p.Iters == 0 {
+		p.Iters = defIters
+		if p.Verb == Write && !p.Lat {
+			p.Iters = defItersWB
+		}
+	}
+	if p.Iters < minIters {
+		return nil, usage("-n %d: iterations must be at least %d", p.Iters, minIters)
+	}
+	if p.Duration < 0 || p.Duration > 0 && p.Duration < time.Second {
+		return nil, usage("-D %v: duration must be at least 1 second", p.Duration)
+	}
+	if p.Duration > 0 && p.All {
+		return nil, usage("Duration mode currently doesn't support running on all sizes")
+	}
+	if p.MTU != 0 && p.MTU != 256 && p.MTU != 512 && p.MTU != 1024 && p.MTU != 2048 && p.MTU != 4096 {
+		return nil, usage("-m %d: MTU must be 256, 512, 1024, 2048 or 4096", p.MTU)
+	}
+	if p.QPTimeout == 0 {
+		p.QPTimeout = 14
+	}
+	if p.QPTimeout < 0 || p.QPTimeout > 31 {
+		return nil, usage("-u %d: QP timeout must be 0-31", p.QPTimeout)
+	}
+	if p.TxDepth == 0 {
+		p.TxDepth = defTxBW
+		if p.Lat {
+			p.TxDepth = defTxLat
+		}
+	}
+	if p.RxDepth == 0 {
+		p.RxDepth = 1
+		if p.Verb == Send {
+			p.RxDepth = defRxSend
+		}
+	}
+	if p.TxDepth < 1 || p.TxDepth > 16384 || p.RxDepth < 1 || p.RxDepth > 16384 {
+		return nil, usage("-t %d -r %d: queue depths must be 1-16384", p.TxDepth, p.RxDepth)
+	}
+	reqCQMod := p.CQMod != 0
+	if p.CQMod == 0 {
+		p.CQMod = defCQMod
+	}
+	if p.CQMod < 1 {
+		return nil, usage("-Q %d: CQ moderation must be positive", p.CQMod)
+	}
+	if p.JSONFile == "" {
+		p.JSONFile = "perftest_out.json"
+	}
+	if p.Duration == 0 {
+		p.TxDepth = min(p.TxDepth, p.Iters)
+		if p.Verb == Send {
+			p.RxDepth = min(p.RxDepth, p.Iters)
+		}
+	} else {
+		p.margin = p.Duration / 4
+		p.noPeak = true
+	}
+	if p.Size > cqModLimit && !p.All && !reqCQMod {
+		p.CQMod = 1
+	}
+	p.CQMod = min(p.CQMod, p.TxDepth)
+	if p.All {
+		p.Size = maxSize
+	}
+	if !p.Lat && (p.Iters > maxPeakIters || p.Verb == Send && !p.client) {
+		p.noPeak = true
+	}
+	if p.OutReads < 0 {
+		return nil, usage("-o %d: outstanding reads must be positive", p.OutReads)
+	}
+	return p, nil
+}
+
+// sizes lists the message sizes of the run: 2 B .. 8 MiB with -a.
+func (p *params) sizes() []int {
+	if !p.All {
+		return []int{p.Size}
+	}
+	var s []int
+	for i := 1; i < 24; i++ {
+		s = append(s, 1<<i)
+	}
+	return s
+}

@@ -1,0 +1,241 @@
+package perftest
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/verbs/verbstest"
+)
+
+func TestDestMessage(t *testing.T) {
+	d := Dest{OutReads: 0x80, QPN: 0x17, PSN: 0x26ca9b, RKey: 0xe15, VAddr: 0x555cbdbca000,
+		GID: netip.MustParseAddr("::ffff:192.0.2.11")}
+	b := d.Marshal()
+	want := "0000:0080:000017:26ca9b:00000e15:0000555cbdbca000:00:00:00:00:00:00:00:00:00:00:ff:ff:c0:00:02:0b:00000000:"
+	if len(b) != 108 || string(b[:107]) != want || b[107] != 0 {
+		t.Fatalf("message %q, want %q and a NUL (108 bytes)", b, want)
+	}
+	got, err := ParseDest(b)
+	if err != nil || got != d {
+		t.Fatalf("ParseDest = %+v, %v", got, err)
+	}
+	for _, bad := range []string{"", "0000:0080", strings.Replace(want, "26ca9b", "zz", 1)} {
+		if _, err := ParseDest([]byte(bad)); err == nil {
+			t.Errorf("ParseDest(%q) accepted", bad)
+		}
+	}
+}
+
+func TestCHex(t *testing.T) {
+	for _, c := range []struct {
+		v    uint64
+		w    int
+		want string
+	}{{0, 4, "0000"}, {0x17, 6, "0x0017"}, {0x26ca9b, 6, "0x26ca9b"}, {0xe15, 8, "0x000e15"},
+		{0x555cbdbca000, 16, "0x00555cbdbca000"}, {0x80, 4, "0x80"}} {
+		if got := cHex(c.v, c.w); got != c.want {
+			t.Errorf("cHex(%#x, %d) = %q, want %q", c.v, c.w, got, c.want)
+		}
+	}
+}
+
+// The latency arithmetic on perftest's own numbers: 5 iterations leave 4
+// deltas, the slowest 2 dropped, the median of 2 is their mean, and the
+// standard deviation sums truncated integers.
+func TestLatReport(t *testing.T) {
+	p := &params{Config: Config{Verb: Send, Lat: true}}
+	us := func(v float64) time.Duration { return time.Duration(v * 1e3) }
+	base := time.Unix(0, 0)
+	var posted []time.Time
+	t0 := base
+	for _, d := range []float64{1600, 1500, 1700, 5000} { // RTTs: latency is half
+		posted = append(posted, t0)
+		t0 = t0.Add(us(d))
+	}
+	posted = append(posted, t0)
+	r := p.latReport(64, posted)
+	if r.Min != 750 || r.Max != 850 || r.Typical != 775 || r.Avg != 775 || r.Iters != 5 {
+		t.Errorf("report %+v", r)
+	}
+	if r.Stdev != 25 { // (775-750)=25, (775-800)=-25 → sqrt((625+625)/2)
+		t.Errorf("stdev %v", r.Stdev)
+	}
+}
+
+type modeCase struct {
+	verb   Verb
+	lat    bool
+	atomic string
+	size   int
+	qps    int
+	all    bool
+}
+
+func (m modeCase) name() string {
+	s := strings.ToLower(m.verb.String())
+	if m.atomic != "" {
+		s += "-" + m.atomic
+	}
+	if m.lat {
+		s += "/lat"
+	} else {
+		s += "/bw"
+	}
+	if m.qps > 1 {
+		s += "/q" + strconv.Itoa(m.qps)
+	}
+	if m.all {
+		s += "/all"
+	}
+	return s
+}
+
+var modes = []modeCase{
+	{verb: Write, size: 4096},
+	{verb: Write, size: 65536, qps: 3},
+	{verb: Read, size: 4096},
+	{verb: Read, size: 3000, qps: 2},
+	{verb: Send, size: 2048},
+	{verb: Send, size: 1024, qps: 2},
+	{verb: Atomic},
+	{verb: Atomic, atomic: CmpAndSwap},
+	{verb: Write, lat: true, size: 64},
+	{verb: Read, lat: true, size: 64},
+	{verb: Send, lat: true, size: 64},
+	{verb: Atomic, lat: true},
+	{verb: Write, all: true},
+	{verb: Send, lat: true, all: true},
+}
+
+// Every mode, goroce against goroce on two devices of the in-memory
+// fabric over a real TCP exchange: both succeed, the tables parse, and the
+// data is right where it can be checked.
+func TestPerfFabric(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name(), func(t *testing.T) {
+			pair := verbstest.NewPair(t, verbstest.Options{NoConnect: true})
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			iters := 50
+			if m.all {
+				iters = 5
+			}
+			cfg := Config{Verb: m.verb, Lat: m.lat, Atomic: m.atomic, Size: m.size, NumQPs: m.qps, Iters: iters,
+				All: m.all, GIDIndex: -1, Verify: true, OutJSON: true}
+			var sout, cout bytes.Buffer
+			sc, cc := cfg, cfg
+			sc.Listener, sc.Out, sc.JSONFile = ln, &sout, filepath.Join(t.TempDir(), "s.json")
+			cc.Server, cc.Port, cc.Out, cc.JSONFile = "127.0.0.1", ln.Addr().(*net.TCPAddr).Port, &cout, filepath.Join(t.TempDir(), "c.json")
+			type ret struct {
+				r   *Result
+				err error
+			}
+			sret := make(chan ret, 1)
+			go func() {
+				r, err := Run(ctx, pair.A.Dev, sc)
+				sret <- ret{r, err}
+			}()
+			cr, err := Run(ctx, pair.B.Dev, cc)
+			if err != nil {
+				cancel()
+				t.Fatalf("client: %v\n%s", err, cout.String())
+			}
+			s := <-sret
+			if s.err != nil {
+				t.Fatalf("server: %v\n%s", s.err, sout.String())
+			}
+			t.Logf("server:\n%sclient:\n%s", sout.String(), cout.String())
+			sizes := []int{m.size}
+			if m.verb == Atomic {
+				sizes = []int{8}
+			}
+			if m.all {
+				sizes = nil
+				for i := 1; i < 24; i++ {
+					sizes = append(sizes, 1<<i)
+				}
+			}
+			checkTable(t, "client", cout.String(), m, sizes, iters)
+			if len(cr.BW)+len(cr.Lat) != len(sizes) {
+				t.Errorf("client result: %+v", cr)
+			}
+			if !(m.lat && (m.verb == Read || m.verb == Atomic)) { // their server prints no table
+				if !m.lat && m.verb != Send {
+					sizes = sizes[len(sizes)-1:] // the server prints the client's last report
+				}
+				checkTable(t, "server", sout.String(), m, sizes, iters)
+			}
+			js, err := os.ReadFile(cc.JSONFile)
+			if err != nil || !strings.Contains(string(js), "results: {") || !strings.Contains(string(js), "Device: \"") {
+				t.Errorf("--out_json: %v\n%s", err, js)
+			}
+		})
+	}
+}
+
+// checkTable parses perftest's output: the banner, the address lines and
+// the table with the right header and numeric columns.
+func checkTable(t *testing.T, who, out string, m modeCase, sizes []int, iters int) {
+	t.Helper()
+	for _, w := range []string{" Link type       : Ethernet\n", " local address: LID 0000 QPN 0x", " remote address: LID 0000 QPN 0x", " GID: 00:00:00:00:00:00:00:00:00:00:255:255:"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("%s output lacks %q:\n%s", who, w, out)
+		}
+	}
+	header := resultFmt
+	cols := 5
+	if m.lat {
+		header, cols = resultFmtLat, 9
+	}
+	i := strings.Index(out, header+"\n")
+	if i < 0 {
+		t.Fatalf("%s output lacks the header %q:\n%s", who, header, out)
+	}
+	lines := len(sizes)
+	rows := strings.Split(strings.TrimSpace(out[i+len(header)+1:]), "\n")
+	if len(rows) < lines+1 || rows[lines] != strings.TrimSpace(resultLine) {
+		t.Fatalf("%s: %d table rows, want %d then a line:\n%s", who, len(rows), lines, out)
+	}
+	for k, row := range rows[:lines] {
+		f := strings.Fields(row)
+		if len(f) != cols {
+			t.Errorf("%s: row %q has %d columns, want %d", who, row, len(f), cols)
+			continue
+		}
+		var v []float64
+		for _, s := range f {
+			x, err := strconv.ParseFloat(s, 64)
+			if err != nil {
+				t.Errorf("%s: row %q: %v", who, row, err)
+			}
+			v = append(v, x)
+		}
+		size := float64(sizes[k])
+		wantIters := float64(iters * max(m.qps, 1))
+		if m.lat {
+			wantIters = float64(iters)
+		}
+		if v[0] != size || v[1] != wantIters {
+			t.Errorf("%s: row %q: size/iterations %v %v, want %v %v", who, row, v[0], v[1], size, wantIters)
+		}
+		if m.lat {
+			if !(v[2] > 0 && v[2] <= v[4] && v[4] <= v[3] && v[5] > 0) {
+				t.Errorf("%s: row %q: latencies out of order", who, row)
+			}
+		} else if !(v[3] > 0 && v[4] > 0) {
+			t.Errorf("%s: row %q: no bandwidth", who, row)
+		}
+	}
+}

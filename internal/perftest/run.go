@@ -1,0 +1,365 @@
+package perftest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/netip"
+	"unsafe"
+
+	"github.com/goroce/goroce/verbs"
+	"github.com/goroce/goroce/wire"
+)
+
+// Result holds the table lines a run printed: a BW server of WRITE, READ
+// and atomics prints the client's report, as perftest does.
+type Result struct {
+	BW  []BWReport
+	Lat []LatReport
+}
+
+// qpRes is one QP with its buffer: the first half is what this side sends
+// from (and where READ and atomic results land), the second half is what
+// the peer writes, reads, adds to or sends into (the VAddr it is told).
+type qpRes struct {
+	buf    []byte
+	half   int
+	mr     *verbs.MR
+	scq    *verbs.CQ
+	rcq    *verbs.CQ
+	qp     *verbs.QP
+	my     Dest
+	rem    Dest
+	posted int // receives posted for the current size
+}
+
+func (q *qpRes) sendRegion(n int) []byte { return q.buf[:n] }
+func (q *qpRes) recvRegion(n int) []byte { return q.buf[q.half : q.half+n] }
+
+// run is one test's state.
+type run struct {
+	*params
+	dev      *verbs.Device
+	out      io.Writer
+	cm       *comm
+	qps      []*qpRes
+	mtu      verbs.MTU
+	gidIndex int
+	outReads int
+	res      Result
+}
+
+// patterns the client sends and the server exposes, for Verify.
+func patternA(i int) byte { return byte(i*7 + 1) }
+func patternB(i int) byte { return byte(i*13 + 5) }
+
+// Run runs one perftest test on dev, as the client when c.Server is set,
+// else as the server (which serves one client and returns).
+func Run(ctx context.Context, dev *verbs.Device, c Config) (*Result, error) {
+	p, err := c.resolve()
+	if err != nil {
+		return nil, err
+	}
+	r := &run{params: p, dev: dev, out: c.Out}
+	if r.out == nil {
+		r.out = io.Discard
+	}
+	if r.Device == "" {
+		r.Device = dev.Name()
+	}
+	pa, err := dev.QueryPort(p.IBPort)
+	if err != nil {
+		return nil, err
+	}
+	r.mtu = pa.ActiveMTU
+	if p.MTU != 0 {
+		if m := verbs.MTUFromBytes(p.MTU); m <= pa.ActiveMTU {
+			r.mtu = m
+		} else {
+			fmt.Fprintf(r.out, "Requested mtu is higher than active mtu \nChanging to active mtu - %d\n", pa.ActiveMTU)
+		}
+	}
+	if err := r.pickGID(); err != nil {
+		return nil, err
+	}
+	r.outReads = 1
+	if p.Verb == Read || p.Verb == Atomic {
+		r.outReads = dev.Query().MaxQPRdAtom
+		if p.OutReads > 0 {
+			r.outReads = min(p.OutReads, r.outReads)
+		}
+	}
+	if p.client {
+		r.cm, err = dialComm(ctx, p.Dial, p.Server, p.Port)
+	} else {
+		fmt.Fprint(r.out, waitBanner)
+		r.cm, err = acceptComm(ctx, p.Listener, p.Port)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer r.cm.Close()
+	defer r.destroy()
+	if err := r.cm.versions(); err != nil {
+		return nil, err
+	}
+	cycle, line, err := r.cm.sysData(pageSize, cacheLine)
+	if err != nil {
+		return nil, fmt.Errorf("Failed to exchange Page Size data between server and client: %w", err)
+	}
+	m, err := r.cm.mtu(int(r.mtu))
+	if err != nil {
+		return nil, err
+	}
+	r.mtu = verbs.MTU(m)
+	if err := r.create(cycle, line); err != nil {
+		return nil, err
+	}
+	r.banner(r.out, r.mtu.Bytes(), r.gidIndex, r.outReads)
+	if err := r.connectAll(); err != nil {
+		return nil, err
+	}
+	switch {
+	case p.Lat:
+		err = r.latency(ctx)
+	case p.Verb == Send:
+		err = r.sendBW(ctx)
+	default:
+		err = r.rdmaBW(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &r.res, nil
+}
+
+// pickGID is set_up_connection's choice: -x as given, else
+// get_best_gid_index (an IPv4-mapped GID unless --ipv6, then RoCE v2).
+func (r *run) pickGID() error {
+	gids := r.dev.GIDs()
+	if r.GIDIndex >= 0 {
+		if r.GIDIndex >= len(gids) || !gids[r.GIDIndex].GID.IsValid() {
+			return fmt.Errorf("GID index %d: the port has %d GIDs", r.GIDIndex, len(gids))
+		}
+		r.gidIndex = r.GIDIndex
+		return nil
+	}
+	if len(gids) == 0 {
+		return errors.New("the port has no GIDs")
+	}
+	best := 0
+	for i := 1; i < len(gids); i++ {
+		b4, i4 := gids[best].GID.Unmap().Is4(), gids[i].GID.Unmap().Is4()
+		switch {
+		case i4 && !b4 && !r.IPv6, !i4 && b4 && r.IPv6:
+			best = i
+		case i4 == b4 && gids[i].Type == verbs.GIDTypeRoCEv2 && gids[best].Type != verbs.GIDTypeRoCEv2:
+			best = i
+		}
+	}
+	r.gidIndex = best
+	return nil
+}
+
+// create makes the PD, and per QP a buffer, MR, CQs and an RC QP in INIT
+// (ctx_init, ctx_modify_qp_to_init).
+func (r *run) create(cycle, line int) error {
+	pd, err := r.dev.AllocPD()
+	if err != nil {
+		return fmt.Errorf("Couldn't allocate PD: %w", err)
+	}
+	gid, err := r.dev.GID(r.gidIndex)
+	if err != nil {
+		return err
+	}
+	half := (max(r.Size, cycle) + line - 1) / line * line
+	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+	qpAccess := map[Verb]verbs.Access{Send: verbs.AccessRemoteWrite | verbs.AccessLocalWrite, Write: verbs.AccessRemoteWrite,
+		Read: verbs.AccessRemoteRead, Atomic: verbs.AccessRemoteAtomic}[r.Verb]
+	n := r.NumQPs
+	for i := 0; i < n; i++ {
+		q := &qpRes{half: half}
+		q.buf = alignedBuf(2*half, pageSize)
+		for j := range half {
+			q.buf[j] = patternA(j)
+			q.buf[half+j] = patternB(j)
+		}
+		if r.Verb == Atomic {
+			clear(q.buf[half : half+8])
+		}
+		if q.mr, err = pd.RegMR(q.buf, access); err != nil {
+			return fmt.Errorf("Couldn't allocate MR: %w", err)
+		}
+		r.qps = append(r.qps, q)
+		depth := r.TxDepth + 16
+		if q.scq, err = r.dev.CreateCQ(depth); err != nil {
+			return fmt.Errorf("Couldn't create CQ: %w", err)
+		}
+		if q.rcq, err = r.dev.CreateCQ(r.RxDepth + 16); err != nil {
+			return fmt.Errorf("Couldn't create CQ: %w", err)
+		}
+		q.qp, err = pd.CreateQP(verbs.QPInitAttr{Type: verbs.RC, SendCQ: q.scq, RecvCQ: q.rcq,
+			Cap: verbs.QPCap{MaxSendWR: r.TxDepth, MaxRecvWR: r.RxDepth, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			return fmt.Errorf("Couldn't create QP: %w", err)
+		}
+		err = q.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, PortNum: uint8(r.IBPort), AccessFlags: qpAccess},
+			verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags)
+		if err != nil {
+			return fmt.Errorf("Failed to modify QP to INIT: %w", err)
+		}
+		q.my = Dest{OutReads: uint32(r.outReads), QPN: q.qp.Num(), PSN: rand.Uint32() & 0xffffff,
+			RKey: q.mr.RKey(), VAddr: q.mr.Addr() + uint64(half), GID: gid.GID}
+	}
+	return nil
+}
+
+// alignedBuf returns n bytes starting at a multiple of align, as
+// perftest's memalign'd buffers do (atomics need 8-byte alignment).
+func alignedBuf(n, align int) []byte {
+	b := make([]byte, n+align)
+	off := int(uintptr(unsafe.Pointer(&b[0])) % uintptr(align))
+	if off != 0 {
+		off = align - off
+	}
+	return b[off : off+n : off+n]
+}
+
+func (r *run) destroy() {
+	for _, q := range r.qps {
+		if q.qp != nil {
+			q.qp.Destroy()
+		}
+		if q.scq != nil {
+			q.scq.Destroy()
+		}
+		if q.rcq != nil {
+			q.rcq.Destroy()
+		}
+		if q.mr != nil {
+			q.mr.Dereg()
+		}
+	}
+}
+
+// hs is a bare synchronizing handshake on QP 0's data.
+func (r *run) hs() error {
+	_, err := r.cm.handShake(r.qps[0].my)
+	return err
+}
+
+// connectAll is the middle of every test's main(): exchange the QPs'
+// data, move them to RTR and RTS (ctx_connect), print both sides'
+// addresses, with the extra handshakes each tool has where it has them.
+func (r *run) connectAll() error {
+	if r.Lat && r.Verb != Send {
+		if err := r.hs(); err != nil {
+			return err
+		}
+	}
+	for _, q := range r.qps {
+		rem, err := r.cm.handShake(q.my)
+		if err != nil {
+			return err
+		}
+		q.rem = rem
+	}
+	if r.qps[0].my.GID.Unmap().Is4() != r.qps[0].rem.GID.Unmap().Is4() {
+		return errors.New("Found Incompatibility issue with GID types. Please Try to use a different IP version")
+	}
+	for _, q := range r.qps {
+		if err := r.connect(q); err != nil {
+			return fmt.Errorf("Unable to Connect the HCA's through the link: %w", err)
+		}
+	}
+	if r.Verb == Send {
+		if err := r.hs(); err != nil {
+			return err
+		}
+	}
+	for _, q := range r.qps {
+		r.printDest(r.out, "local", q.my)
+	}
+	for _, q := range r.qps {
+		if _, err := r.cm.handShake(q.my); err != nil {
+			return err
+		}
+		r.printDest(r.out, "remote", q.rem)
+	}
+	if r.Verb != Send {
+		return r.hs() // "An additional handshake is required after moving qp to RTR."
+	}
+	return nil
+}
+
+func (r *run) connect(q *qpRes) error {
+	ah := verbs.AHAttr{PortNum: uint8(r.IBPort), IsGlobal: true,
+		GRH: verbs.GlobalRoute{DGID: q.rem.GID, SGIDIndex: uint8(r.gidIndex), HopLimit: 0xff}}
+	rtr := &verbs.QPAttr{State: verbs.QPSRTR, PathMTU: r.mtu, DestQPN: q.rem.QPN, RQPSN: wire.PSN(q.rem.PSN),
+		MaxDestRdAtomic: uint8(q.my.OutReads), MinRNRTimer: minRNRTimer, AH: ah}
+	if err := q.qp.Modify(rtr, verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|
+		verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer); err != nil {
+		return fmt.Errorf("Failed to modify QP %d to RTR: %w", q.qp.Num(), err)
+	}
+	rts := &verbs.QPAttr{State: verbs.QPSRTS, SQPSN: wire.PSN(q.my.PSN), Timeout: uint8(r.QPTimeout), RetryCnt: 7, RNRRetry: 7,
+		MaxRdAtomic: uint8(min(q.rem.OutReads, 255))}
+	if err := q.qp.Modify(rts, verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|
+		verbs.AttrMaxQPRdAtomic); err != nil {
+		return fmt.Errorf("Failed to modify QP to RTS: %w", err)
+	}
+	return nil
+}
+
+// sendWR is the work request a client posts (ctx_set_send_reg_wqes).
+func (r *run) sendWR(q *qpRes, size int) verbs.SendWR {
+	wr := verbs.SendWR{SGList: []verbs.SGE{q.mr.SGE(0, size)}, RemoteAddr: q.rem.VAddr, RKey: q.rem.RKey}
+	switch r.Verb {
+	case Send:
+		wr.Opcode = verbs.WRSend
+	case Write:
+		wr.Opcode = verbs.WRRDMAWrite
+	case Read:
+		wr.Opcode = verbs.WRRDMARead
+	case Atomic:
+		wr.Opcode = verbs.WRAtomicCmpAndSwp
+		wr.CompareAdd, wr.Swap = 0, atomicSwap
+		if r.atomicFA {
+			wr.Opcode, wr.CompareAdd = verbs.WRAtomicFetchAndAdd, atomicAdd
+		}
+	}
+	return wr
+}
+
+// postRecvs posts receives of size bytes into the receive region until n
+// are outstanding for this size (ctx_set_recv_wqes).
+func (r *run) postRecvs(q *qpRes, size, n int) error {
+	for range n {
+		if err := q.qp.PostRecv(verbs.RecvWR{WRID: 0, SGList: []verbs.SGE{q.mr.SGE(q.half, size)}}); err != nil {
+			return fmt.Errorf("Couldn't post recv: %w", err)
+		}
+		q.posted++
+	}
+	return nil
+}
+
+func wcError(wc verbs.WC, what string) error {
+	msg := fmt.Sprintf("Completion with error at %s: %s (%d) wr_id %d", what, wc.Status, wc.Status, wc.WRID)
+	if wc.Detail != "" {
+		msg += ": " + wc.Detail
+	}
+	return errors.New(msg)
+}
+
+// checkData is Verify's comparison.
+func checkData(what string, got []byte, want func(int) byte) error {
+	for i, b := range got {
+		if b != want(i) {
+			return fmt.Errorf("data check failed: %s: byte %d is %#02x, want %#02x", what, i, b, want(i))
+		}
+	}
+	return nil
+}
+
+var _ = netip.Addr{}
