@@ -101,6 +101,8 @@ decodes RoCE captures with every ICRC checked (roce decode).`,
 	root.PersistentFlags().String("rundir", host.RunDir(),
 		"runtime `DIR`: the device registry and what running devices publish ($GOROCE_RUNDIR sets the default)")
 	root.AddCommand(newDecodeCmd(), newDemoCmd(), newLinkCmd(), newDevCmd(), newDevicesCmd(), newGIDsCmd(), newPingpongCmd(), newPingCmd(), newModeCmd(), newTOSCmd(), newConfigfsCmd())
+	root.AddCommand(newStatCmd(), newResCmd(), newCaptureCmd(), newMetricsCmd())
+	addMetricsFlag(root)
 	return root
 }
 

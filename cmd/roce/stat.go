@@ -1,0 +1,268 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/goroce/goroce/host"
+	"github.com/goroce/goroce/verbs"
+)
+
+// controlTimeout bounds one request to a device's owner.
+const controlTimeout = 10 * time.Second
+
+// linkCounterNames are the link's counters `roce stat` prints after the
+// port's: goroce's drops by cause that the link, not the engine, counts.
+var linkCounterNames = []string{"rx_drop_not_for_us", "tx_drop_no_route", "tx_drop_bad_address"}
+
+// parseDevPort splits rdma's DEV[/PORT] (port 1 is the only one).
+func parseDevPort(arg string) (string, error) {
+	name, port, ok := strings.Cut(arg, "/")
+	if ok {
+		if n, err := strconv.Atoi(port); err != nil || n != 1 {
+			return "", usageError{fmt.Errorf("%s: port %q: goroce devices have port 1 only", arg, port)}
+		}
+	}
+	if name == "" {
+		return "", usageError{fmt.Errorf("%q: no device name", arg)}
+	}
+	return name, nil
+}
+
+// devArgs takes rdma's optional keywords (e.g. "show", "link") before an
+// optional DEV[/PORT].
+func devArgs(args []string, keywords ...string) (string, error) {
+	for len(args) > 0 && contains(keywords, args[0]) {
+		args = args[1:]
+	}
+	switch len(args) {
+	case 0:
+		return "", nil
+	case 1:
+		return parseDevPort(args[0])
+	}
+	return "", usageError{fmt.Errorf("unexpected arguments %q", args[1:])}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// notRunningNote says why a device has no counters or resources to show.
+func notRunningNote(cmd *cobra.Command, what, name string) {
+	fmt.Fprintf(cmd.ErrOrStderr(), "roce: note: %s is not open by any process; %s exist only while a process runs it (roce pingpong, roce ping ...)\n", name, what)
+}
+
+func newStatCmd() *cobra.Command {
+	var (
+		qpn     int
+		jsonOut bool
+	)
+	cmd := &cobra.Command{
+		Use:     "stat [show] [link] [DEV[/PORT]] [--qp N] [-j]",
+		Aliases: []string{"statistic"},
+		Short:   "per-port and per-QP counters, as rdma statistic show prints them",
+		Long: `stat prints each device's port counters on one line, as iproute2's
+'rdma statistic show' does for rxe, with rxe's names (sent_pkts, rcvd_pkts,
+duplicate_request, out_of_seq_request, rcvd_rnr_err, send_rnr_err,
+rcvd_seq_err, ack_deferred, retry_exceeded_err, retry_rnr_exceeded_err,
+completer_retry_err, send_err, link_downed, rdma_sends, rdma_recvs), then
+goroce's: drops by cause (rcvd_bad_*, rcvd_no_recv_wqe, rx_drop_not_for_us,
+tx_drop_*) and retransmitted packets (retrans_pkts).
+
+The counters live in the process running the device, which answers over its
+control socket; a device nobody runs has no counters: stat prints them as 0
+with a note on stderr. --qp N prints QP N's counters, as 'rdma statistic qp
+show' does.`,
+		Example: `  roce stat
+  roce stat rxe0/1
+  roce stat rxe0 --qp 17
+  roce stat -j | jq .`,
+		Args: usageArgs(cobra.MaximumNArgs(3)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name, err := devArgs(args, "show", "link")
+			if err != nil {
+				return err
+			}
+			qp := -1
+			if cmd.Flags().Changed("qp") {
+				if qpn < 0 || qpn > 0xFFFFFF {
+					return usageError{fmt.Errorf("--qp %d: a QPN is 0-16777215", qpn)}
+				}
+				qp = qpn
+			}
+			return stat(cmd, name, qp, jsonOut)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&qpn, "qp", 0, "show QP `N`'s counters (rdma statistic qp show ... lqpn N)")
+	f.BoolVarP(&jsonOut, "json", "j", false, "JSON output, as rdma -j prints it")
+	return cmd
+}
+
+func stat(cmd *cobra.Command, name string, qp int, jsonOut bool) error {
+	reg, dir := registryOf(cmd)
+	defs, err := devicesOf(reg, dir, "stat", name)
+	if err != nil {
+		return err
+	}
+	var rows []jsonRow
+	out := bufio.NewWriter(cmd.OutOrStdout())
+	defer out.Flush()
+	foundQP := false
+	for _, def := range defs {
+		ctx, cancel := context.WithTimeout(context.Background(), controlTimeout)
+		rep, err := reg.Counters(ctx, def.Name)
+		cancel()
+		if errors.Is(err, host.ErrNotRunning) {
+			out.Flush()
+			notRunningNote(cmd, "its counters", def.Name)
+			if qp >= 0 {
+				continue
+			}
+			rep = &host.CounterReport{Device: def.Name, Port: 1}
+		} else if err != nil {
+			return opError("stat "+def.Name, err)
+		}
+		if qp < 0 {
+			row := portRow(rep)
+			if jsonOut {
+				rows = append(rows, row)
+			} else {
+				row.writeText(out)
+			}
+			continue
+		}
+		for _, q := range rep.QPs {
+			if int(q.LQPN) != qp {
+				continue
+			}
+			foundQP = true
+			row := qpRow(rep, q)
+			if jsonOut {
+				rows = append(rows, row)
+			} else {
+				row.writeText(out)
+			}
+		}
+	}
+	if qp >= 0 && !foundQP {
+		out.Flush()
+		where := "any running device"
+		if name != "" {
+			where = name
+		}
+		return opError("stat", fmt.Errorf("no QP %d on %s", qp, where))
+	}
+	if jsonOut {
+		return writeJSONRows(out, rows)
+	}
+	return nil
+}
+
+// jsonRow is one output line: ordered key/value pairs, printed as rdma
+// prints them ("link rxe0/1 key value ...") or as one JSON object.
+type jsonRow []kv
+
+type kv struct {
+	k string
+	v any // string or uint64 or int
+}
+
+func (r jsonRow) writeText(w io.Writer) {
+	var b bytes.Buffer
+	for i, p := range r {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		if p.k == "ifname" {
+			fmt.Fprintf(&b, "link %v", p.v)
+			continue
+		}
+		if p.k == "port" {
+			b.Truncate(b.Len() - 1)
+			fmt.Fprintf(&b, "/%v", p.v)
+			continue
+		}
+		fmt.Fprintf(&b, "%s %v", p.k, p.v)
+	}
+	b.WriteString(" \n") // rdma ends its lines with a space
+	io.WriteString(w, b.String())
+}
+
+func (r jsonRow) MarshalJSON() ([]byte, error) {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, p := range r {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		k, _ := json.Marshal(p.k)
+		v, err := json.Marshal(p.v)
+		if err != nil {
+			return nil, err
+		}
+		b.Write(k)
+		b.WriteByte(':')
+		b.Write(v)
+	}
+	b.WriteByte('}')
+	return []byte(b.String()), nil
+}
+
+func writeJSONRows(w io.Writer, rows []jsonRow) error {
+	if rows == nil {
+		rows = []jsonRow{}
+	}
+	b, err := json.Marshal(rows)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// counterKVs are a counter set in rdma's order: rxe's names first, then
+// goroce's (verbs.CounterNames), then the link's drops.
+func counterKVs(c, l map[string]uint64) []kv {
+	var out []kv
+	for _, n := range verbs.CounterNames {
+		out = append(out, kv{n, c[n]})
+	}
+	if l != nil {
+		for _, n := range linkCounterNames {
+			out = append(out, kv{n, l[n]})
+		}
+	}
+	return out
+}
+
+func portRow(rep *host.CounterReport) jsonRow {
+	r := jsonRow{{"ifname", rep.Device}, {"port", 1}}
+	l := rep.Link
+	if l == nil {
+		l = map[string]uint64{}
+	}
+	return append(r, counterKVs(rep.Counters, l)...)
+}
+
+func qpRow(rep *host.CounterReport, q host.QPCounters) jsonRow {
+	r := jsonRow{{"ifname", rep.Device}, {"port", 1}, {"lqpn", q.LQPN}, {"qp-type", q.Type}, {"state", q.State},
+		{"pid", rep.Owner.PID}, {"comm", rep.Owner.Comm}}
+	return append(r, counterKVs(q.Counters, nil)...)
+}
