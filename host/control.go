@@ -416,7 +416,7 @@ func (d *Device) serveCapture(conn *net.UnixConn, br *bufio.Reader, enc *json.En
 		Name: d.Def.Name, Description: "goroce device " + d.Def.Name + " on " + d.Def.Netdev,
 		LinkType: layers.LinkTypeEthernet, SnapLength: capture.SnapLen, TimestampResolution: 9,
 	}, pcapgo.NgWriterOptions{SectionInfo: pcapgo.NgSectionInfo{Application: "goroce"}})
-	if err != nil {
+	if err != nil || ng.Flush() != nil {
 		return
 	}
 	// The client ends the capture by half-closing (or closing) its side.
