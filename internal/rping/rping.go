@@ -378,9 +378,14 @@ func client(ctx context.Context, cm *rdmacm.CM, c Config) error {
 	defer stop()
 	go k.watch(wctx)
 
-	err = k.pings(ctx)
+	done, err := k.pings(ctx)
 	if errors.Is(err, errDisconnected) {
-		return nil // rping: the server went away; state DISCONNECTED is success
+		// rping exits 0 here (state DISCONNECTED); that hides a server that
+		// gave up, e.g. on a size larger than its buffer (-S).
+		if c.Count == 0 {
+			return nil
+		}
+		return fmt.Errorf("the server disconnected after %d of %d pings (a server with a smaller -S fails its RDMA READ and disconnects)", done, c.Count)
 	}
 	if err != nil {
 		return err
@@ -395,8 +400,8 @@ func client(ctx context.Context, cm *rdmacm.CM, c Config) error {
 	return nil
 }
 
-// pings is rping_test_client.
-func (k *conn) pings(ctx context.Context) error {
+// pings is rping_test_client; it returns how many pings completed.
+func (k *conn) pings(ctx context.Context) (int, error) {
 	c := k.c
 	start := byte(65)
 	for ping := 0; c.Count == 0 || ping < c.Count; ping++ {
@@ -412,25 +417,25 @@ func (k *conn) pings(ctx context.Context) error {
 		}
 		k.startBuf[c.Size-1] = 0
 		if err := k.sendInfo(k.start); err != nil {
-			return fmt.Errorf("post send error %w", err)
+			return ping, fmt.Errorf("post send error %w", err)
 		}
 		if _, err := k.wait(ctx, wridRecv); err != nil { // the server READ it: go ahead
-			return err
+			return ping, err
 		}
 		if err := k.sendInfo(k.rdma); err != nil {
-			return fmt.Errorf("post send error %w", err)
+			return ping, fmt.Errorf("post send error %w", err)
 		}
 		if _, err := k.wait(ctx, wridRecv); err != nil { // the server WROTE it back
-			return err
+			return ping, err
 		}
 		if c.Validate && string(k.startBuf) != string(k.buf) {
-			return errors.New("data mismatch!")
+			return ping, errors.New("data mismatch!")
 		}
 		if c.Verbose {
 			fmt.Fprintf(c.Out, "ping data: %s\n", cstring(k.buf))
 		}
 	}
-	return nil
+	return c.Count, nil
 }
 
 func cstring(b []byte) string {
@@ -520,10 +525,13 @@ func (k *conn) serverLoop(ctx context.Context) error {
 		rlen := binary.BigEndian.Uint32(k.recvBuf[12:])
 		k.debugf("Received rkey %x addr %x len %d from peer\n", rkey, raddr, rlen)
 		if err := k.qp.PostSend(verbs.SendWR{WRID: wridRDMA, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
-			RemoteAddr: raddr, RKey: rkey, SGList: []verbs.SGE{k.rdma.SGE(0, int(min(rlen, uint32(len(k.buf)))))}}); err != nil {
+			RemoteAddr: raddr, RKey: rkey, SGList: []verbs.SGE{k.rdma.SGE(0, int(rlen))}}); err != nil {
 			return fmt.Errorf("post send error %w", err)
 		}
 		if _, err := k.wait(ctx, wridRDMA); err != nil {
+			if rlen > uint32(len(k.buf)) {
+				err = fmt.Errorf("%w (the client's -S %d is larger than this server's %d)", err, rlen, len(k.buf))
+			}
 			return err
 		}
 		k.debugf("server received read complete\n")

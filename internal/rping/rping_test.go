@@ -134,3 +134,30 @@ func TestNoServer(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 }
+
+// TestSizeMismatch: a client with a larger -S than the server's makes the
+// server's RDMA READ fail on its own buffer, as Linux rping's does; the
+// server says why and the client says the pings did not happen (rping
+// itself exits 0 there).
+func TestSizeMismatch(t *testing.T) {
+	a, b, ipA, _ := pair(t, verbstest.NetV2IPv4)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srvDone := make(chan error, 1)
+	go func() { srvDone <- Run(ctx, a, Config{Server: true, Addr: netip.AddrPortFrom(ipA, 0)}) }()
+	var err error
+	for i := 0; i < 100; i++ {
+		err = Run(ctx, b, Config{Addr: netip.AddrPortFrom(ipA, 0), Count: 2, Size: 4000})
+		if err == nil || !strings.Contains(err.Error(), "REJECTED") {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err == nil || !strings.Contains(err.Error(), "the server disconnected after 0 of 2 pings") {
+		t.Errorf("client: %v", err)
+	}
+	if err := <-srvDone; err == nil || !strings.Contains(err.Error(), "IBV_WC_LOC_PROT_ERR") ||
+		!strings.Contains(err.Error(), "the client's -S 4000 is larger than this server's 64") {
+		t.Errorf("server: %v", err)
+	}
+}

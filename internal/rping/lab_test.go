@@ -1,0 +1,143 @@
+package rping_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/host"
+	"github.com/goroce/goroce/internal/lab"
+	"github.com/goroce/goroce/internal/rping"
+	"github.com/goroce/goroce/rdmacm"
+)
+
+// labCM registers and opens a goroce device on the lab's bridge (192.0.2.1
+// and fd00:c0:2::1 in roce-host) and returns an RDMA CM on it.
+func labCM(t *testing.T, l *lab.Lab) *rdmacm.CM {
+	dir := t.TempDir()
+	reg := host.NewRegistry(dir)
+	err := l.Do(func() error {
+		ns, err := host.CurrentNetns()
+		if err != nil {
+			return err
+		}
+		return reg.Add(host.DeviceDef{Name: "rxe0", Type: "rxe", Netdev: lab.Bridge, Netns: ns, Versions: host.VersionsBoth})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := host.Open("rxe0", host.Options{RunDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	cm := rdmacm.New(rdmacm.Options{})
+	if err := cm.AddDevice(d.Device); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cm.Close() })
+	return cm
+}
+
+// pingLines is what rping -v prints for count pings of size bytes (prefix
+// "ping data: " on the client, "server ping data: " on the server).
+func pingLines(prefix string, count, size int) string {
+	var b strings.Builder
+	start := byte('A')
+	for ping := 0; ping < count; ping++ {
+		line := []byte(fmt.Sprintf("rdma-ping-%d: ", ping))
+		for ch := start; len(line) < size-1; {
+			line = append(line, ch)
+			if ch++; ch > 'z' {
+				ch = 'A'
+			}
+		}
+		if start++; start > 'z' {
+			start = 'A'
+		}
+		fmt.Fprintf(&b, "%s%s\n", prefix, line)
+	}
+	return b.String()
+}
+
+// TestLabRping runs roce ping against Linux rping on rxe in both roles,
+// over IPv4 and IPv6: RDMA CM connect, RDMA READ and WRITE of every ping,
+// validated, and a clean disconnect; rxe's error counters stay still.
+func TestLabRping(t *testing.T) {
+	l := lab.Start(t)
+	cm := labCM(t, l)
+	vm := lab.VM1
+	l.Exec(vm, "killall rping 2>/dev/null; true")
+	before := l.Counters(t, vm)
+	for _, fam := range []string{"IPv4", "IPv6"} {
+		ours, theirs := lab.HostIPv4, vm.IPv4
+		if fam == "IPv6" {
+			ours, theirs = lab.HostIPv6, vm.IPv6
+		}
+		for _, size := range []int{64, 4096} {
+			const count = 3
+			t.Run(fmt.Sprintf("%s/%d/goroce-client", fam, size), func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+				defer cancel()
+				l.MustExec(t, vm, fmt.Sprintf("killall rping 2>/dev/null; (timeout 80 rping -s -a %s -v -S %d -C %d 2>/tmp/rping.err; echo EXIT $?) > /tmp/rping.log 2>&1 &", theirs, size, count))
+				var out, errs strings.Builder
+				var err error
+				for try := 0; try < 50; try++ { // until the server listens
+					out.Reset()
+					errs.Reset()
+					err = rping.Run(ctx, cm, rping.Config{Addr: netip.AddrPortFrom(netip.MustParseAddr(theirs), 0),
+						Count: count, Size: size, Verbose: true, Validate: true, Out: &out, Err: &errs})
+					if err == nil || !strings.Contains(err.Error(), "REJECTED") {
+						break
+					}
+					time.Sleep(200 * time.Millisecond)
+				}
+				if err != nil {
+					t.Fatalf("goroce client: %v\n%s", err, errs.String())
+				}
+				if want := pingLines("ping data: ", count, size); out.String() != want {
+					t.Errorf("goroce client printed\n%s\nwant\n%s", out.String(), want)
+				}
+				var log string
+				for try := 0; try < 100 && !strings.Contains(log, "EXIT"); try++ {
+					time.Sleep(100 * time.Millisecond)
+					log, _, _ = l.Exec(vm, "cat /tmp/rping.log")
+				}
+				if !strings.Contains(log, pingLines("server ping data: ", count, size)) || !strings.Contains(log, "EXIT 0") {
+					stderr, _, _ := l.Exec(vm, "cat /tmp/rping.err")
+					t.Errorf("rping -s printed:\n%s\nand on stderr:\n%s", log, stderr)
+				}
+			})
+			t.Run(fmt.Sprintf("%s/%d/goroce-server", fam, size), func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+				defer cancel()
+				var out, errs strings.Builder
+				errc := make(chan error, 1)
+				go func() {
+					errc <- rping.Run(ctx, cm, rping.Config{Server: true, Addr: netip.AddrPortFrom(netip.MustParseAddr(ours), 0),
+						Size: size, Verbose: true, Out: &out, Err: &errs})
+				}()
+				time.Sleep(100 * time.Millisecond) // the listener is bound before Run blocks; be generous
+				log, rc, err := l.Exec(vm, fmt.Sprintf("timeout 80 rping -c -a %s -v -V -S %d -C %d 2>/dev/null", ours, size, count))
+				if err != nil || rc != 0 || !strings.Contains(log, pingLines("ping data: ", count, size)) {
+					t.Errorf("rping -c: exit %d %v\n%s", rc, err, log)
+				}
+				if err := <-errc; err != nil {
+					t.Fatalf("goroce server: %v\n%s", err, errs.String())
+				}
+				if want := pingLines("server ping data: ", count, size); out.String() != want {
+					t.Errorf("goroce server printed\n%s\nwant\n%s", out.String(), want)
+				}
+			})
+		}
+	}
+	after := l.Counters(t, vm)
+	for _, k := range []string{"rcvd_seq_err", "out_of_seq_request", "retry_exceeded_err", "completer_retry_err"} {
+		if after[k] != before[k] {
+			t.Errorf("rxe counter %s moved from %d to %d", k, before[k], after[k])
+		}
+	}
+}
