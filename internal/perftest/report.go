@@ -51,7 +51,7 @@ func (p *params) banner(w io.Writer, mtu, gidIndex, outReads int) {
 	fmt.Fprintf(w, " Connection type : RC\t\tUsing SRQ      : OFF\n")
 	fmt.Fprintf(w, " PCIe relax order: Unsupported\n")
 	fmt.Fprintf(w, " ibv_wr* API     : OFF\n")
-	if p.client || p.Lat {
+	if p.client {
 		fmt.Fprintf(w, " TX depth        : %d\n", p.TxDepth)
 	}
 	if p.Verb == Send && !p.client {
@@ -285,7 +285,7 @@ func (p *params) jsonInfo(sb *strings.Builder, mtu, gidIndex, outReads int) {
 	fmt.Fprintf(sb, "Dual_port: OFF,\nDevice: %q,\n", p.Device)
 	fmt.Fprintf(sb, "Number_of_qps: %d,\nTransport_type: IB,\n", p.NumQPs)
 	sb.WriteString("Connection_type: RC,\nUsing_SRQ: OFF,\n PCIe_relax_order: Unsupported,\nibv_wr_API: OFF,\n")
-	if p.client || p.Lat {
+	if p.client {
 		fmt.Fprintf(sb, "TX_depth : %d,\n", p.TxDepth)
 	}
 	if p.Verb == Send && !p.client {

@@ -1,0 +1,195 @@
+package perftest_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/host"
+	"github.com/goroce/goroce/internal/lab"
+	"github.com/goroce/goroce/internal/perftest"
+	"github.com/goroce/goroce/verbs"
+)
+
+// openLabDevice registers and opens a goroce device on the lab's bridge, as
+// 192.0.2.1 / fd00:c0:2::1 in roce-host.
+func openLabDevice(t *testing.T, l *lab.Lab) *host.Device {
+	dir := t.TempDir()
+	reg := host.NewRegistry(dir)
+	err := l.Do(func() error {
+		ns, err := host.CurrentNetns()
+		if err != nil {
+			return err
+		}
+		return reg.Add(host.DeviceDef{Name: "rxe0", Type: "rxe", Netdev: lab.Bridge, Netns: ns, Versions: host.VersionsV2})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := host.Open("rxe0", host.Options{RunDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+func gidIndex(t *testing.T, d *host.Device, ip string) int {
+	want := netip.AddrFrom16(netip.MustParseAddr(ip).As16())
+	for i, e := range d.GIDs() {
+		if e.GID == want && e.Type == verbs.GIDTypeRoCEv2 {
+			return i
+		}
+	}
+	t.Fatalf("no RoCE v2 GID %s in %v", ip, d.GIDs())
+	return -1
+}
+
+var labTools = []struct {
+	tool string
+	verb perftest.Verb
+	lat  bool
+	size int
+}{
+	{"ib_write_bw", perftest.Write, false, 4096},
+	{"ib_read_bw", perftest.Read, false, 4096},
+	{"ib_send_bw", perftest.Send, false, 2048},
+	{"ib_atomic_bw", perftest.Atomic, false, 0},
+	{"ib_write_lat", perftest.Write, true, 64},
+	{"ib_send_lat", perftest.Send, true, 64},
+	{"ib_read_lat", perftest.Read, true, 64},
+}
+
+// TestLabInterop runs goroce's perf against perftest 6.06 (Debian 12's
+// perftest 4.5-0.17) on Linux rxe in the lab's vm1, in both roles, for
+// every BW and latency tool, 5 iterations each: both sides succeed, and
+// both print a table line with a positive bandwidth or latency.
+func TestLabInterop(t *testing.T) {
+	l := lab.Start(t)
+	d := openLabDevice(t, l)
+	vm := lab.VM1
+	kill := "killall ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_send_lat ib_read_lat 2>/dev/null; true"
+	l.Exec(vm, kill)
+	gOurs, gTheirs := gidIndex(t, d, lab.HostIPv4), l.GIDIndex(t, vm, vm.IPv4)
+	before := l.Counters(t, vm)
+	for _, tc := range labTools {
+		for _, role := range []string{"client", "server"} {
+			t.Run(tc.tool+"/goroce-"+role, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+				defer cancel()
+				out := &strings.Builder{}
+				c := perftest.Config{Verb: tc.verb, Lat: tc.lat, Size: tc.size, Iters: 5, GIDIndex: gOurs, Out: out}
+				args := fmt.Sprintf("-d rxe0 -x %d -n 5 -F", gTheirs)
+				if tc.size != 0 {
+					args += fmt.Sprintf(" -s %d", tc.size)
+				}
+				var theirs string
+				if role == "client" {
+					l.MustExec(t, vm, fmt.Sprintf("%s; (timeout 80 %s %s; echo EXIT $?) > /tmp/perf.log 2>&1 &", kill, tc.tool, args))
+					c.Server = vm.Mgmt
+					c.Dial = func(ctx context.Context, network, addr string) (conn net.Conn, err error) {
+						err = l.Do(func() (err error) {
+							var d net.Dialer
+							conn, err = d.DialContext(ctx, network, addr)
+							return err
+						})
+						return conn, err
+					}
+					var res *perftest.Result
+					var err error
+					for try := 0; try < 50; try++ { // until the server listens
+						if res, err = perftest.Run(ctx, d.Device, c); err == nil || !strings.Contains(err.Error(), "Couldn't connect") {
+							break
+						}
+						time.Sleep(200 * time.Millisecond)
+					}
+					if err != nil {
+						t.Fatalf("goroce client: %v\n%s", err, out)
+					}
+					checkResult(t, "goroce client", res, tc.lat)
+					for try := 0; try < 150 && !strings.Contains(theirs, "EXIT"); try++ {
+						time.Sleep(100 * time.Millisecond)
+						theirs, _, _ = l.Exec(vm, "cat /tmp/perf.log")
+					}
+					if !strings.Contains(theirs, "EXIT 0") {
+						t.Fatalf("%s server:\n%s\ngoroce client:\n%s", tc.tool, theirs, out)
+					}
+				} else {
+					var ln net.Listener
+					if err := l.Do(func() (err error) {
+						ln, err = net.Listen("tcp", lab.HostMgmt+":18515")
+						return err
+					}); err != nil {
+						t.Fatal(err)
+					}
+					c.Listener = ln
+					type ret struct {
+						r   *perftest.Result
+						err error
+					}
+					done := make(chan ret, 1)
+					go func() {
+						r, err := perftest.Run(ctx, d.Device, c)
+						done <- ret{r, err}
+					}()
+					var rc int
+					var err error
+					theirs, rc, err = l.Exec(vm, fmt.Sprintf("timeout 80 %s %s %s", tc.tool, args, lab.HostMgmt))
+					if err != nil || rc != 0 {
+						cancel()
+						t.Errorf("%s client: exit %d %v\n%s", tc.tool, rc, err, theirs)
+					}
+					r := <-done
+					if r.err != nil {
+						t.Fatalf("goroce server: %v\n%s", r.err, out)
+					}
+					if !(tc.lat && tc.verb == perftest.Read) { // ib_read_lat's server prints no table
+						checkResult(t, "goroce server", r.r, tc.lat)
+					}
+				}
+				if !(tc.lat && tc.verb == perftest.Read && role == "client") && !perftestLine(theirs, tc.lat) { // ib_read_lat's server prints no table
+					t.Errorf("%s printed no result line:\n%s", tc.tool, theirs)
+				}
+				t.Logf("goroce %s:\n%s%s:\n%s", role, out, tc.tool, theirs)
+			})
+		}
+	}
+	after := l.Counters(t, vm)
+	for _, k := range []string{"rcvd_seq_err", "duplicate_request", "out_of_seq_request"} {
+		if after[k] != before[k] {
+			t.Errorf("rxe counter %s moved from %d to %d", k, before[k], after[k])
+		}
+	}
+	t.Logf("goroce counters: %v", d.Counters().Snapshot())
+}
+
+func checkResult(t *testing.T, who string, r *perftest.Result, lat bool) {
+	t.Helper()
+	switch {
+	case lat && (len(r.Lat) != 1 || !(r.Lat[0].Typical > 0 && r.Lat[0].Typical < 1e6)):
+		t.Errorf("%s: latency report %+v", who, r.Lat)
+	case !lat && (len(r.BW) != 1 || !(r.BW[0].BWAvg > 0) || r.BW[0].Iters != 5):
+		t.Errorf("%s: bandwidth report %+v", who, r.BW)
+	}
+}
+
+// perftestLine reports whether perftest's output holds a table line: the
+// header, then a row of numbers.
+func perftestLine(out string, lat bool) bool {
+	lines := strings.Split(out, "\n")
+	for i, l := range lines {
+		if strings.Contains(l, "#bytes") && i+1 < len(lines) {
+			f := strings.Fields(lines[i+1])
+			want := 5
+			if lat {
+				want = 9
+			}
+			return len(f) == want
+		}
+	}
+	return false
+}
