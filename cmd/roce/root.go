@@ -102,6 +102,7 @@ decodes RoCE captures with every ICRC checked (roce decode).`,
 		"runtime `DIR`: the device registry and what running devices publish ($GOROCE_RUNDIR sets the default)")
 	root.AddCommand(newDecodeCmd(), newDemoCmd(), newLinkCmd(), newDevCmd(), newDevicesCmd(), newGIDsCmd(), newPingpongCmd(), newPingCmd(), newModeCmd(), newTOSCmd(), newConfigfsCmd())
 	root.AddCommand(newStatCmd(), newResCmd(), newCaptureCmd(), newMetricsCmd())
+	root.AddCommand(newPerfCmd())
 	addMetricsFlag(root)
 	return root
 }

@@ -109,6 +109,13 @@ func usage(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", ErrUsage, fmt.Sprintf(format, a...))
 }
 
+// Validate reports what perftest would refuse in c (an error wrapping
+// ErrUsage), so that a command line can be checked before a device opens.
+func (c Config) Validate() error {
+	_, err := c.resolve()
+	return err
+}
+
 // params are Config with perftest's defaults and dependencies applied
 // (init_perftest_params, force_dependecies).
 type params struct {

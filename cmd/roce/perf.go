@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/goroce/goroce/internal/perftest"
+)
+
+func newPerfCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "perf write|read|send|atomic [--lat] [flags] [server]",
+		Short: "perftest's ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw and the _lat tools",
+		Long: `perf is linux-rdma perftest: 'roce perf write' is ib_write_bw, with --lat
+ib_write_lat; likewise read, send and atomic. The flags, the TCP exchange of
+versions, MTU and QP data on port 18515 (-p), the traffic, the banner and
+the result tables are perftest 6.06's, so either side can be goroce or
+perftest. With a server address it is the client; without, the server,
+which serves one test and exits.
+
+RoCE needs a GID: without -x the index is picked as perftest picks it (an
+IPv4 GID, or IPv6 with --ipv6; RoCE v2 before v1).`,
+		Example: `  roce perf write -d rxe0 -x 1                      # server (ib_write_bw)
+  roce perf write -d rxe0 -x 1 198.51.100.11        # client
+  roce perf send --lat -d rxe0 -a 198.51.100.11     # ib_send_lat, all sizes
+  roce perf read -d rxe0 -q 4 -D 10 198.51.100.11   # 4 QPs for 10 seconds`,
+		Args: unknownCommand,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return usageError{errors.New("choose a test: write, read, send or atomic")}
+		},
+	}
+	for _, v := range []struct {
+		name string
+		verb perftest.Verb
+		bw   string
+		lat  string
+	}{{"write", perftest.Write, "ib_write_bw", "ib_write_lat"}, {"read", perftest.Read, "ib_read_bw", "ib_read_lat"},
+		{"send", perftest.Send, "ib_send_bw", "ib_send_lat"}, {"atomic", perftest.Atomic, "ib_atomic_bw", "ib_atomic_lat"}} {
+		cmd.AddCommand(newPerfVerbCmd(v.name, v.verb, v.bw, v.lat))
+	}
+	return cmd
+}
+
+func newPerfVerbCmd(name string, verb perftest.Verb, bw, lat string) *cobra.Command {
+	var (
+		c             perftest.Config
+		dev, pcapFile string
+		duration, mtu int
+		rdmaCM        bool
+		cpuFreq       bool
+	)
+	cmd := &cobra.Command{
+		Use:   name + " [--lat] [flags] [server]",
+		Short: bw + " (with --lat " + lat + ")",
+		Args:  usageArgs(cobra.MaximumNArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c.Verb = verb
+			if rdmaCM {
+				return usageError{errors.New("-R: RDMA CM is not wired to host devices yet; run without -R (the TCP exchange)")}
+			}
+			if cmd.Flags().Changed("duration") {
+				if duration < 1 {
+					return usageError{fmt.Errorf("-D %d: duration must be at least 1 second", duration)}
+				}
+				c.Duration = time.Duration(duration) * time.Second
+			}
+			if cmd.Flags().Changed("mtu") {
+				c.MTU = mtu
+			}
+			if !cmd.Flags().Changed("gid-index") {
+				c.GIDIndex = -1
+			}
+			if len(args) == 1 {
+				c.Server = args[0]
+			}
+			_ = cpuFreq // -F: goroce reads no cpufreq, so there is nothing to warn about
+			// Check the flags before opening the device, so a bad line
+			// exits 2 without side effects.
+			if err := c.Validate(); err != nil {
+				return usageError{err}
+			}
+			d, closeDev, err := openDevice(cmd, dev, pcapFile)
+			if err != nil {
+				return err
+			}
+			defer closeDev()
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			c.Device = d.Name()
+			c.Out, c.Progress = cmd.OutOrStdout(), cmd.ErrOrStderr()
+			_, err = perftest.Run(ctx, d.Device, c)
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&c.Lat, "lat", false, "latency test ("+lat+") instead of bandwidth")
+	f.StringVarP(&dev, "ib-dev", "d", "", "use IB device `dev` (default first device found)")
+	f.IntVarP(&c.IBPort, "ib-port", "i", 1, "use `port` of IB device")
+	f.IntVarP(&c.Port, "port", "p", perftest.DefaultPort, "listen on/connect to `port`")
+	f.IntVarP(&c.Size, "size", "s", 0, "`size` of message to exchange (default BW 65536, latency 2, atomic 8)")
+	f.IntVarP(&c.Iters, "iters", "n", 0, "number of exchanges, at least 5 (default 1000, ib_write_bw 5000)")
+	f.IntVarP(&duration, "duration", "D", 0, "run for `seconds` instead of -n (a progress line a second on stderr)")
+	f.BoolVarP(&c.All, "all", "a", false, "run sizes from 2 till 2^23")
+	f.IntVarP(&c.GIDIndex, "gid-index", "x", -1, "use the GID with `index` (default: an IPv4 RoCE v2 GID, as perftest picks)")
+	f.BoolVar(&c.IPv6, "ipv6", false, "pick an IPv6 GID when -x is not given")
+	f.IntVarP(&mtu, "mtu", "m", 0, "path MTU: 256 - 4096 (default port MTU)")
+	f.IntVarP(&c.NumQPs, "qp", "q", 1, "number of QPs, each driven by its own goroutine")
+	f.IntVarP(&c.TxDepth, "tx-depth", "t", 0, "size of tx queue (default BW 128, latency 1)")
+	f.IntVarP(&c.RxDepth, "rx-depth", "r", 0, "size of rx queue (default 512; SEND only)")
+	f.IntVarP(&c.CQMod, "cq-mod", "Q", 0, "a CQE only every `n` completions (default 100)")
+	f.IntVarP(&c.OutReads, "outs", "o", 0, "outstanding reads/atomics (default the device maximum)")
+	f.IntVarP(&c.QPTimeout, "qp-timeout", "u", 14, "QP timeout: 4 usec * 2^timeout")
+	f.BoolVar(&c.ReportGbits, "report_gbits", false, "report BW in Gbit/sec instead of MiB/sec")
+	f.BoolVar(&c.OutJSON, "out_json", false, "also write the report to a file in perftest's format")
+	f.StringVar(&c.JSONFile, "out_json_file", "perftest_out.json", "the --out_json `file`")
+	f.BoolVarP(&cpuFreq, "CPU-freq", "F", false, "accepted for perftest's command lines (no cpufreq check to silence)")
+	f.BoolVarP(&rdmaCM, "rdma_cm", "R", false, "connect QPs with RDMA CM (not yet)")
+	f.StringVar(&pcapFile, "pcap", "", "write every packet the device sends and receives to `file` (pcap)")
+	if name == "atomic" {
+		f.StringVarP(&c.Atomic, "atomic_type", "A", "", "CMP_AND_SWAP or FETCH_AND_ADD (default FETCH_AND_ADD)")
+	}
+	return cmd
+}

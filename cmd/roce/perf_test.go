@@ -1,0 +1,126 @@
+package main
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/internal/nettest"
+)
+
+func TestPerfUsage(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"perf"},
+		{"perf", "write", "-n", "2"},
+		{"perf", "atomic", "-s", "64"},
+		{"perf", "read", "-R"},
+		{"perf", "send", "--lat", "-q", "2"},
+		{"perf", "write", "-m", "1000"},
+		{"perf", "write", "a", "b"},
+	} {
+		if code, _, stderr := roceAt(t, dir, args...); code != exitUsage {
+			t.Errorf("roce %s: exit %d, want %d: %s", strings.Join(args, " "), code, exitUsage, stderr)
+		}
+	}
+}
+
+// TestPerfOverVeth runs roce perf as server and client in two network
+// namespaces joined by a veth pair, on devices made by roce link add,
+// for every test: both exit 0 and print perftest's table.
+func TestPerfOverVeth(t *testing.T) {
+	ha, hb := nettest.VethPair(t, nettest.Options{MTU: 1500})
+	dir := t.TempDir()
+	for _, l := range []struct {
+		h             *nettest.Host
+		name, netdev string
+	}{{ha, "rxe0", "veth0"}, {hb, "rxe1", "veth1"}} {
+		if code, _, stderr := roceIn(t, l.h, dir, "link", "add", l.name, "type", "rxe", "netdev", l.netdev, "roce-versions", "v2"); code != 0 {
+			t.Fatalf("link add %s: exit %d: %s", l.name, code, stderr)
+		}
+	}
+	cases := [][]string{
+		{"write", "-s", "4096", "-n", "50"},
+		{"read", "-s", "4096", "-n", "50", "-q", "2"},
+		{"send", "-s", "2048", "-n", "50"},
+		{"atomic", "-n", "50", "--report_gbits"},
+		{"atomic", "-A", "CMP_AND_SWAP", "-n", "20"},
+		{"write", "--lat", "-s", "64", "-n", "50"},
+		{"read", "--lat", "-s", "64", "-n", "50"},
+		{"send", "--lat", "-s", "64", "-n", "50"},
+		{"atomic", "--lat", "-n", "50"},
+		{"write", "-s", "65536", "-D", "2", "-q", "2"},
+	}
+	for i, args := range cases {
+		t.Run(strings.Join(args, "_"), func(t *testing.T) {
+			port := strconv.Itoa(18600 + i)
+			sargs := append([]string{"perf"}, append(args, "-d", "rxe0", "-p", port)...)
+			cargs := append([]string{"perf"}, append(args, "-d", "rxe1", "-p", port, "198.18.0.1")...)
+			type ret struct {
+				code           int
+				stdout, stderr string
+			}
+			sc := make(chan ret, 1)
+			go func() {
+				var r ret
+				r.code, r.stdout, r.stderr = roceIn(t, ha, dir, sargs...)
+				sc <- r
+			}()
+			var c ret
+			for try := 0; try < 50; try++ {
+				c.code, c.stdout, c.stderr = roceIn(t, hb, dir, cargs...)
+				if c.code == 0 || !strings.Contains(c.stderr, "Couldn't connect") {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			s := <-sc
+			if c.code != 0 || s.code != 0 {
+				t.Fatalf("client exit %d: %s\n%s\nserver exit %d: %s\n%s", c.code, c.stderr, c.stdout, s.code, s.stderr, s.stdout)
+			}
+			lat := strings.Contains(strings.Join(args, " "), "--lat")
+			dur := strings.Contains(strings.Join(args, " "), "-D")
+			checkPerfTable(t, "client", c.stdout, lat, dur)
+			if !(lat && (args[0] == "read" || args[0] == "atomic")) {
+				checkPerfTable(t, "server", s.stdout, lat, dur)
+			}
+			if dur && !strings.Contains(c.stderr, "roce perf:   1 s of 2 s: ") {
+				t.Errorf("no progress line on the client's stderr: %q", c.stderr)
+			}
+			t.Logf("server:\n%s%sclient:\n%s%s", s.stdout, s.stderr, c.stdout, c.stderr)
+		})
+	}
+}
+
+// checkPerfTable finds perftest's result header and checks the row under
+// it has the right number of numeric columns, with a positive result.
+func checkPerfTable(t *testing.T, who, out string, lat, dur bool) {
+	t.Helper()
+	if !strings.Contains(out, " Link type       : Ethernet\n") || !strings.Contains(out, " remote address: LID 0000 QPN 0x") {
+		t.Errorf("%s: no banner or addresses:\n%s", who, out)
+	}
+	lines := strings.Split(out, "\n")
+	for i, l := range lines {
+		if !strings.HasPrefix(l, " #bytes") || i+1 >= len(lines) {
+			continue
+		}
+		f := strings.Fields(lines[i+1])
+		want, col := 5, 3
+		if lat {
+			want, col = 9, 4
+		}
+		if lat && dur {
+			want, col = 4, 2
+		}
+		if len(f) != want {
+			t.Fatalf("%s: row %q: %d columns, want %d", who, lines[i+1], len(f), want)
+		}
+		v, err := strconv.ParseFloat(f[col], 64)
+		if err != nil || !(v > 0) {
+			t.Errorf("%s: row %q: column %d is %q", who, lines[i+1], col, f[col])
+		}
+		return
+	}
+	t.Errorf("%s: no result table:\n%s", who, out)
+}
