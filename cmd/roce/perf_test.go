@@ -33,7 +33,7 @@ func TestPerfOverVeth(t *testing.T) {
 	ha, hb := nettest.VethPair(t, nettest.Options{MTU: 1500})
 	dir := t.TempDir()
 	for _, l := range []struct {
-		h             *nettest.Host
+		h            *nettest.Host
 		name, netdev string
 	}{{ha, "rxe0", "veth0"}, {hb, "rxe1", "veth1"}} {
 		if code, _, stderr := roceIn(t, l.h, dir, "link", "add", l.name, "type", "rxe", "netdev", l.netdev, "roce-versions", "v2"); code != 0 {
