@@ -92,6 +92,10 @@ type Options struct {
 	// Defaults supplies default_roce_mode and default_roce_tos; nil means
 	// RoCE v2 where the port has it, else v1, and ToS 0.
 	Defaults Defaults
+	// Logf, if set, gets what the CM diagnoses as soon as it knows it (a
+	// peer that answers only the other RoCE version), long before the
+	// UNREACHABLE event that carries the same words.
+	Logf func(format string, args ...any)
 }
 
 func expDuration(e uint) time.Duration { return 4096 * time.Nanosecond << e }
@@ -109,6 +113,7 @@ type CM struct {
 	byLocal   map[uint32]*ID    // guarded by mu: IDs by local comm ID
 	byRemote  map[remoteKey]*ID // guarded by mu: passive IDs by the peer's comm ID and CA GUID
 	ids       map[*ID]struct{}  // guarded by mu: every live ID
+	probes    map[uint64]*ID    // guarded by mu: IDs by the TID of their other-version probe
 	rng       *rand.Rand        // guarded by mu
 
 	// onRecv, if set before AddDevice, sees every MAD received (a test
@@ -140,7 +145,7 @@ func New(o Options) *CM {
 		o.Timewait = expDuration(localACKTimeout)
 	}
 	return &CM{opts: o, listeners: map[portKey]*ID{}, bound: map[portKey][]*ID{}, byLocal: map[uint32]*ID{},
-		byRemote: map[remoteKey]*ID{}, ids: map[*ID]struct{}{},
+		byRemote: map[remoteKey]*ID{}, ids: map[*ID]struct{}{}, probes: map[uint64]*ID{},
 		rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
 }
 
@@ -472,6 +477,9 @@ func (cm *CM) handle(a *agent, in *inbound) {
 		return
 	}
 	switch h.Method() {
+	case mad.MethodGetResp:
+		cm.handleProbeAnswer(a, in, h)
+		return
 	case mad.MethodGet, mad.MethodSet:
 		// No CM agent handles Get or Set: the MAD layer answers with the
 		// request, method GetResp and status "unsupported method/attribute

@@ -53,6 +53,7 @@ type ID struct {
 	ag        *agent
 	sgid      uint8
 	gidType   verbs.GIDType
+	probe     probe // the other-version probe of an unanswered REQ
 	tos       uint8
 	mtu       verbs.MTU
 	qp        *verbs.QP
@@ -583,6 +584,9 @@ func (id *ID) timeout() {
 		id.retries++
 		id.ag.send(id.rgid, id.sgid, id.tos, id.msg, id.msgQPN)
 		id.arm(id.cm.opts.ResponseTimeout)
+		if id.retries == 1 && id.state == stReqSent {
+			id.probeOtherVersion()
+		}
 		return
 	}
 	id.disarm()
@@ -594,8 +598,11 @@ func (id *ID) timeout() {
 		}
 		id.forget()
 		id.state = stDone
-		id.ec.push(Event{Type: EventUnreachable, ID: id, Status: -int(syscall.ETIMEDOUT),
-			Err: fmt.Errorf("rdmacm: %v %v: %w after %d tries", id.dst, errTimedOut, syscall.ETIMEDOUT, id.cm.opts.MaxRetries+1)})
+		err := fmt.Errorf("rdmacm: %v %v: %w after %d tries", id.dst, errTimedOut, syscall.ETIMEDOUT, id.cm.opts.MaxRetries+1)
+		if d := id.unreachableDiagnosis(); d != "" {
+			err = fmt.Errorf("%w; %s", err, d)
+		}
+		id.ec.push(Event{Type: EventUnreachable, ID: id, Status: -int(syscall.ETIMEDOUT), Err: err})
 	case stDreqSent:
 		id.ec.push(Event{Type: EventDisconnected, ID: id, Status: 0})
 		id.enterTimewait()
@@ -605,6 +612,9 @@ func (id *ID) timeout() {
 // forget removes the ID from the comm ID tables.
 func (id *ID) forget() {
 	cm := id.cm
+	if id.probe.tid != 0 && cm.probes[id.probe.tid] == id {
+		delete(cm.probes, id.probe.tid)
+	}
 	if id.lcid != 0 && cm.byLocal[id.lcid] == id {
 		delete(cm.byLocal, id.lcid)
 	}

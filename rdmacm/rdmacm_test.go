@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/netip"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -469,6 +470,11 @@ func TestUnreachableLinuxDefaults(t *testing.T) {
 		}
 		if d, want := time.Since(start), 16*expDuration(20); d != want {
 			t.Errorf("UNREACHABLE after %v, want %v", d, want)
+		}
+		// The port has no RoCE v1 GID to probe the other version with; the
+		// event says so rather than just "timed out".
+		if e.Err == nil || !strings.Contains(e.Err.Error(), "port 1 has no RoCE v1 GID") {
+			t.Errorf("UNREACHABLE error %v", e.Err)
 		}
 		a.cm.mu.Lock()
 		n := a.cm.agents[0].sent
