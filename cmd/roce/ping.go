@@ -96,7 +96,10 @@ func openCM(cmd *cobra.Command, devs []string, pcapFile string, want, family net
 	if pcapFile != "" && len(devs) > 1 {
 		return nil, nil, usageError{fmt.Errorf("--pcap captures one device; choose one of %v with --dev", devs)}
 	}
-	cm := rdmacm.New(rdmacm.Options{Defaults: config.Open(dir)})
+	stderr := cmd.ErrOrStderr()
+	cm := rdmacm.New(rdmacm.Options{Defaults: config.Open(dir), Logf: func(format string, args ...any) {
+		fmt.Fprintf(stderr, "roce: "+format+"\n", args...)
+	}})
 	var closers []func()
 	closeAll := func() {
 		cm.Close()
