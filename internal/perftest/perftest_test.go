@@ -234,7 +234,7 @@ func checkTable(t *testing.T, who, out string, m modeCase, sizes []int, iters in
 			if !(v[2] > 0 && v[2] <= v[4] && v[4] <= v[3] && v[5] > 0) {
 				t.Errorf("%s: row %q: latencies out of order", who, row)
 			}
-		} else if !(v[3] > 0 && v[4] > 0) {
+		} else if !(v[4] > 0 && (v[3] > 0 || size < 1024)) { // 2 B at 0.004 MB/sec prints 0.00
 			t.Errorf("%s: row %q: no bandwidth", who, row)
 		}
 	}
