@@ -1,0 +1,205 @@
+package rdmacm_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/host"
+	"github.com/goroce/goroce/internal/lab"
+	"github.com/goroce/goroce/rdmacm"
+	"github.com/goroce/goroce/verbs"
+)
+
+// labSide is a goroce device on the lab's bridge with a CM on it.
+type labSide struct {
+	cm *rdmacm.CM
+	pd *verbs.PD
+	cq *verbs.CQ
+}
+
+func openLab(t *testing.T, l *lab.Lab) *labSide {
+	dir := t.TempDir()
+	reg := host.NewRegistry(dir)
+	err := l.Do(func() error {
+		ns, err := host.CurrentNetns()
+		if err != nil {
+			return err
+		}
+		return reg.Add(host.DeviceDef{Name: "rxe0", Type: "rxe", Netdev: lab.Bridge, Netns: ns, Versions: host.VersionsBoth})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := host.Open("rxe0", host.Options{RunDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	cm := rdmacm.New(rdmacm.Options{})
+	if err := cm.AddDevice(d.Device); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cm.Close() })
+	pd, err := d.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := d.CreateCQ(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &labSide{cm: cm, pd: pd, cq: cq}
+}
+
+// exchange posts a 16-byte receive, sends msg (16 bytes) and returns what
+// arrived: rdma_client's and rdma_server's traffic.
+func (s *labSide) exchange(ctx context.Context, qp *verbs.QP, msg string, sendFirst bool) (string, error) {
+	rbuf := make([]byte, 16)
+	rmr, err := s.pd.RegMR(rbuf, verbs.AccessLocalWrite)
+	if err != nil {
+		return "", err
+	}
+	defer rmr.Dereg()
+	if err := qp.PostRecv(verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{rmr.SGE(0, 16)}}); err != nil {
+		return "", err
+	}
+	send := func() error {
+		return qp.PostSend(verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled | verbs.SendInline,
+			InlineData: []byte(fmt.Sprintf("%-16s", msg))})
+	}
+	if sendFirst {
+		if err := send(); err != nil {
+			return "", err
+		}
+	}
+	var got string
+	for n := 0; n < 2; {
+		var wc [1]verbs.WC
+		k, err := s.cq.PollWait(ctx, wc[:])
+		if err != nil {
+			return "", err
+		}
+		if k == 0 {
+			continue
+		}
+		if wc[0].Status != verbs.WCSuccess {
+			return "", fmt.Errorf("completion %v", &wc[0])
+		}
+		n++
+		if wc[0].WRID == 1 {
+			got = string(rbuf[:wc[0].ByteLen])
+			if !sendFirst {
+				if err := send(); err != nil {
+					return "", err
+				}
+			}
+		}
+	}
+	return got, nil
+}
+
+// TestLabRDMAServerClient: goroce's rdmacm against librdmacm's rdma_server
+// and rdma_client on Linux rxe, both roles, IPv4 and IPv6: connect, one
+// 16-byte SEND each way, disconnect (the server disconnects first when it
+// is Linux, the client when it is goroce); and a connection to a port no
+// one listens on is REJECTED with reason 8 (invalid service ID) both ways.
+func TestLabRDMAServerClient(t *testing.T) {
+	l := lab.Start(t)
+	s := openLab(t, l)
+	vm := lab.VM1
+	l.Exec(vm, "killall rdma_server rdma_client 2>/dev/null; true")
+	qpInit := verbs.QPInitAttr{Type: verbs.RC, SendCQ: s.cq, RecvCQ: s.cq,
+		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 16}}
+	for _, fam := range []string{"IPv4", "IPv6"} {
+		ours, theirs := lab.HostIPv4, vm.IPv4
+		if fam == "IPv6" {
+			ours, theirs = lab.HostIPv6, vm.IPv6
+		}
+		t.Run(fam+"/goroce-client", func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			l.MustExec(t, vm, fmt.Sprintf("(timeout 50 rdma_server -s %s -p 7471; echo EXIT $?) > /tmp/rs.log 2>&1 &", theirs))
+			var c *rdmacm.Conn
+			var err error
+			for try := 0; try < 50; try++ {
+				c, err = s.cm.Dial(ctx, netip.AddrPortFrom(netip.MustParseAddr(theirs), 7471), rdmacm.Endpoint{PD: s.pd, QP: qpInit})
+				if err == nil || !strings.Contains(err.Error(), "REJECTED") {
+					break
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			got, err := s.exchange(ctx, c.QP, "hello rxe", true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("rdma_server answered %q", got)
+			// rdma_server disconnects after its send: DISCONNECTED here.
+			e, err := c.Events.Get(ctx)
+			if err != nil || e.Type != rdmacm.EventDisconnected {
+				t.Errorf("after the exchange: %v, %v; want DISCONNECTED", e, err)
+			}
+			c.Close() // the DREP rdma_server's destroy waits for, as rping's rdma_disconnect sends it
+			var log string
+			for try := 0; try < 100 && !strings.Contains(log, "EXIT"); try++ {
+				time.Sleep(100 * time.Millisecond)
+				log, _, _ = l.Exec(vm, "cat /tmp/rs.log")
+			}
+			if !strings.Contains(log, "EXIT 0") || !strings.Contains(log, "rdma_server: end 0") {
+				t.Errorf("rdma_server:\n%s", log)
+			}
+		})
+		t.Run(fam+"/goroce-server", func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			ln, err := s.cm.Listen(netip.AddrPortFrom(netip.MustParseAddr(ours), 7471), rdmacm.Endpoint{PD: s.pd, QP: qpInit})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			type result struct {
+				got string
+				err error
+			}
+			res := make(chan result, 1)
+			go func() {
+				c, err := ln.Accept(ctx)
+				if err != nil {
+					res <- result{err: err}
+					return
+				}
+				defer c.Close()
+				got, err := s.exchange(ctx, c.QP, "hello goroce", false)
+				res <- result{got, err}
+			}()
+			out, rc, err := l.Exec(vm, fmt.Sprintf("timeout 50 rdma_client -s %s -p 7471", ours))
+			if err != nil || rc != 0 || !strings.Contains(out, "rdma_client: end 0") {
+				t.Errorf("rdma_client: exit %d %v\n%s", rc, err, out)
+			}
+			r := <-res
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			t.Logf("rdma_client sent %q", r.got)
+		})
+		t.Run(fam+"/rejected", func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			_, err := s.cm.Dial(ctx, netip.AddrPortFrom(netip.MustParseAddr(theirs), 7999), rdmacm.Endpoint{PD: s.pd, QP: qpInit})
+			if err == nil || !strings.Contains(err.Error(), "REJECTED") || !strings.Contains(err.Error(), "reason 8") {
+				t.Errorf("goroce to a port nobody listens on in the VM: %v", err)
+			}
+			out, rc, _ := l.Exec(vm, fmt.Sprintf("timeout 30 rdma_client -s %s -p 7999", ours))
+			if rc == 0 || !strings.Contains(out, "rdma_connect") {
+				t.Errorf("rdma_client to a port nobody listens on here: exit %d\n%s", rc, out)
+			}
+		})
+	}
+}
