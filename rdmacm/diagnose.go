@@ -14,16 +14,22 @@ import (
 // the REQ's first response timeout passes with no answer, the CM asks the
 // peer's CM for its ClassPortInfo over the other RoCE version (any CM
 // answers a Get, if only with "unsupported": Linux's MAD layer does, and
-// goroce's). An answer there means the peer speaks only that version; the
-// CM says so at once (Options.Logf) and again in the UNREACHABLE event,
-// with the command that fixes it.
+// goroce's), and the same question over the REQ's own version. An answer
+// over the other version only means the peer speaks only that version (an
+// answer over both means the REQ was merely lost or unanswered: a
+// dual-version peer answers in the version of the request). The CM says so
+// at the REQ's next timeout (Options.Logf) and again in the UNREACHABLE
+// event, with the command that fixes it.
 
 // probe is an ID's other-version probe.
 type probe struct {
-	tid      uint64        // the Get's transaction ID; 0 = none sent
-	typ      verbs.GIDType // the version it went out on
-	noSource bool          // the port has no GID of the other version for our address
-	answered bool          // the peer answered it
+	tid          uint64        // the other-version Get's transaction ID; 0 = none sent
+	sameTID      uint64        // the same-version Get's
+	typ          verbs.GIDType // the other version
+	noSource     bool          // the port has no GID of the other version for our address
+	answered     bool          // the peer answered over the other version
+	sameAnswered bool          // the peer answered over the REQ's version
+	reported     bool          // Logf has the diagnosis
 }
 
 // other returns the RoCE version that is not t.
@@ -51,7 +57,8 @@ func modeFlag(t verbs.GIDType) int {
 }
 
 // probeOtherVersion sends the ClassPortInfo Get over the version the REQ
-// did not use, from the same address. Called with cm.mu held.
+// did not use, from the same address, and one over the REQ's version.
+// Called with cm.mu held.
 func (id *ID) probeOtherVersion() {
 	if id.probe.tid != 0 || id.ag == nil {
 		return
@@ -62,6 +69,14 @@ func (id *ID) probeOtherVersion() {
 		id.probe.noSource = true
 		return
 	}
+	id.probe = probe{typ: t}
+	id.probe.tid = id.sendProbe(sgid)
+	id.probe.sameTID = id.sendProbe(id.sgid)
+}
+
+// sendProbe sends a CM ClassPortInfo Get from GID index sgid to the peer's
+// QP1 and returns its transaction ID. Called with cm.mu held.
+func (id *ID) sendProbe(sgid uint8) uint64 {
 	cm := id.cm
 	var tid uint64
 	for tid == 0 || cm.probes[tid] != nil {
@@ -69,9 +84,19 @@ func (id *ID) probeOtherVersion() {
 	}
 	m := buildMAD(mad.AttrClassPortInfo, tid, emptyBody{})
 	mad.Header(m).SetMethod(mad.MethodGet)
-	id.probe = probe{tid: tid, typ: t}
 	cm.probes[tid] = id
 	id.ag.send(id.rgid, sgid, id.tos, m, 1)
+	return tid
+}
+
+// reportMismatch hands the diagnosis to Logf once it is sure: the other
+// version answered and, by the REQ's next timeout, the REQ's own did not.
+// Called with cm.mu held.
+func (id *ID) reportMismatch() {
+	if id.probe.answered && !id.probe.sameAnswered && !id.probe.reported && id.cm.opts.Logf != nil {
+		id.probe.reported = true
+		id.cm.opts.Logf("%s", id.mismatch())
+	}
 }
 
 // emptyBody is a MAD body of zeros.
@@ -79,22 +104,23 @@ type emptyBody struct{}
 
 func (emptyBody) Append(b []byte) []byte { return append(b, make([]byte, mad.Size-len(b))...) }
 
-// handleProbeAnswer takes a GetResp: if it answers a probe, the peer speaks
-// the probe's version, and the REQ's silence says it does not speak the
-// REQ's. Called with cm.mu held.
+// handleProbeAnswer takes a GetResp that answers a probe. Called with
+// cm.mu held.
 func (cm *CM) handleProbeAnswer(a *agent, in *inbound, h mad.Header) {
-	id := cm.probes[h.TransactionID()]
-	if id == nil || in.netType() != id.probe.typ || in.src != id.rgid {
+	tid := h.TransactionID()
+	id := cm.probes[tid]
+	if id == nil || in.src != id.rgid {
 		return
 	}
-	delete(cm.probes, h.TransactionID())
-	if id.state != stReqSent || id.probe.answered {
+	switch {
+	case tid == id.probe.tid && in.netType() == id.probe.typ:
+		id.probe.answered = true
+	case tid == id.probe.sameTID && in.netType() == id.gidType:
+		id.probe.sameAnswered = true
+	default:
 		return
 	}
-	id.probe.answered = true
-	if cm.opts.Logf != nil {
-		cm.opts.Logf("%s", id.mismatch())
-	}
+	delete(cm.probes, tid)
 }
 
 // mismatch says what the answered probe showed and how to fix it.
@@ -117,8 +143,11 @@ func roceName(t verbs.GIDType) string {
 // unreachableDiagnosis explains an unanswered REQ. Called with cm.mu held.
 func (id *ID) unreachableDiagnosis() string {
 	switch {
-	case id.probe.answered:
+	case id.probe.answered && !id.probe.sameAnswered:
 		return id.mismatch()
+	case id.probe.sameAnswered:
+		return fmt.Sprintf("the peer's CM at %v answers management queries over %s but never answered the connection request: "+
+			"is the server stuck, or dropping REQs?", id.dst.Addr(), roceName(id.gidType))
 	case id.probe.tid != 0:
 		return fmt.Sprintf("nothing answered over %s or %s either: is an RDMA CM server listening at %v (rping -s, rdma_server), "+
 			"and is %v reachable from %v?", roceName(id.gidType), roceName(id.probe.typ), id.dst, id.dst.Addr(), id.src.Addr())

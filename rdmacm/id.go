@@ -584,8 +584,12 @@ func (id *ID) timeout() {
 		id.retries++
 		id.ag.send(id.rgid, id.sgid, id.tos, id.msg, id.msgQPN)
 		id.arm(id.cm.opts.ResponseTimeout)
-		if id.retries == 1 && id.state == stReqSent {
-			id.probeOtherVersion()
+		if id.state == stReqSent {
+			if id.retries == 1 {
+				id.probeOtherVersion()
+			} else {
+				id.reportMismatch()
+			}
 		}
 		return
 	}
@@ -612,8 +616,10 @@ func (id *ID) timeout() {
 // forget removes the ID from the comm ID tables.
 func (id *ID) forget() {
 	cm := id.cm
-	if id.probe.tid != 0 && cm.probes[id.probe.tid] == id {
-		delete(cm.probes, id.probe.tid)
+	for _, tid := range []uint64{id.probe.tid, id.probe.sameTID} {
+		if tid != 0 && cm.probes[tid] == id {
+			delete(cm.probes, tid)
+		}
 	}
 	if id.lcid != 0 && cm.byLocal[id.lcid] == id {
 		delete(cm.byLocal, id.lcid)
