@@ -1,9 +1,9 @@
 // Command roce is goroce's command-line tool: the operator's view of a
-// user-space RoCE v1/v2 stack. Today it decodes captures (roce decode) and
-// shows a real Soft-RoCE exchange (roce demo); the engine comes later.
+// user-space RoCE v1/v2 stack with RDMA CM: devices on netdevs, rdma-core's
+// and perftest's tools, counters, captures and the rdma_cm configfs tree.
 //
 // This package holds flags, files, output streams and exit codes only; the
-// protocol logic is in wire and the formatting in internal/dissect.
+// protocol logic is in the library packages.
 package main
 
 import "os"

@@ -71,16 +71,20 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		Use:   "roce",
 		Short: "RoCE v1/v2 and RDMA CM in user space, in pure Go",
 		Long: `roce is the command-line tool of goroce, a user-space RoCE v1 and v2 stack
-in pure Go (RDMA CM is the next milestone): no kernel module, no cgo, no RDMA hardware.
+in pure Go, with RDMA CM: no kernel module, no cgo, no RDMA hardware.
 
 It creates soft RDMA devices on the host's netdevs (roce link), shows them as
 ibv_devinfo and show_gids do (roce dev, roce gids), runs rdma-core's
-pingpong tests against any peer, goroce or Linux rxe (roce pingpong), and
-decodes RoCE captures with every ICRC checked (roce decode).`,
+pingpong tests, rping and perftest against any peer, goroce or Linux rxe
+(roce pingpong, roce ping, roce perf), sets the RoCE mode RDMA CM uses
+(roce mode, roce configfs), observes running devices (roce stat, roce res,
+roce capture) and decodes RoCE captures with every ICRC checked (roce decode).`,
 		Example: `  roce demo                              # start here
   roce link add rxe0 type rxe netdev eth0  # a soft RoCE device on eth0
   roce gids                              # which GID index to use
   roce pingpong -d rxe0 -g 1 [server]    # ibv_rc_pingpong
+  roce ping -c -a 192.0.2.11 -C 3 -v     # rping, through RDMA CM
+  roce perf write 192.0.2.11             # ib_write_bw
   roce decode capture.pcap               # one line per RoCE packet
   roce decode -V capture.pcap            # every field of every layer
   roce decode --json capture.pcap | jq . # JSON Lines
