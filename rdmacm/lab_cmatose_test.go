@@ -1,0 +1,431 @@
+package rdmacm_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/internal/lab"
+	"github.com/goroce/goroce/rdmacm"
+	"github.com/goroce/goroce/verbs"
+)
+
+// The traffic of rdma-core's cmatose (ucmatose) and udaddy with their
+// defaults: 10 messages of 100 bytes each way.
+const (
+	toseCount = 10
+	toseSize  = 100
+	grhLen    = 40
+)
+
+// msgBufs registers count receive slots of size bytes (after grh bytes of
+// room) and one send buffer.
+type msgBufs struct {
+	recv, send     []byte
+	rmr, smr       *verbs.MR
+	size, grh, cnt int
+}
+
+func newMsgBufs(t *testing.T, pd *verbs.PD, count, size, grh int) *msgBufs {
+	m := &msgBufs{recv: make([]byte, count*(grh+size)), send: make([]byte, size), size: size, grh: grh, cnt: count}
+	for i := range m.send {
+		m.send[i] = byte('a' + i%26)
+	}
+	var err error
+	if m.rmr, err = pd.RegMR(m.recv, verbs.AccessLocalWrite); err != nil {
+		t.Fatal(err)
+	}
+	if m.smr, err = pd.RegMR(m.send, 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.rmr.Dereg(); m.smr.Dereg() })
+	return m
+}
+
+func (m *msgBufs) postRecvs(qp *verbs.QP) error {
+	for i := 0; i < m.cnt; i++ {
+		if err := qp.PostRecv(verbs.RecvWR{WRID: uint64(i), SGList: []verbs.SGE{m.rmr.SGE(i*(m.grh+m.size), m.grh+m.size)}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// poll waits for n successful completions of kind op (receives: WCRecv)
+// and returns them.
+func poll(ctx context.Context, cq *verbs.CQ, n int, recv bool) ([]verbs.WC, error) {
+	var out []verbs.WC
+	for len(out) < n {
+		var wc [4]verbs.WC
+		k, err := cq.PollWait(ctx, wc[:])
+		if err != nil {
+			return out, fmt.Errorf("after %d of %d completions: %w", len(out), n, err)
+		}
+		for _, w := range wc[:k] {
+			if w.Status != verbs.WCSuccess {
+				return out, fmt.Errorf("completion %v", &w)
+			}
+			if (w.Opcode == verbs.WCRecv || w.Opcode == verbs.WCRecvRDMAWithImm) == recv {
+				out = append(out, w)
+			}
+		}
+	}
+	return out, nil
+}
+
+// TestLabCmatose: goroce's rdmacm against ucmatose on Linux rxe, both
+// roles, IPv4 and IPv6: RC connect, ten 100-byte SENDs each way (server
+// first), the server disconnects.
+func TestLabCmatose(t *testing.T) {
+	l := lab.Start(t)
+	s := openLab(t, l)
+	vm := lab.VM1
+	l.Exec(vm, "killall ucmatose 2>/dev/null; true")
+	cq, err := s.pd.Device().CreateCQ(4 * toseCount)
+	if err != nil {
+		t.Fatal(err)
+	}
+	init := verbs.QPInitAttr{Type: verbs.RC, SendCQ: cq, RecvCQ: cq,
+		Cap: verbs.QPCap{MaxSendWR: toseCount, MaxRecvWR: toseCount, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	send := func(qp *verbs.QP, m *msgBufs) error {
+		for i := 0; i < toseCount; i++ {
+			if err := qp.PostSend(verbs.SendWR{WRID: 100 + uint64(i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+				SGList: []verbs.SGE{m.smr.SGE(0, toseSize)}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, fam := range []string{"IPv4", "IPv6"} {
+		ours, theirs := lab.HostIPv4, vm.IPv4
+		if fam == "IPv6" {
+			ours, theirs = lab.HostIPv6, vm.IPv6
+		}
+		t.Run(fam+"/goroce-client", func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			l.MustExec(t, vm, fmt.Sprintf("(timeout 50 ucmatose -b %s; echo EXIT $?) > /tmp/tose.log 2>&1 &", theirs))
+			m := newMsgBufs(t, s.pd, toseCount, toseSize, 0)
+			var ec *rdmacm.EventChannel
+			var id *rdmacm.ID
+			var err error
+			for try := 0; try < 50; try++ { // until ucmatose listens
+				ec = s.cm.CreateEventChannel()
+				id, err = s.cm.CreateID(ec, rdmacm.PSTCP)
+				if err != nil {
+					t.Fatal(err)
+				}
+				err = func() error {
+					if err := id.ResolveAddr(netip.Addr{}, netip.AddrPortFrom(netip.MustParseAddr(theirs), 7471), 2*time.Second); err != nil {
+						return err
+					}
+					if e, err := ec.Get(ctx); err != nil || e.Type != rdmacm.EventAddrResolved {
+						return fmt.Errorf("%v %v", e, err)
+					}
+					if err := id.ResolveRoute(2 * time.Second); err != nil {
+						return err
+					}
+					if e, err := ec.Get(ctx); err != nil || e.Type != rdmacm.EventRouteResolved {
+						return fmt.Errorf("%v %v", e, err)
+					}
+					qp, err := id.CreateQP(s.pd, init)
+					if err != nil {
+						return err
+					}
+					if err := m.postRecvs(qp); err != nil { // before connecting, as cmatose does
+						return err
+					}
+					if err := id.Connect(rdmacm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RetryCount: 5, RNRRetryCount: 7}); err != nil {
+						return err
+					}
+					if e, err := ec.Get(ctx); err != nil || e.Type != rdmacm.EventEstablished {
+						return fmt.Errorf("%v %v", e, err)
+					}
+					return nil
+				}()
+				if err == nil {
+					break
+				}
+				id.Destroy()
+				ec.Close()
+				if !strings.Contains(err.Error(), "REJECTED") {
+					t.Fatal(err)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ec.Close()
+			defer id.Destroy()
+			wcs, err := poll(ctx, cq, toseCount, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range wcs {
+				if w.ByteLen != toseSize {
+					t.Errorf("received %d bytes, want %d", w.ByteLen, toseSize)
+				}
+			}
+			if err := send(id.QP(), m); err != nil { // "sending replies"
+				t.Fatal(err)
+			}
+			if _, err := poll(ctx, cq, toseCount, false); err != nil {
+				t.Fatal(err)
+			}
+			if e, err := ec.Get(ctx); err != nil || e.Type != rdmacm.EventDisconnected {
+				t.Errorf("want DISCONNECTED from ucmatose, got %v %v", e, err)
+			}
+			id.Disconnect() // the DREP
+			var log string
+			for try := 0; try < 100 && !strings.Contains(log, "EXIT"); try++ {
+				time.Sleep(100 * time.Millisecond)
+				log, _, _ = l.Exec(vm, "cat /tmp/tose.log")
+			}
+			if !strings.Contains(log, "data transfers complete") || !strings.Contains(log, "EXIT 0") {
+				t.Errorf("ucmatose (server):\n%s", log)
+			}
+		})
+		t.Run(fam+"/goroce-server", func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			m := newMsgBufs(t, s.pd, toseCount, toseSize, 0)
+			ln, err := s.cm.Listen(netip.AddrPortFrom(netip.MustParseAddr(ours), 7471), rdmacm.Endpoint{PD: s.pd, QP: init,
+				Param: rdmacm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			errc := make(chan error, 1)
+			go func() {
+				errc <- func() error {
+					c, err := ln.Accept(ctx)
+					if err != nil {
+						return err
+					}
+					defer c.Close()
+					if err := m.postRecvs(c.QP); err != nil {
+						return err
+					}
+					if err := send(c.QP, m); err != nil { // "initiating data transfers"
+						return err
+					}
+					if _, err := poll(ctx, cq, toseCount, false); err != nil {
+						return err
+					}
+					wcs, err := poll(ctx, cq, toseCount, true)
+					if err != nil {
+						return err
+					}
+					for _, w := range wcs {
+						if w.ByteLen != toseSize {
+							return fmt.Errorf("received %d bytes, want %d", w.ByteLen, toseSize)
+						}
+					}
+					if err := c.ID.Disconnect(); err != nil { // "cmatose: disconnecting"
+						return err
+					}
+					if e, err := c.Events.Get(ctx); err != nil || e.Type != rdmacm.EventDisconnected {
+						return fmt.Errorf("want DISCONNECTED after the DREQ, got %v %v", e, err)
+					}
+					return nil
+				}()
+			}()
+			out, rc, err := l.Exec(vm, fmt.Sprintf("timeout 50 ucmatose -s %s", ours))
+			if err != nil || rc != 0 || !strings.Contains(out, "data transfers complete") {
+				t.Errorf("ucmatose -s: exit %d %v\n%s", rc, err, out)
+			}
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestLabUdaddy: goroce's rdmacm against udaddy on Linux rxe (UD QPs
+// resolved with SIDR_REQ/SIDR_REP), both roles, IPv4 and IPv6: ten
+// 100-byte SEND_WITH_IMMs (immediate: the sender's QPN) from the client,
+// ten replies from the server.
+func TestLabUdaddy(t *testing.T) {
+	l := lab.Start(t)
+	s := openLab(t, l)
+	vm := lab.VM1
+	l.Exec(vm, "killall udaddy 2>/dev/null; true")
+	cq, err := s.pd.Device().CreateCQ(4 * toseCount)
+	if err != nil {
+		t.Fatal(err)
+	}
+	init := verbs.QPInitAttr{Type: verbs.UD, SendCQ: cq, RecvCQ: cq,
+		Cap: verbs.QPCap{MaxSendWR: toseCount, MaxRecvWR: toseCount, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	send := func(qp *verbs.QP, m *msgBufs, ah *verbs.AH, qpn, qkey uint32) error {
+		for i := 0; i < toseCount; i++ {
+			if err := qp.PostSend(verbs.SendWR{WRID: 100 + uint64(i), Opcode: verbs.WRSendWithImm, Flags: verbs.SendSignaled,
+				ImmData: qp.Num(), AH: ah, RemoteQPN: qpn, RemoteQKey: qkey,
+				SGList: []verbs.SGE{m.smr.SGE(0, toseSize)}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, fam := range []string{"IPv4", "IPv6"} {
+		ours, theirs := lab.HostIPv4, vm.IPv4
+		if fam == "IPv6" {
+			ours, theirs = lab.HostIPv6, vm.IPv6
+		}
+		t.Run(fam+"/goroce-client", func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			l.MustExec(t, vm, fmt.Sprintf("(timeout 50 udaddy -b %s; echo EXIT $?) > /tmp/udaddy.log 2>&1 &", theirs))
+			m := newMsgBufs(t, s.pd, toseCount, toseSize, grhLen)
+			var ec *rdmacm.EventChannel
+			var id *rdmacm.ID
+			var err error
+			for try := 0; try < 50; try++ { // until udaddy listens (SIDR_REP status: unsupported service)
+				ec = s.cm.CreateEventChannel()
+				if id, err = s.cm.CreateID(ec, rdmacm.PSUDP); err != nil {
+					t.Fatal(err)
+				}
+				err = func() error {
+					if err := id.ResolveAddr(netip.Addr{}, netip.AddrPortFrom(netip.MustParseAddr(theirs), 7174), 2*time.Second); err != nil {
+						return err
+					}
+					if e, err := ec.Get(ctx); err != nil || e.Type != rdmacm.EventAddrResolved {
+						return fmt.Errorf("%v %v", e, err)
+					}
+					if err := id.ResolveRoute(2 * time.Second); err != nil {
+						return err
+					}
+					if e, err := ec.Get(ctx); err != nil || e.Type != rdmacm.EventRouteResolved {
+						return fmt.Errorf("%v %v", e, err)
+					}
+					qp, err := id.CreateQP(s.pd, init)
+					if err != nil {
+						return err
+					}
+					if err := m.postRecvs(qp); err != nil {
+						return err
+					}
+					if err := id.Connect(rdmacm.ConnParam{}); err != nil {
+						return err
+					}
+					if e, err := ec.Get(ctx); err != nil || e.Type != rdmacm.EventEstablished {
+						return fmt.Errorf("%v %v", e, err)
+					}
+					return nil
+				}()
+				if err == nil {
+					break
+				}
+				id.Destroy()
+				ec.Close()
+				if !strings.Contains(err.Error(), "UNREACHABLE") {
+					t.Fatal(err)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ec.Close()
+			defer id.Destroy()
+			ud := id.UD()
+			ah, err := s.pd.CreateAH(ud.AH)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := send(id.QP(), m, ah, ud.QPNum, ud.QKey); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := poll(ctx, cq, toseCount, false); err != nil {
+				t.Fatal(err)
+			}
+			wcs, err := poll(ctx, cq, toseCount, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range wcs {
+				if w.ByteLen != grhLen+toseSize || w.Flags&verbs.WCWithImm == 0 || w.ImmData != ud.QPNum {
+					t.Errorf("reply: %d bytes, flags %v, imm %#x; want %d, WITH_IMM, %#x", w.ByteLen, w.Flags, w.ImmData, grhLen+toseSize, ud.QPNum)
+				}
+			}
+			var log string
+			for try := 0; try < 100 && !strings.Contains(log, "EXIT"); try++ {
+				time.Sleep(100 * time.Millisecond)
+				log, _, _ = l.Exec(vm, "cat /tmp/udaddy.log")
+			}
+			if !strings.Contains(log, "data transfers complete") || !strings.Contains(log, "EXIT 0") {
+				t.Errorf("udaddy (server):\n%s", log)
+			}
+		})
+		t.Run(fam+"/goroce-server", func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			m := newMsgBufs(t, s.pd, toseCount, toseSize, grhLen)
+			ec := s.cm.CreateEventChannel()
+			defer ec.Close()
+			lid, err := s.cm.CreateID(ec, rdmacm.PSUDP)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lid.Destroy()
+			if err := lid.BindAddr(netip.AddrPortFrom(netip.MustParseAddr(ours), 7174)); err != nil {
+				t.Fatal(err)
+			}
+			if err := lid.Listen(0); err != nil {
+				t.Fatal(err)
+			}
+			errc := make(chan error, 1)
+			go func() {
+				errc <- func() error {
+					e, err := ec.Get(ctx)
+					if err != nil || e.Type != rdmacm.EventConnectRequest {
+						return fmt.Errorf("want CONNECT_REQUEST, got %v %v", e, err)
+					}
+					c := e.ID
+					defer c.Destroy()
+					qp, err := c.CreateQP(s.pd, init)
+					if err != nil {
+						return err
+					}
+					if err := m.postRecvs(qp); err != nil {
+						return err
+					}
+					if err := c.Accept(rdmacm.ConnParam{}); err != nil {
+						return err
+					}
+					wcs, err := poll(ctx, cq, toseCount, true)
+					if err != nil {
+						return err
+					}
+					for _, w := range wcs {
+						if w.ByteLen != grhLen+toseSize || w.Flags&verbs.WCWithImm == 0 {
+							return fmt.Errorf("received %d bytes, flags %v", w.ByteLen, w.Flags)
+						}
+					}
+					// Reply as udaddy's create_reply_ah does: to the sender's
+					// address, its QPN from the immediate data, our own Q_Key.
+					ud := c.UD()
+					ah, err := s.pd.CreateAH(ud.AH)
+					if err != nil {
+						return err
+					}
+					if err := send(qp, m, ah, wcs[0].ImmData, 0x01234567); err != nil {
+						return err
+					}
+					_, err = poll(ctx, cq, toseCount, false)
+					return err
+				}()
+			}()
+			out, rc, err := l.Exec(vm, fmt.Sprintf("timeout 50 udaddy -s %s", ours))
+			if err != nil || rc != 0 || !strings.Contains(out, "data transfers complete") {
+				t.Errorf("udaddy -s: exit %d %v\n%s", rc, err, out)
+			}
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
