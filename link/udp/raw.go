@@ -1,6 +1,7 @@
 package udp
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -17,10 +18,9 @@ import (
 	"github.com/goroce/goroce/wire"
 )
 
-func unsafePointer(b *byte) unsafe.Pointer { return unsafe.Pointer(b) }
-
-// rawRecv reads RoCE v2 packets, IP header included, from a netdev with an
-// AF_PACKET socket (cooked mode: the data starts at the IP header).
+// rawRecv reads RoCE v2 packets, Ethernet header included, from a netdev
+// with an AF_PACKET socket, each behind a virtio-net header (PACKET_VNET_HDR)
+// that gives the segment size of a GSO or GRO superpacket.
 type rawRecv struct {
 	f      *os.File
 	rc     syscall.RawConn
@@ -35,28 +35,28 @@ func roceFilter(port uint16) ([]bpf.RawInstruction, error) {
 	return bpf.Assemble(roceFilterProg(port))
 }
 
-// roceFilterProg is the filter over a cooked packet (the data starts at the
-// IP header). The jumps are counted by hand: raw_test.go runs the program
-// in x/net/bpf's VM over real packets.
+// roceFilterProg is the filter over an Ethernet frame. The jumps are
+// counted by hand: raw_test.go runs the program in x/net/bpf's VM over real
+// frames.
 func roceFilterProg(port uint16) []bpf.Instruction {
+	const eth = wire.EthernetLen
 	return []bpf.Instruction{
-		/* 0 */ bpf.LoadAbsolute{Off: 0, Size: 1},
-		/* 1 */ bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: 0xF0},
-		/* 2 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0x40, SkipFalse: 7}, // IPv4, else 10
-		/* 3 */ bpf.LoadAbsolute{Off: 9, Size: 1}, // protocol
-		/* 4 */ bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.IPPROTO_UDP, SkipTrue: 11},
-		/* 5 */ bpf.LoadAbsolute{Off: 6, Size: 2}, // flags + fragment offset
-		/* 6 */ bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: 0x1FFF, SkipTrue: 9}, // a later fragment
-		/* 7 */ bpf.LoadMemShift{Off: 0}, // X = IHL*4
-		/* 8 */ bpf.LoadIndirect{Off: 2, Size: 2}, // UDP destination port
-		/* 9 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(port), SkipTrue: 5, SkipFalse: 6},
-		/* 10 */ bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: 0x60, SkipTrue: 5},
-		/* 11 */ bpf.LoadAbsolute{Off: 6, Size: 1}, // IPv6 next header
-		/* 12 */ bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.IPPROTO_UDP, SkipTrue: 3},
-		/* 13 */ bpf.LoadAbsolute{Off: 42, Size: 2}, // UDP destination port
-		/* 14 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(port), SkipFalse: 1},
-		/* 15 */ bpf.RetConstant{Val: 0x40000},
-		/* 16 */ bpf.RetConstant{Val: 0},
+		/* 0 */ bpf.LoadAbsolute{Off: 12, Size: 2}, // Ethertype
+		/* 1 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: wire.EtherTypeIPv4, SkipFalse: 7}, // IPv4, else 9
+		/* 2 */ bpf.LoadAbsolute{Off: eth + 9, Size: 1}, // protocol
+		/* 3 */ bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.IPPROTO_UDP, SkipTrue: 11},
+		/* 4 */ bpf.LoadAbsolute{Off: eth + 6, Size: 2}, // flags + fragment offset
+		/* 5 */ bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: 0x1FFF, SkipTrue: 9}, // a later fragment
+		/* 6 */ bpf.LoadMemShift{Off: eth}, // X = IHL*4
+		/* 7 */ bpf.LoadIndirect{Off: eth + 2, Size: 2}, // UDP destination port
+		/* 8 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(port), SkipTrue: 5, SkipFalse: 6},
+		/* 9 */ bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: wire.EtherTypeIPv6, SkipTrue: 5},
+		/* 10 */ bpf.LoadAbsolute{Off: eth + 6, Size: 1}, // IPv6 next header
+		/* 11 */ bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.IPPROTO_UDP, SkipTrue: 3},
+		/* 12 */ bpf.LoadAbsolute{Off: eth + 42, Size: 2}, // UDP destination port
+		/* 13 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(port), SkipFalse: 1},
+		/* 14 */ bpf.RetConstant{Val: 0x40000},
+		/* 15 */ bpf.RetConstant{Val: 0},
 	}
 }
 
@@ -66,7 +66,7 @@ func attachFilter(fd int, prog []bpf.RawInstruction) error {
 }
 
 func newRawRecv(ifindex int, port uint16) (*rawRecv, error) {
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
 	if err != nil {
 		if errors.Is(err, unix.EPERM) {
 			return nil, fmt.Errorf("%w: %v", errNotPrivileged, err)
@@ -78,9 +78,14 @@ func newRawRecv(ifindex int, port uint16) (*rawRecv, error) {
 		err = attachFilter(fd, prog)
 	}
 	if err == nil {
+		err = unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VNET_HDR, 1)
+	}
+	if err == nil {
 		// Our own transmissions would otherwise come back (Linux ≥ 4.20).
 		_ = unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1)
-		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 8<<20)
+		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20) != nil {
+			_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 8<<20)
+		}
 		err = unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifindex})
 	}
 	if err != nil {
@@ -119,57 +124,92 @@ func dropAll(c *net.UDPConn) error {
 	return ferr
 }
 
-// recv reads at least one packet for this host, verifying ICRCs over the
-// real headers.
-func (r *rawRecv) recv(l *Link, pkts []link.Packet) (int, error) {
-	got := 0
-	var rerr error
-	err := r.rc.Read(func(fd uintptr) bool {
-		for got < len(pkts) {
-			pk := &pkts[got]
-			b := pk.Buf[:cap(pk.Buf)]
-			// Read at the start of the headroom's end minus the largest IP+UDP header,
-			// so the transport packet lands at a known offset after parsing.
-			n, from, err := unix.Recvfrom(int(fd), b[link.FrameHeadroom-wire.IPv6Len-wire.UDPLen:], unix.MSG_TRUNC)
-			if err != nil {
-				if err == unix.EAGAIN || err == unix.EWOULDBLOCK {
-					return got > 0
-				}
-				if err == unix.EINTR {
-					continue
-				}
-				rerr = err
-				return true
-			}
-			if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype != unix.PACKET_HOST {
-				continue // another host's traffic (a promiscuous bridge), or our own
-			}
-			start := link.FrameHeadroom - wire.IPv6Len - wire.UDPLen
-			if n > len(b)-start {
-				l.stats.RxMalformed.Add(1) // truncated by our buffer
-				continue
-			}
-			if l.acceptRaw(pk, b[start:start+n]) {
-				got++
-			}
-		}
-		return true
-	})
-	if err != nil {
-		if r.closed.Load() || errors.Is(err, os.ErrClosed) {
-			return got, net.ErrClosed // rawConn.Read reports "use of closed file"
-		}
-		return got, err
+// parseFrame reads message j's virtio-net, Ethernet, IP and UDP headers
+// (an AF_PACKET read) into r.meta and returns where its UDP payload starts,
+// its length and its segment size (0: one datagram).
+func (l *Link) parseFrame(j, n int) (p, plen, segSize int, ok bool) {
+	r := &l.rx
+	// struct sockaddr_ll: family, protocol, ifindex, hatype, pkttype, …
+	if r.names[j*nameLen+10] != unix.PACKET_HOST {
+		return 0, 0, 0, false // another host's traffic (a promiscuous bridge), or our own
 	}
-	if rerr != nil {
-		return got, rerr
+	const l2 = vnetLen + wire.EthernetLen
+	var hb [l2 + 60 + wire.UDPLen]byte
+	h := hb[:min(n, len(hb))]
+	r.gather(j, 0, len(h), h)
+	if len(h) < l2+wire.IPv4MinLen+wire.UDPLen {
+		l.stats.RxMalformed.Add(1)
+		return 0, 0, 0, false
 	}
-	return got, nil
+	gsoType, gsoSize := h[1], int(binary.NativeEndian.Uint16(h[4:]))
+	ip := h[l2:]
+	m := &r.meta
+	switch binary.BigEndian.Uint16(h[vnetLen+12:]) {
+	case wire.EtherTypeIPv4:
+		ihl := int(ip[0]&0xF) * 4
+		if ip[0]>>4 != 4 || ihl < wire.IPv4MinLen || len(ip) < ihl+wire.UDPLen {
+			l.stats.RxMalformed.Add(1)
+			return 0, 0, 0, false
+		}
+		m.v4, m.hlen, m.id0 = true, ihl+wire.UDPLen, binary.BigEndian.Uint16(ip[4:])
+		plen = int(binary.BigEndian.Uint16(ip[2:])) - m.hlen
+	case wire.EtherTypeIPv6:
+		if ip[0]>>4 != 6 || len(ip) < wire.IPv6Len+wire.UDPLen {
+			l.stats.RxMalformed.Add(1)
+			return 0, 0, 0, false
+		}
+		m.v4, m.hlen = false, wire.IPv6Len+wire.UDPLen
+		plen = int(binary.BigEndian.Uint16(ip[4:])) - wire.UDPLen
+	default:
+		return 0, 0, 0, false
+	}
+	copy(m.hdr[:], ip[:m.hlen])
+	p = l2 + m.hlen
+	// The IP length, not the frame's: Ethernet pads short frames.
+	if plen < wire.BTHLen+wire.ICRCLen || p+plen > n {
+		l.stats.RxMalformed.Add(1)
+		return 0, 0, 0, false
+	}
+	r.hguess = m.hlen
+	switch gsoType {
+	case vnetGSONone:
+		return p, plen, 0, true
+	case vnetGSOUDPL4:
+		return p, plen, gsoSize, true
+	}
+	l.stats.RxMalformed.Add(1)
+	return 0, 0, 0, false
 }
 
-// acceptRaw checks one IP packet and points pk at its transport packet.
-func (l *Link) acceptRaw(pk *link.Packet, ip []byte) bool {
-	p := &l.rxPkt
+// acceptFrame rebuilds the IP and UDP headers of segment s of the message
+// r.meta describes in the headroom before pk's transport packet, as the
+// kernel would have sent them on their own, and checks its ICRC over them.
+func (l *Link) acceptFrame(pk *link.Packet, s int) bool {
+	m := &l.rx.meta
+	if m.hlen > pk.Off {
+		// IPv4 options: the headers need more room than the headroom.
+		if m.hlen+pk.Len > cap(pk.Buf) {
+			l.stats.RxMalformed.Add(1)
+			return false
+		}
+		pk.Buf = pk.Buf[:m.hlen+pk.Len]
+		copy(pk.Buf[m.hlen:], pk.Buf[pk.Off:pk.Off+pk.Len])
+		pk.Off = m.hlen
+	}
+	start := pk.Off - m.hlen
+	h := pk.Buf[start:pk.Off]
+	copy(h, m.hdr[:m.hlen])
+	ipLen := m.hlen - wire.UDPLen
+	id := m.id0 + uint16(s)
+	if m.v4 {
+		binary.BigEndian.PutUint16(h[2:], uint16(m.hlen+pk.Len))
+		binary.BigEndian.PutUint16(h[4:], id)
+	} else {
+		binary.BigEndian.PutUint16(h[4:], uint16(wire.UDPLen+pk.Len))
+	}
+	binary.BigEndian.PutUint16(h[ipLen+4:], uint16(wire.UDPLen+pk.Len))
+	ip := pk.Buf[start : pk.Off+pk.Len]
+	p := &l.rx.pkt
 	if err := p.ParseIP(ip, l.cfg.Port); err != nil {
 		if !errors.Is(err, wire.ErrNotRoCE) {
 			l.stats.RxMalformed.Add(1)
@@ -189,9 +229,19 @@ func (l *Link) acceptRaw(pk *link.Packet, ip []byte) bool {
 		l.stats.RxNotForUs.Add(1)
 		return false
 	}
-	if err := p.VerifyICRC(); err != nil {
-		l.stats.RxBadICRC.Add(1)
-		return false
+	end := len(ip) - wire.ICRCLen
+	rx := binary.LittleEndian.Uint32(ip[end:])
+	if c := wire.ICRC(ip[:end], ipLen, wire.RoCEv2); c != rx {
+		// A superpacket GRO built from a sender that kept the ID fixed: its
+		// segments all carried the first one's ID. Accept exactly that ID.
+		d, ok := uint16(0), false
+		if m.v4 && s > 0 {
+			d, ok = l.ids.basis(end - 6).solve(c ^ rx)
+		}
+		if !ok || id^d != m.id0 {
+			l.stats.RxBadICRC.Add(1)
+			return false
+		}
 	}
 	t := p.Transport()
 	pk.Off = cap(pk.Buf[:0]) - cap(t)

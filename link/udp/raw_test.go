@@ -1,6 +1,7 @@
 package udp
 
 import (
+	"encoding/binary"
 	"net/netip"
 	"testing"
 
@@ -14,16 +15,21 @@ func TestRoCEFilter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	eth := func(etype uint16) []byte {
+		e := make([]byte, wire.EthernetLen)
+		binary.BigEndian.PutUint16(e[12:], etype)
+		return e
+	}
 	v4 := func(proto uint8, frag uint16, ihl int, dport uint16) []byte {
 		f := wire.IPv4Fields{Protocol: proto, TTL: 64, Flags: 2, FragOffset: frag,
 			Src: netip.MustParseAddr("192.0.2.1"), Dst: netip.MustParseAddr("192.0.2.2"), Options: make([]byte, ihl-20)}
-		b := f.Append(nil)
+		b := f.Append(eth(wire.EtherTypeIPv4))
 		u := wire.UDPFields{SrcPort: 50000, DstPort: dport, Length: 8}
 		return append(u.Append(b), make([]byte, 16)...)
 	}
 	v6 := func(next uint8, dport uint16) []byte {
 		f := wire.IPv6Fields{NextHeader: next, HopLimit: 64, Src: netip.MustParseAddr("fd00::1"), Dst: netip.MustParseAddr("fd00::2")}
-		b := f.Append(nil)
+		b := f.Append(eth(wire.EtherTypeIPv6))
 		u := wire.UDPFields{SrcPort: 50000, DstPort: dport, Length: 8}
 		return append(u.Append(b), make([]byte, 16)...)
 	}
@@ -40,7 +46,8 @@ func TestRoCEFilter(t *testing.T) {
 		{"IPv6 UDP 4791", v6(17, 4791), true},
 		{"IPv6 UDP 53", v6(17, 53), false},
 		{"IPv6 TCP", v6(6, 4791), false},
-		{"ARP-ish", []byte{0x00, 0x01, 0x08, 0x00, 6, 4, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, false},
+		{"ARP", append(eth(0x0806), 0x00, 0x01, 0x08, 0x00, 6, 4, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), false},
+		{"IPv4 UDP 4791 behind the IPv6 Ethertype", append(eth(wire.EtherTypeIPv6), v4(17, 0, 20, 4791)[wire.EthernetLen:]...), false},
 	} {
 		n, err := vm.Run(c.pkt)
 		if err != nil {

@@ -1,19 +1,46 @@
 // Package udp is the RoCE v2 link over the host's UDP/IP stack: one
 // dual-stack UDP socket on port 4791 sends and receives IPv4 and IPv6 RoCE
-// v2 packets in batches (sendmmsg/recvmmsg through golang.org/x/net).
+// v2 packets in batches, with sendmmsg(2) and recvmmsg(2) on message
+// headers the link keeps (mmsg.go).
+//
+// Segmentation offload, sending: consecutive packets of a batch to the same
+// destination, of one size (the last may be shorter), go to the kernel as
+// one UDP GSO message (UDP_SEGMENT, Linux ≥ 4.18): one trip down the stack
+// and, over a veth, one skb to the peer instead of up to 64. The kernel
+// refuses GSO on a socket that sends UDP checksum 0, so with GSO the link
+// lets the kernel fill the UDP checksum (rxe sends 0; the ICRC masks the
+// field and receivers accept either). Config.NoGSO restores checksum 0 and
+// one datagram per message.
+//
+// Coalesced receive: the socket sets UDP_GRO, so a GSO message that reaches
+// it whole (as over a veth) arrives as one datagram and a control message
+// with its segment size, and the link splits it; in privileged mode the
+// AF_PACKET socket reads such superpackets with a virtio-net header
+// (PACKET_VNET_HDR) that says the same. The receive buffers are the
+// caller's: the kernel scatters each segment into a buffer of its own
+// (rx.go), so a received packet is copied once, by the kernel.
 //
 // ICRC, sending: the kernel writes the IP and UDP headers, so the link
 // predicts them. With IP_PMTUDISC_DO the kernel sets DF and, on an
-// unconnected socket, IPv4 Identification 0 (ip_select_ident); every other
+// unconnected socket, IPv4 Identification 0 (ip_select_ident); the segments
+// of a GSO message carry IDs 0, 1, 2, … (inet_gso_segment numbers them from
+// the message's ID; gso_test.go checks it on this kernel). Every other
 // covered field is known (addresses, lengths, protocol, ports) or masked
-// (TOS, TTL, checksums). The ICRC on the wire is therefore exact.
+// (TOS, TTL, checksums). The ICRC on the wire is therefore exact where the
+// kernel segments (software GSO) or the message crosses a veth whole and
+// its receiver rebuilds the IDs the same way (the privileged path below; a
+// kernel UDP socket gets the kernel's own segmentation). A NIC that
+// segments in hardware (USO) writes the IDs itself: it must number them as
+// the kernel does, as NICs do for TSO; if one does not, NoGSO is the cure.
 //
 // ICRC, receiving — what each mode verifies:
 //   - Privileged (Config.Ifindex set and CAP_NET_RAW): packets are read from
 //     the netdev with an AF_PACKET socket that sees the real IP header, and
-//     all 32 bits of every ICRC are verified, IPv4 and IPv6 alike. The UDP
-//     socket stays bound (so the kernel sends no ICMP port unreachable) with
-//     a filter that drops its copy.
+//     all 32 bits of every ICRC are verified, IPv4 and IPv6 alike; segments
+//     split from a superpacket get the headers the kernel would have given
+//     them (lengths, and IPv4 ID first+k, or first when the sender kept it
+//     fixed). The UDP socket stays bound (so the kernel sends no ICMP port
+//     unreachable) with a filter that drops its copy.
 //   - Unprivileged: packets come from the UDP socket. IPv6: the header is
 //     rebuilt from the socket's control messages and the ICRC fully
 //     verified. IPv4: the socket never shows the Identification field, so
@@ -34,9 +61,9 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"time"
 
-	"golang.org/x/net/ipv4"
-	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/link"
@@ -60,21 +87,37 @@ type Config struct {
 	// dual-stack socket. Binding an address lets several links share a host
 	// (e.g. 127.0.0.1 and 127.0.0.2 on loopback, each on port 4791).
 	Bind netip.Addr
+	// NoGSO sends one datagram per message with UDP checksum 0, exactly as
+	// rxe does, instead of UDP GSO messages with checksums (see the package
+	// comment). GSO is also off when the kernel lacks it.
+	NoGSO bool
+	// BusyPoll is how long Recv keeps polling the socket, yielding the
+	// processor between polls, after the last packet arrived, before it
+	// sleeps in the Go netpoller: a packet that arrives meanwhile costs no
+	// wake-up (the Go counterpart of SO_BUSY_POLL, and like it off by
+	// default: 0). It trades CPU for latency: on the veth benchmark, 50µs
+	// takes about a tenth off the SEND/RECV round trip and costs half
+	// again as much CPU (BENCHMARKS.md). See also SetBusyPoll.
+	BusyPoll time.Duration
 }
 
-// batchConn is what ipv4.PacketConn and ipv6.PacketConn both offer
-// (their Message types are the same type).
-type batchConn interface {
-	ReadBatch(ms []ipv6.Message, flags int) (int, error)
-	WriteBatch(ms []ipv6.Message, flags int) (int, error)
-}
+const (
+	// maxGSOSegs bounds the segments of one GSO message (the kernel's
+	// UDP_MAX_SEGMENTS is 64 on older kernels, 128 on newer).
+	maxGSOSegs = 64
+	// maxGSOBytes bounds a GSO message's payload: one UDP datagram over
+	// IPv4 (65535 - 20 - 8), which fits IPv6 too.
+	maxGSOBytes = 65507
+	txCtlLen    = 128
+)
 
 // Link is a RoCE v2 link over UDP.
 type Link struct {
 	cfg   Config
 	conn  *net.UDPConn
-	pc    batchConn
+	rc    syscall.RawConn
 	v4    bool     // an IPv4-only socket (Config.Bind is an IPv4 address)
+	gso   bool     // send GSO messages
 	raw   *rawRecv // nil in unprivileged mode
 	local atomic.Pointer[map[netip.Addr]bool]
 	stats link.Stats
@@ -83,17 +126,31 @@ type Link struct {
 	// IDSolved counts unprivileged IPv4 receives whose ICRC was verified
 	// with the IP ID solved for (see the package comment).
 	IDSolved atomic.Uint64
+	// GSOMessages counts the GSO messages (of two segments or more) sent.
+	GSOMessages atomic.Uint64
+	// GSOFallbacks counts GSO messages the kernel refused and the link
+	// resent as single datagrams (after the first, the link stops using GSO).
+	GSOFallbacks atomic.Uint64
 
 	txMu    sync.Mutex
-	txMsgs  []ipv6.Message
-	txOOB   [][]byte
-	txAddrs map[netip.Addr]*net.UDPAddr
+	txHdrs  []unix.Mmsghdr // guarded by txMu, as are the rest of tx*
+	txIovs  []unix.Iovec
+	txNames []byte // SizeofSockaddrInet6 per message
+	txCtl   []byte // txCtlLen per message
+	txFirst []int  // per message: index of its first packet in the batch
+	txPkts  []int  // packets per message
+	txBytes []int  // bytes per message
+	gsoOff  atomic.Bool
+	// The sendmmsg in progress (see write).
+	writeFn func(fd uintptr) bool
+	txMsgs  []unix.Mmsghdr
+	txN     int
+	txErrno unix.Errno
 
-	rxMu   sync.Mutex
-	rxMsgs []ipv6.Message
-	rxOOB  [][]byte
-	rxPkt  wire.Packet
-	rxHdr  []byte
+	busyPoll atomic.Int64 // Config.BusyPoll, in nanoseconds
+
+	rxMu sync.Mutex
+	rx   rxState // guarded by rxMu
 }
 
 // New opens the link's sockets (in the calling thread's network namespace).
@@ -112,8 +169,10 @@ func New(cfg Config) (*Link, error) {
 			}
 		}
 	}
-	l := &Link{cfg: cfg, txAddrs: make(map[netip.Addr]*net.UDPAddr)}
+	l := &Link{cfg: cfg}
+	l.writeFn = l.write
 	l.SetAddrs(cfg.Addrs)
+	l.SetBusyPoll(cfg.BusyPoll)
 	network, bind := "udp", &net.UDPAddr{IP: net.IPv6unspecified, Port: int(cfg.Port)}
 	if cfg.Bind.IsValid() {
 		b := cfg.Bind.Unmap()
@@ -128,14 +187,13 @@ func New(cfg Config) (*Link, error) {
 		return nil, fmt.Errorf("RoCE v2 UDP port %d: %w", cfg.Port, err)
 	}
 	l.conn = conn
-	if err := l.setup(); err != nil {
+	if l.rc, err = conn.SyscallConn(); err != nil {
 		conn.Close()
 		return nil, err
 	}
-	if l.v4 {
-		l.pc = ipv4.NewPacketConn(conn)
-	} else {
-		l.pc = ipv6.NewPacketConn(conn)
+	if err := l.setup(); err != nil {
+		conn.Close()
+		return nil, err
 	}
 	if cfg.Ifindex > 0 {
 		if l.raw, err = newRawRecv(cfg.Ifindex, cfg.Port); err != nil {
@@ -149,26 +207,17 @@ func New(cfg Config) (*Link, error) {
 		}
 	}
 	n := cfg.BatchSize
-	l.txMsgs, l.txOOB = make([]ipv6.Message, n), make([][]byte, n)
-	l.rxMsgs, l.rxOOB = make([]ipv6.Message, n), make([][]byte, n)
-	for i := 0; i < n; i++ {
-		l.txOOB[i] = make([]byte, 0, 128)
-		l.rxOOB[i] = make([]byte, 256)
-		l.rxMsgs[i].Buffers = make([][]byte, 1)
-		l.txMsgs[i].Buffers = make([][]byte, 1)
-	}
-	l.rxHdr = make([]byte, 0, 64)
+	l.txHdrs, l.txIovs = make([]unix.Mmsghdr, n), make([]unix.Iovec, n)
+	l.txNames, l.txCtl = make([]byte, n*unix.SizeofSockaddrInet6), make([]byte, n*txCtlLen)
+	l.txFirst, l.txPkts, l.txBytes = make([]int, n), make([]int, n), make([]int, n)
+	l.rx.init(n, l.raw != nil)
 	return l, nil
 }
 
 // setup sets the socket options rxe's traffic needs.
 func (l *Link) setup() error {
-	rc, err := l.conn.SyscallConn()
-	if err != nil {
-		return err
-	}
 	var serr error
-	err = rc.Control(func(fd uintptr) {
+	err := l.rc.Control(func(fd uintptr) {
 		f := int(fd)
 		set := func(level, opt, v int, what string) {
 			if serr == nil {
@@ -177,10 +226,19 @@ func (l *Link) setup() error {
 				}
 			}
 		}
+		// GSO where the kernel has it (UDP_SEGMENT is readable since 4.18).
+		if !l.cfg.NoGSO {
+			_, e := unix.GetsockoptInt(f, unix.IPPROTO_UDP, unix.UDP_SEGMENT)
+			l.gso = e == nil
+		}
+		noCheck := 1 // rxe sends UDP checksum 0 ...
+		if l.gso {
+			noCheck = 0 // ... but the kernel refuses GSO without a checksum
+		}
 		v6 := !l.v4 // Go's "udp" wildcard listener is already dual-stack (IPV6_V6ONLY 0)
 		// DF on IPv4, and with it IP ID 0 on an unconnected socket.
 		set(unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO, "IP_MTU_DISCOVER")
-		set(unix.SOL_SOCKET, unix.SO_NO_CHECK, 1, "SO_NO_CHECK")
+		set(unix.SOL_SOCKET, unix.SO_NO_CHECK, noCheck, "SO_NO_CHECK")
 		// Control messages: destination address and TOS/traffic class.
 		set(unix.IPPROTO_IP, unix.IP_PKTINFO, 1, "IP_PKTINFO")
 		set(unix.IPPROTO_IP, unix.IP_RECVTOS, 1, "IP_RECVTOS")
@@ -189,13 +247,21 @@ func (l *Link) setup() error {
 			set(unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO, "IPV6_MTU_DISCOVER")
 			// rxe sends UDP checksum 0; Linux drops zero-checksum UDP/IPv6 without this.
 			set(unix.IPPROTO_UDP, unix.UDP_NO_CHECK6_RX, 1, "UDP_NO_CHECK6_RX")
-			set(unix.IPPROTO_UDP, unix.UDP_NO_CHECK6_TX, 1, "UDP_NO_CHECK6_TX")
+			set(unix.IPPROTO_UDP, unix.UDP_NO_CHECK6_TX, noCheck, "UDP_NO_CHECK6_TX")
 			set(unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1, "IPV6_RECVPKTINFO")
 			set(unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1, "IPV6_RECVTCLASS")
 			set(unix.IPPROTO_IPV6, unix.IPV6_RECVHOPLIMIT, 1, "IPV6_RECVHOPLIMIT")
 		}
-		set(unix.SOL_SOCKET, unix.SO_RCVBUF, 8<<20, "SO_RCVBUF")
-		set(unix.SOL_SOCKET, unix.SO_SNDBUF, 8<<20, "SO_SNDBUF")
+		// Coalesced receive (Linux ≥ 5.0; older kernels just segment). In
+		// privileged mode it also spares the kernel segmenting superpackets
+		// only for the drop filter to discard them.
+		_ = unix.SetsockoptInt(f, unix.IPPROTO_UDP, unix.UDP_GRO, 1)
+		// Buffers: as root, past net.core.[rw]mem_max.
+		for _, o := range [][2]int{{unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}, {unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}} {
+			if unix.SetsockoptInt(f, unix.SOL_SOCKET, o[0], 8<<20) != nil {
+				set(unix.SOL_SOCKET, o[1], 8<<20, "SO_RCVBUF/SO_SNDBUF")
+			}
+		}
 	})
 	if err != nil {
 		return err
@@ -216,6 +282,10 @@ func (l *Link) SetAddrs(addrs []netip.Addr) {
 
 func (l *Link) isLocal(a netip.Addr) bool { return (*l.local.Load())[a] }
 
+// SetBusyPoll changes Config.BusyPoll (d ≤ 0: off); it takes effect at
+// the next Recv.
+func (l *Link) SetBusyPoll(d time.Duration) { l.busyPoll.Store(max(int64(d), 0)) }
+
 func (l *Link) BatchSize() int     { return l.cfg.BatchSize }
 func (l *Link) Headroom() int      { return link.FrameHeadroom }
 func (l *Link) MTU() int           { return l.cfg.MTU }
@@ -223,6 +293,9 @@ func (l *Link) Stats() *link.Stats { return &l.stats }
 
 // Privileged reports whether received ICRCs are verified over the real IP header.
 func (l *Link) Privileged() bool { return l.raw != nil }
+
+// GSO reports whether the link sends UDP GSO messages.
+func (l *Link) GSO() bool { return l.gso && !l.gsoOff.Load() }
 
 // Close closes the sockets; Recv and Send return net.ErrClosed.
 func (l *Link) Close() error {
@@ -234,16 +307,17 @@ func (l *Link) Close() error {
 }
 
 // pseudoHeaders writes into the headroom before pk's transport packet the
-// IP and UDP headers the kernel will send, and returns the offset where
-// they start and the IP header length.
-func (l *Link) pseudoHeaders(pk *link.Packet, sport uint16) (int, int) {
+// IP and UDP headers the kernel will send (IPv4 Identification id), and
+// returns the offset where they start and the IP header length.
+func (l *Link) pseudoHeaders(pk *link.Packet, sport uint16, id uint16) (int, int) {
 	a := &pk.Addr
 	if a.DstGID.Is4In6() {
 		start := pk.Off - wire.IPv4MinLen - wire.UDPLen
 		h := pk.Buf[start:pk.Off]
 		h[0], h[1] = 0x45, 0
 		binary.BigEndian.PutUint16(h[2:], uint16(wire.IPv4MinLen+wire.UDPLen+pk.Len))
-		binary.BigEndian.PutUint32(h[4:], 0x00004000) // ID 0, DF
+		binary.BigEndian.PutUint16(h[4:], id)
+		binary.BigEndian.PutUint16(h[6:], 0x4000) // DF
 		h[8], h[9] = 0, wire.IPProtocolUDP
 		h[10], h[11] = 0, 0
 		s, d := a.SrcGID.Unmap().As4(), a.DstGID.Unmap().As4()
@@ -271,225 +345,218 @@ func putUDPHdr(u []byte, sport, dport uint16, n int) {
 	binary.BigEndian.PutUint16(u[6:], 0)
 }
 
+// sendable reports whether the link can send pk.
+func (l *Link) sendable(pk *link.Packet) bool {
+	a := &pk.Addr
+	return a.Version == wire.RoCEv2 && a.SrcGID.Is4In6() == a.DstGID.Is4In6() && (!l.v4 || a.DstGID.Is4In6()) &&
+		pk.Len >= wire.BTHLen+wire.ICRCLen && pk.Off >= link.FrameHeadroom && pk.Len <= l.cfg.MTU && pk.Off+pk.Len <= len(pk.Buf)
+}
+
+// sameMessage reports whether q may follow p in one GSO message: the same
+// addresses and traffic class (one set of control messages).
+func sameMessage(p, q *link.Addr) bool {
+	return p.DstGID == q.DstGID && p.SrcGID == q.SrcGID && p.TrafficClass == q.TrafficClass
+}
+
 // Send computes each packet's ICRC over the headers the kernel will write
-// and sends the batch with one sendmmsg.
+// and sends the batch with sendmmsg, runs of same-size packets to one
+// destination as GSO messages.
 func (l *Link) Send(pkts []link.Packet) (int, error) {
 	l.txMu.Lock()
 	defer l.txMu.Unlock()
+	gso := l.GSO()
 	sent := 0
 	for len(pkts) > 0 {
-		n := 0
-		for n < len(pkts) && n < len(l.txMsgs) {
-			pk := &pkts[n]
-			m := &l.txMsgs[n]
-			m.Buffers[0], m.Addr, m.OOB = nil, nil, nil
-			if pk.Addr.Version != wire.RoCEv2 || pk.Addr.SrcGID.Is4In6() != pk.Addr.DstGID.Is4In6() || l.v4 && !pk.Addr.DstGID.Is4In6() ||
-				pk.Len < wire.BTHLen+wire.ICRCLen || pk.Off < link.FrameHeadroom || pk.Len > l.cfg.MTU {
+		nm, used, iov := 0, 0, 0
+		for used < len(pkts) && nm < len(l.txHdrs) && iov < len(l.txIovs) {
+			pk := &pkts[used]
+			if !l.sendable(pk) {
 				l.stats.TxBadAddress.Add(1)
-			} else {
-				start, nlen := l.pseudoHeaders(pk, l.cfg.Port)
-				end := pk.Off + pk.Len
-				c := wire.ICRC(pk.Buf[start:end-wire.ICRCLen], nlen, wire.RoCEv2)
-				binary.LittleEndian.PutUint32(pk.Buf[end-wire.ICRCLen:], c)
-				m.Buffers[0] = pk.Buf[pk.Off:end]
-				m.Addr = l.udpAddr(pk.Addr.DstGID)
-				m.OOB = l.txControl(l.txOOB[n][:0], &pk.Addr)
+				used++
+				continue
 			}
-			n++
-		}
-		// Compact out the dropped ones.
-		msgs := l.txMsgs[:0]
-		for i := 0; i < n; i++ {
-			if l.txMsgs[i].Addr != nil {
-				msgs = append(msgs, l.txMsgs[i])
+			// The message: pk and what may join it.
+			segs, total := 1, pk.Len
+			for gso && used+segs < len(pkts) && segs < maxGSOSegs && iov+segs < len(l.txIovs) {
+				q := &pkts[used+segs]
+				if q.Len > pk.Len || total+q.Len > maxGSOBytes || !sameMessage(&pk.Addr, &q.Addr) || !l.sendable(q) {
+					break
+				}
+				if q.Len < pk.Len {
+					// A shorter segment ends a GSO message; but if it starts
+					// a run of its size (a WRITE's FIRST, longer by its RETH,
+					// before the MIDDLEs), the run makes a better message, and
+					// the receiver sees one segment size.
+					if r := used + segs + 1; r < len(pkts) && pkts[r].Len == q.Len {
+						break
+					}
+					segs++
+					total += q.Len
+					break
+				}
+				segs++
+				total += q.Len
 			}
+			for s := range segs {
+				q := &pkts[used+s]
+				start, nlen := l.pseudoHeaders(q, l.cfg.Port, uint16(s))
+				end := q.Off + q.Len
+				c := wire.ICRC(q.Buf[start:end-wire.ICRCLen], nlen, wire.RoCEv2)
+				binary.LittleEndian.PutUint32(q.Buf[end-wire.ICRCLen:], c)
+				setIov(&l.txIovs[iov+s], q.Buf[q.Off:end])
+			}
+			l.prepareMsg(nm, iov, segs, pk)
+			l.txFirst[nm], l.txPkts[nm], l.txBytes[nm] = used, segs, total
+			nm++
+			iov += segs
+			used += segs
 		}
-		for off := 0; off < len(msgs); {
-			k, err := l.pc.WriteBatch(msgs[off:], 0)
+		for off := 0; off < nm; {
+			k, err := l.sendMsgs(l.txHdrs[off:nm])
+			if errors.Is(err, net.ErrClosed) {
+				return sent, net.ErrClosed
+			}
 			if err != nil {
-				if errors.Is(err, net.ErrClosed) {
-					return sent, net.ErrClosed
-				}
-				// A send error (no route, EMSGSIZE) loses one packet, like a wire would.
-				l.stats.TxNoRoute.Add(1)
 				k = 1
-			} else {
-				for _, m := range msgs[off : off+k] {
-					l.stats.TxBytes.Add(uint64(len(m.Buffers[0])))
+				if l.txPkts[off] > 1 && (errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EIO) || errors.Is(err, unix.EOPNOTSUPP)) {
+					// The kernel refused GSO for this route or device: resend
+					// the message's packets one by one, and stop using GSO.
+					l.GSOFallbacks.Add(1)
+					l.gsoOff.Store(true)
+					n, err := l.resendSingly(pkts[l.txFirst[off] : l.txFirst[off]+l.txPkts[off]])
+					if err != nil {
+						return sent, err
+					}
+					sent += n
+				} else {
+					// A send error (no route, EMSGSIZE) loses the packets, like a wire would.
+					l.stats.TxNoRoute.Add(uint64(l.txPkts[off]))
 				}
-				l.stats.TxPackets.Add(uint64(k))
-				sent += k
+			} else {
+				for i := off; i < off+k; i++ {
+					if l.txPkts[i] > 1 {
+						l.GSOMessages.Add(1)
+					}
+					l.stats.TxPackets.Add(uint64(l.txPkts[i]))
+					l.stats.TxBytes.Add(uint64(l.txBytes[i]))
+					sent += l.txPkts[i]
+				}
 			}
 			off += k
 		}
-		pkts = pkts[n:]
+		pkts = pkts[used:]
 	}
 	return sent, nil
 }
 
-func (l *Link) udpAddr(g netip.Addr) *net.UDPAddr {
-	if a := l.txAddrs[g]; a != nil {
-		return a
+// prepareMsg fills message m: destination, control messages, and segs
+// iovecs from txIovs[iov:].
+func (l *Link) prepareMsg(m, iov, segs int, pk *link.Packet) {
+	h := &l.txHdrs[m].Hdr
+	name := l.txNames[m*unix.SizeofSockaddrInet6 : (m+1)*unix.SizeofSockaddrInet6]
+	h.Name = &name[0]
+	h.Namelen = uint32(putSockaddr(name, pk.Addr.DstGID.As16(), l.cfg.Port, l.v4))
+	h.Iov = &l.txIovs[iov]
+	h.SetIovlen(segs)
+	ctl := l.txControl(l.txCtl[m*txCtlLen:m*txCtlLen:(m+1)*txCtlLen], &pk.Addr)
+	if segs > 1 {
+		var d []byte
+		ctl, d = appendCmsg(ctl, unix.IPPROTO_UDP, unix.UDP_SEGMENT, 2)
+		binary.NativeEndian.PutUint16(d, uint16(pk.Len))
 	}
-	ip := g.Unmap()
-	a := &net.UDPAddr{IP: ip.AsSlice(), Port: int(l.cfg.Port)}
-	if len(l.txAddrs) > 4096 {
-		clear(l.txAddrs)
+	h.Control = &ctl[0]
+	h.SetControllen(len(ctl))
+	h.Flags = 0
+}
+
+// sendMsgs sends messages with sendmmsg, waiting for room in the socket's
+// buffer; an error is about the first message.
+func (l *Link) sendMsgs(hdrs []unix.Mmsghdr) (int, error) {
+	l.txMsgs = hdrs
+	err := l.rc.Write(l.writeFn)
+	l.txMsgs = nil
+	if err != nil {
+		return 0, net.ErrClosed
 	}
-	l.txAddrs[g] = a
-	return a
+	if l.txErrno != 0 {
+		return 0, l.txErrno
+	}
+	return l.txN, nil
+}
+
+// write is rawConn.Write's callback for sendMsgs (bound once as writeFn:
+// a closure would be allocated on every Send).
+func (l *Link) write(fd uintptr) bool {
+	for {
+		l.txN, l.txErrno = sendmmsg(fd, l.txMsgs)
+		if l.txErrno != unix.EINTR {
+			return l.txErrno != unix.EAGAIN
+		}
+	}
+}
+
+// resendSingly sends pkts, the packets of a GSO message the kernel
+// refused, as single datagrams, each with the ICRC for IPv4 ID 0.
+func (l *Link) resendSingly(pkts []link.Packet) (int, error) {
+	sent := 0
+	var iov unix.Iovec
+	var name [unix.SizeofSockaddrInet6]byte
+	ctl := make([]byte, 0, txCtlLen)
+	for i := range pkts {
+		q := &pkts[i]
+		start, nlen := l.pseudoHeaders(q, l.cfg.Port, 0)
+		end := q.Off + q.Len
+		c := wire.ICRC(q.Buf[start:end-wire.ICRCLen], nlen, wire.RoCEv2)
+		binary.LittleEndian.PutUint32(q.Buf[end-wire.ICRCLen:], c)
+		setIov(&iov, q.Buf[q.Off:end])
+		ctl = l.txControl(ctl[:0], &q.Addr)
+		var m [1]unix.Mmsghdr
+		h := &m[0].Hdr
+		h.Name, h.Namelen = &name[0], uint32(putSockaddr(name[:], q.Addr.DstGID.As16(), l.cfg.Port, l.v4))
+		h.Iov = &iov
+		h.SetIovlen(1)
+		h.Control = &ctl[0]
+		h.SetControllen(len(ctl))
+		k, err := l.sendMsgs(m[:])
+		if errors.Is(err, net.ErrClosed) {
+			return sent, err
+		}
+		if err != nil || k != 1 {
+			l.stats.TxNoRoute.Add(1)
+			continue
+		}
+		l.stats.TxPackets.Add(1)
+		l.stats.TxBytes.Add(uint64(q.Len))
+		sent++
+	}
+	return sent, nil
 }
 
 // txControl appends the control messages for a: the source address
 // (IPV6_PKTINFO; for IPv4-mapped destinations Linux takes it as IP_PKTINFO)
 // and the traffic class (IP_TOS or IPV6_TCLASS).
 func (l *Link) txControl(b []byte, a *link.Addr) []byte {
+	var d []byte
 	if l.v4 {
-		b = appendCmsg(b, unix.IPPROTO_IP, unix.IP_PKTINFO, func(d []byte) {
-			// struct in_pktinfo: ifindex, spec_dst (the source to use), addr.
-			s := a.SrcGID.Unmap().As4()
-			copy(d[4:8], s[:])
-		}, unix.SizeofInet4Pktinfo)
+		// struct in_pktinfo: ifindex, spec_dst (the source to use), addr.
+		b, d = appendCmsg(b, unix.IPPROTO_IP, unix.IP_PKTINFO, unix.SizeofInet4Pktinfo)
+		s := a.SrcGID.Unmap().As4()
+		copy(d[4:8], s[:])
 	} else {
-		b = appendCmsg(b, unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, func(d []byte) {
-			s := a.SrcGID.As16()
-			copy(d[0:16], s[:])
-		}, unix.SizeofInet6Pktinfo)
+		b, d = appendCmsg(b, unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, unix.SizeofInet6Pktinfo)
+		s := a.SrcGID.As16()
+		copy(d[0:16], s[:])
 	}
 	if a.TrafficClass != 0 {
 		if a.DstGID.Is4In6() {
-			b = appendCmsg(b, unix.IPPROTO_IP, unix.IP_TOS, func(d []byte) { d[0] = a.TrafficClass }, 1)
+			b, d = appendCmsg(b, unix.IPPROTO_IP, unix.IP_TOS, 1)
+			d[0] = a.TrafficClass
 		} else {
-			b = appendCmsg(b, unix.IPPROTO_IPV6, unix.IPV6_TCLASS, func(d []byte) {
-				binary.NativeEndian.PutUint32(d, uint32(a.TrafficClass))
-			}, 4)
+			b, d = appendCmsg(b, unix.IPPROTO_IPV6, unix.IPV6_TCLASS, 4)
+			binary.NativeEndian.PutUint32(d, uint32(a.TrafficClass))
 		}
 	}
 	return b
-}
-
-func appendCmsg(b []byte, level, typ int, fill func([]byte), n int) []byte {
-	space := unix.CmsgSpace(n)
-	off := len(b)
-	for i := 0; i < space; i++ {
-		b = append(b, 0)
-	}
-	h := (*unix.Cmsghdr)(unsafePointer(&b[off]))
-	h.Level, h.Type = int32(level), int32(typ)
-	h.SetLen(unix.CmsgLen(n))
-	fill(b[off+unix.CmsgLen(0) : off+unix.CmsgLen(n)])
-	return b
-}
-
-// Recv receives a batch.
-func (l *Link) Recv(pkts []link.Packet) (int, error) {
-	l.rxMu.Lock()
-	defer l.rxMu.Unlock()
-	if l.raw != nil {
-		return l.raw.recv(l, pkts)
-	}
-	for {
-		n := min(len(pkts), len(l.rxMsgs))
-		for i := 0; i < n; i++ {
-			b := pkts[i].Buf[:cap(pkts[i].Buf)]
-			// Leave headroom so the packet can be re-sent or rebuilt in place.
-			l.rxMsgs[i].Buffers[0] = b[link.FrameHeadroom:]
-			l.rxMsgs[i].OOB = l.rxOOB[i][:cap(l.rxOOB[i])]
-		}
-		k, err := l.pc.ReadBatch(l.rxMsgs[:n], 0)
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return 0, net.ErrClosed
-			}
-			return 0, err
-		}
-		got := 0
-		for i := 0; i < k; i++ {
-			m := &l.rxMsgs[i]
-			pk := &pkts[got]
-			if l.acceptUDP(pk, m) {
-				got++
-			}
-		}
-		if got > 0 {
-			return got, nil
-		}
-	}
-}
-
-// acceptUDP turns one datagram from the socket into a packet for the
-// engine, verifying its ICRC; it reports false for a dropped datagram.
-func (l *Link) acceptUDP(pk *link.Packet, m *ipv6.Message) bool {
-	src, ok := m.Addr.(*net.UDPAddr)
-	if !ok {
-		l.stats.RxMalformed.Add(1)
-		return false
-	}
-	sa, _ := netip.AddrFromSlice(src.IP)
-	a := link.Addr{Version: wire.RoCEv2, SrcGID: netip.AddrFrom16(sa.As16()), UDPSrcPort: uint16(src.Port), HopLimit: 64}
-	if !parseControl(m.OOB[:m.NN], &a) {
-		l.stats.RxMalformed.Add(1)
-		return false
-	}
-	pk.Buf = pk.Buf[:link.FrameHeadroom+m.N]
-	pk.Off, pk.Len, pk.Addr = link.FrameHeadroom, m.N, a
-	if !l.isLocal(a.DstGID) {
-		l.stats.RxNotForUs.Add(1)
-		return false
-	}
-	if err := l.rxPkt.ParseTransport(pk.Transport(), wire.RoCEv2); err != nil {
-		l.stats.RxMalformed.Add(1)
-		return false
-	}
-	// Rebuild the headers in the headroom and check the ICRC.
-	start, nlen := l.pseudoHeaders(pk, a.UDPSrcPort)
-	end := pk.Off + pk.Len
-	rx := binary.LittleEndian.Uint32(pk.Buf[end-wire.ICRCLen:])
-	c := wire.ICRC(pk.Buf[start:end-wire.ICRCLen], nlen, wire.RoCEv2)
-	if c != rx {
-		if !a.DstGID.Is4In6() {
-			l.stats.RxBadICRC.Add(1)
-			return false
-		}
-		// IPv4: the kernel hid the Identification; solve for it.
-		if _, ok := l.ids.basis(end - wire.ICRCLen - (start + 6)).solve(c ^ rx); !ok {
-			l.stats.RxBadICRC.Add(1)
-			return false
-		}
-		l.IDSolved.Add(1)
-	}
-	l.stats.RxPackets.Add(1)
-	l.stats.RxBytes.Add(uint64(m.N))
-	return true
-}
-
-// parseControl reads the destination address, TOS/traffic class and TTL/hop
-// limit from a datagram's control messages.
-func parseControl(oob []byte, a *link.Addr) bool {
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
-		return false
-	}
-	for _, c := range msgs {
-		switch {
-		case c.Header.Level == unix.IPPROTO_IP && c.Header.Type == unix.IP_PKTINFO && len(c.Data) >= unix.SizeofInet4Pktinfo:
-			// struct in_pktinfo: ifindex, spec_dst, addr (the header's destination).
-			a.DstGID = netip.AddrFrom16(netip.AddrFrom4([4]byte(c.Data[8:12])).As16())
-		case c.Header.Level == unix.IPPROTO_IPV6 && c.Header.Type == unix.IPV6_PKTINFO && len(c.Data) >= 16:
-			if !a.DstGID.IsValid() {
-				a.DstGID = netip.AddrFrom16([16]byte(c.Data[:16]))
-			}
-		case c.Header.Level == unix.IPPROTO_IP && c.Header.Type == unix.IP_TOS && len(c.Data) >= 1:
-			a.TrafficClass = c.Data[0]
-		case c.Header.Level == unix.IPPROTO_IP && c.Header.Type == unix.IP_TTL && len(c.Data) >= 4:
-			a.HopLimit = uint8(binary.NativeEndian.Uint32(c.Data))
-		case c.Header.Level == unix.IPPROTO_IPV6 && c.Header.Type == unix.IPV6_TCLASS && len(c.Data) >= 4:
-			a.TrafficClass = uint8(binary.NativeEndian.Uint32(c.Data))
-		case c.Header.Level == unix.IPPROTO_IPV6 && c.Header.Type == unix.IPV6_HOPLIMIT && len(c.Data) >= 4:
-			a.HopLimit = uint8(binary.NativeEndian.Uint32(c.Data))
-		}
-	}
-	return a.DstGID.IsValid()
 }
 
 var errNotPrivileged = errors.New("AF_PACKET needs CAP_NET_RAW (run as root, or without an ifindex for unprivileged mode)")

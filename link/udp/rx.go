@@ -1,0 +1,594 @@
+package udp
+
+import (
+	"encoding/binary"
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/wire"
+)
+
+// Receiving: one recvmmsg(2) fills several messages; a message is one
+// datagram, or a coalesced run of datagrams of one size (the last may be
+// shorter) that the kernel hands over whole: a UDP GRO datagram, or a GSO
+// superpacket seen by the AF_PACKET socket.
+//
+// So that the kernel's copy is the only one, each message's iovecs point
+// into the caller's buffers: with segment size G expected, message j
+// reserves k caller buffers and its iovecs are
+//
+//	[lead] buf[0][FH:FH+G] buf[1][FH:FH+G] … buf[k-1][FH:] overflow[j]
+//
+// (FH = link.FrameHeadroom; lead, on the AF_PACKET path only, receives the
+// virtio-net, Ethernet, IP and UDP headers; overflow is the link's own). When
+// the segments are G bytes long, segment s lands in buf[s] at FH, where the
+// engine wants it, and is handed over by swapping buffers between the
+// caller's slots (the caller's buffers all look alike). Anything else — a
+// single datagram longer than G, a different segment size, a header of
+// another length, more segments than reserved buffers — is put right by
+// copying, and is rare while the traffic keeps its shape: G follows the
+// largest segment size seen lately, and is 0 (one buffer per message, so
+// small packets batch 64 to a call) while no coalesced message arrives.
+// Segments that find no free buffer wait in a queue for the next Recv.
+//
+// The caller's buffers must have link.MaxFrameSize bytes of capacity, as
+// link.Packet says.
+
+const (
+	fh          = link.FrameHeadroom
+	maxDatagram = 1 << 16 // a coalesced message's payload is below this
+	maxRes      = 64      // caller buffers one message may reserve
+	maxIov      = maxRes + 2
+	nameLen     = 32  // sockaddr_in6 or sockaddr_ll
+	rxCtlLen    = 256 // the UDP socket's control messages
+	vnetLen     = 10  // struct virtio_net_hdr
+	leadMax     = vnetLen + wire.EthernetLen + 60 + wire.UDPLen
+	// Virtio-net GSO types (linux/virtio_net.h).
+	vnetGSONone  = 0
+	vnetGSOUDPL4 = 5
+)
+
+// rxMeta is what the segments of one message share.
+type rxMeta struct {
+	addr link.Addr // UDP socket: from the source address and control messages
+	// AF_PACKET: the IP and UDP headers as received, which each segment's
+	// headers are rebuilt from.
+	hdr  [60 + wire.UDPLen]byte
+	hlen int
+	v4   bool
+	gso  bool   // more than one segment
+	id0  uint16 // IPv4 ID of the first segment
+}
+
+// pendSeg is a segment waiting for a caller buffer.
+type pendSeg struct{ off, n, s, meta int }
+
+type rxState struct {
+	raw     bool
+	hdrs    []unix.Mmsghdr
+	iovs    []unix.Iovec // maxIov per message
+	names   []byte       // nameLen per message
+	ctl     []byte       // rxCtlLen per message
+	lead    []byte       // leadMax per message
+	over    [][]byte     // per message
+	first   []int        // per message: its first reserved caller buffer
+	nres    []int        // per message: how many it reserves
+	niov    []int        // per message: iovecs used
+	leadLen []int        // per message: bytes the lead iovec takes
+	g       int          // the segment size the layout expects; 0: single datagrams
+	gIdle   int          // reads in a row without a coalesced message
+	hguess  int          // AF_PACKET: the IP+UDP header length expected
+	scratch []byte       // one message, gathered (maxDatagram+leadMax)
+	meta    rxMeta       // of the message (or pending segment) being accepted
+	pkt     wire.Packet
+
+	lastRx int64 // nanotime of the last read that returned data
+
+	planned  planKey // the layout the iovecs hold
+	planBase []*byte // per caller slot: the buffer its iovec points into
+	planCap  []int
+	filled   int // messages the last recvmmsg filled
+
+	// The read in progress (see read).
+	readFn    func(fd uintptr) bool
+	m, n      int
+	errno     unix.Errno
+	spinUntil int64
+
+	// How segments reached the caller's buffers (for tests): in place, by
+	// a copy within the read, by way of the queue.
+	nInPlace, nCopied, nQueued uint64
+
+	pend     []pendSeg // segments that found no caller buffer, in order
+	pendNext int
+	pendBuf  []byte
+	pendMeta []rxMeta
+}
+
+func (r *rxState) init(batch int, raw bool) {
+	r.raw = raw
+	r.readFn = r.read
+	r.hdrs = make([]unix.Mmsghdr, batch)
+	r.iovs = make([]unix.Iovec, batch*maxIov)
+	r.names = make([]byte, batch*nameLen)
+	r.ctl = make([]byte, batch*rxCtlLen)
+	r.lead = make([]byte, batch*leadMax)
+	r.over = make([][]byte, batch)
+	for i := range r.over {
+		// Only what the kernel writes becomes resident.
+		r.over[i] = make([]byte, maxDatagram+leadMax)
+	}
+	r.first, r.nres, r.niov, r.leadLen = make([]int, batch), make([]int, batch), make([]int, batch), make([]int, batch)
+	r.scratch = make([]byte, maxDatagram+leadMax)
+	r.hguess = wire.IPv4MinLen + wire.UDPLen
+}
+
+// plan points the messages' iovecs at pkts' buffers and returns how many
+// messages the call may fill. It rewrites only what changed since the last
+// call (a full plan of 64 messages costs about a microsecond, a tenth of a
+// small packet's trip): the kernel writes back no iovec, only the lengths
+// and flags of the messages it filled, and the caller passes the same
+// buffers again, but for those emit swapped.
+func (r *rxState) plan(pkts []link.Packet) int {
+	n := len(pkts)
+	k := 1
+	if r.g > 0 {
+		k = min(maxRes, (maxDatagram+r.g-1)/r.g)
+	}
+	k = min(k, n)
+	m := min(len(r.hdrs), n/k)
+	lead := 0
+	if r.raw {
+		lead = vnetLen + wire.EthernetLen + r.hguess
+	}
+	key := planKey{k: k, m: m, g: r.g, lead: lead, pkts: &pkts[0]}
+	if key != r.planned || len(r.planBase) < m*k {
+		r.planFull(pkts, key)
+		return m
+	}
+	base, caps := r.planBase[:m*k], r.planCap[:m*k]
+	for i := range base {
+		if b := pkts[i].Buf; unsafe.SliceData(b) != base[i] || cap(b) != caps[i] {
+			r.planPiece(pkts, i)
+		}
+	}
+	for j := range r.filled {
+		r.resetHdr(j)
+	}
+	r.filled = 0
+	return m
+}
+
+// planFull lays every message out anew.
+func (r *rxState) planFull(pkts []link.Packet, key planKey) {
+	r.planned = key
+	if len(r.planBase) < len(pkts) {
+		r.planBase, r.planCap = make([]*byte, len(pkts)), make([]int, len(pkts))
+	}
+	c0 := 0
+	if r.raw {
+		c0 = 1
+	}
+	k := key.k
+	for j := range key.m {
+		iv := r.iovs[j*maxIov : (j+1)*maxIov]
+		h := &r.hdrs[j].Hdr
+		r.leadLen[j] = key.lead
+		if r.raw {
+			setIov(&iv[0], r.lead[j*leadMax:j*leadMax+key.lead])
+		}
+		setIov(&iv[c0+k], r.over[j])
+		h.Name = &r.names[j*nameLen]
+		h.Iov = &iv[0]
+		h.SetIovlen(c0 + k + 1)
+		h.Control = nil
+		if !r.raw {
+			h.Control = &r.ctl[j*rxCtlLen]
+		}
+		r.first[j], r.nres[j], r.niov[j] = j*k, k, c0+k+1
+		for i := range k {
+			r.planPiece(pkts, j*k+i)
+		}
+		r.resetHdr(j)
+	}
+	r.filled = 0
+}
+
+// planPiece points the iovec for caller slot i at its buffer.
+func (r *rxState) planPiece(pkts []link.Packet, i int) {
+	k := r.planned.k
+	j, p := i/k, i%k
+	b := pkts[i].Buf
+	r.planBase[i], r.planCap[i] = unsafe.SliceData(b), cap(b)
+	b = b[:cap(b)]
+	if p < k-1 {
+		b = b[fh : fh+r.planned.g]
+	} else {
+		b = b[fh:]
+	}
+	c0 := 0
+	if r.raw {
+		c0 = 1
+	}
+	setIov(&r.iovs[j*maxIov+c0+p], b)
+}
+
+// resetHdr restores what the kernel writes back into message j's header.
+func (r *rxState) resetHdr(j int) {
+	h := &r.hdrs[j].Hdr
+	h.Namelen = nameLen
+	if r.raw {
+		h.SetControllen(0)
+	} else {
+		h.SetControllen(rxCtlLen)
+	}
+	h.Flags = 0
+}
+
+// planKey is what plan's layout depends on besides the buffers themselves.
+type planKey struct {
+	k, m, g, lead int
+	pkts          *link.Packet
+}
+
+// gather copies bytes [from, to) of message j, as its iovecs hold them,
+// into dst.
+func (r *rxState) gather(j, from, to int, dst []byte) {
+	off := 0
+	for _, v := range r.iovs[j*maxIov : j*maxIov+r.niov[j]] {
+		n := int(v.Len)
+		if from < off+n && to > off {
+			b := unsafe.Slice(v.Base, n)
+			lo, hi := max(from, off), min(to, off+n)
+			copy(dst[lo-from:], b[lo-off:hi-off])
+		}
+		off += n
+		if off >= to {
+			return
+		}
+	}
+}
+
+// piece0 is how many payload bytes message j's first buffer takes.
+func (r *rxState) piece0(j int, pkts []link.Packet) int {
+	if r.nres[j] > 1 {
+		return r.g
+	}
+	return cap(pkts[r.first[j]].Buf) - fh
+}
+
+// read is rawConn.Read's callback (bound once as readFn: a closure would
+// be allocated on every Recv). It reads into the first m messages.
+func (r *rxState) read(fd uintptr) bool {
+	for {
+		r.n, r.errno = recvmmsg(fd, r.hdrs[:r.m])
+		switch {
+		case r.errno == unix.EINTR:
+		case r.errno != unix.EAGAIN:
+			return true
+		case r.spinUntil == 0 || nanotime() > r.spinUntil:
+			return false // sleep in the netpoller
+		default:
+			runtime.Gosched()
+		}
+	}
+}
+
+// nanotime is a monotonic clock in nanoseconds.
+func nanotime() int64 { return int64(time.Since(epoch)) }
+
+var epoch = time.Now()
+
+// Recv receives a batch.
+func (l *Link) Recv(pkts []link.Packet) (int, error) {
+	l.rxMu.Lock()
+	defer l.rxMu.Unlock()
+	if len(pkts) == 0 {
+		return 0, nil
+	}
+	if got := l.deliverPending(pkts); got > 0 {
+		return got, nil
+	}
+	rc := l.rc
+	if l.raw != nil {
+		rc = l.raw.rc
+	}
+	r := &l.rx
+	for {
+		r.m = r.plan(pkts)
+		// Busy-poll while a packet arrived within the last BusyPoll.
+		r.spinUntil = 0
+		if bp := l.busyPoll.Load(); bp > 0 && r.lastRx != 0 {
+			r.spinUntil = r.lastRx + bp
+		}
+		err := rc.Read(r.readFn)
+		n, errno := r.n, r.errno
+		if errno == 0 && err == nil && l.busyPoll.Load() > 0 {
+			r.lastRx = nanotime()
+		}
+		if err != nil {
+			if l.raw != nil && l.raw.closed.Load() || errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrClosed) {
+				return 0, net.ErrClosed
+			}
+			return 0, err
+		}
+		if errno != 0 {
+			return 0, errno
+		}
+		r.filled = n
+		if got := l.process(pkts, n); got > 0 {
+			return got, nil
+		}
+		if got := l.deliverPending(pkts); got > 0 {
+			return got, nil
+		}
+	}
+}
+
+// process turns the m messages recvmmsg filled into packets in pkts and
+// returns how many.
+func (l *Link) process(pkts []link.Packet, m int) int {
+	r := &l.rx
+	out, g := 0, 0
+	queue := false // a segment found no buffer: the rest waits, in order
+	for j := range m {
+		h := &r.hdrs[j]
+		n := int(h.Len)
+		limit := len(pkts) // pkts[out:limit] are free for message j's segments
+		if j+1 < m {
+			limit = r.first[j+1]
+		}
+		if h.Hdr.Flags&unix.MSG_TRUNC != 0 {
+			l.stats.RxMalformed.Add(1)
+			continue
+		}
+		var p, plen, segSize int
+		var ok bool
+		if r.raw {
+			p, plen, segSize, ok = l.parseFrame(j, n)
+		} else {
+			p, plen, segSize, ok = l.parseDatagram(j, n)
+		}
+		if !ok {
+			continue
+		}
+		nseg := 1
+		if segSize > 0 && segSize < plen {
+			nseg = (plen + segSize - 1) / segSize
+			if segSize <= link.MaxFrameSize-fh { // else it cannot be a layout's
+				g = max(g, segSize)
+			}
+		} else {
+			segSize = plen
+		}
+		r.meta.gso = nseg > 1
+		if queue {
+			l.queueSegs(j, p, plen, segSize)
+			continue
+		}
+		aligned := p == r.leadLen[j]
+		capFH := cap(pkts[r.first[j]].Buf) - fh
+		switch {
+		case aligned && nseg == 1 && plen <= capFH:
+			if p0 := r.piece0(j, pkts); plen > p0 {
+				// Longer than the layout's segment: bring the rest back.
+				b := pkts[r.first[j]].Buf[:cap(pkts[r.first[j]].Buf)]
+				r.gather(j, p+p0, p+plen, b[fh+p0:fh+plen])
+			}
+			out = l.emit(pkts, out, r.first[j], plen, 0)
+			r.nInPlace++
+		case aligned && segSize == r.g && nseg <= r.nres[j]:
+			for s := range nseg {
+				out = l.emit(pkts, out, r.first[j]+s, min(segSize, plen-s*segSize), s)
+			}
+			r.nInPlace += uint64(nseg)
+		default:
+			b := r.scratch[:plen]
+			r.gather(j, p, p+plen, b)
+			for s := range nseg {
+				seg := b[s*segSize : min(plen, (s+1)*segSize)]
+				if len(seg) > capFH {
+					l.stats.RxMalformed.Add(1)
+					continue
+				}
+				if out < limit {
+					pk := &pkts[out]
+					copy(pk.Buf[fh:cap(pk.Buf)], seg)
+					out = l.emit(pkts, out, out, len(seg), s)
+					r.nCopied++
+					continue
+				}
+				if !queue {
+					queue = true
+					r.pendMeta = append(r.pendMeta, r.meta)
+				}
+				l.queueSeg(seg, s)
+			}
+		}
+	}
+	// Follow the largest segment size: a smaller one (or none) takes over
+	// only after 8 reads without the larger, for a read may fall between two
+	// superpackets of a stream, and a segment smaller than the layout's costs
+	// a small copy while a larger one costs a large copy.
+	switch {
+	case g >= r.g:
+		r.g, r.gIdle = g, 0
+	case r.gIdle < 8:
+		r.gIdle++
+	default:
+		r.g, r.gIdle = g, 0
+	}
+	return out
+}
+
+// emit hands the segment of n bytes at FH in pkts[src]'s buffer over as
+// pkts[out] (out ≤ src; pkts[out]'s buffer is free) and returns the next out.
+func (l *Link) emit(pkts []link.Packet, out, src, n, s int) int {
+	if out != src {
+		pkts[out].Buf, pkts[src].Buf = pkts[src].Buf, pkts[out].Buf
+	}
+	pk := &pkts[out]
+	pk.Buf = pk.Buf[:fh+n]
+	pk.Off, pk.Len = fh, n
+	var ok bool
+	if l.rx.raw {
+		ok = l.acceptFrame(pk, s)
+	} else {
+		ok = l.acceptDatagram(pk)
+	}
+	if ok {
+		return out + 1
+	}
+	return out
+}
+
+// queueSegs queues all segments of message j.
+func (l *Link) queueSegs(j, p, plen, segSize int) {
+	r := &l.rx
+	r.pendMeta = append(r.pendMeta, r.meta)
+	off := len(r.pendBuf)
+	r.pendBuf = append(r.pendBuf, make([]byte, plen)...)
+	r.gather(j, p, p+plen, r.pendBuf[off:])
+	for s := 0; s*segSize < plen; s++ {
+		r.pend = append(r.pend, pendSeg{off: off + s*segSize, n: min(segSize, plen-s*segSize), s: s, meta: len(r.pendMeta) - 1})
+	}
+}
+
+// queueSeg queues one segment of the message whose meta was queued last.
+func (l *Link) queueSeg(seg []byte, s int) {
+	r := &l.rx
+	off := len(r.pendBuf)
+	r.pendBuf = append(r.pendBuf, seg...)
+	r.pend = append(r.pend, pendSeg{off: off, n: len(seg), s: s, meta: len(r.pendMeta) - 1})
+}
+
+// deliverPending hands queued segments over first.
+func (l *Link) deliverPending(pkts []link.Packet) int {
+	r := &l.rx
+	out := 0
+	for r.pendNext < len(r.pend) && out < len(pkts) {
+		e := r.pend[r.pendNext]
+		r.pendNext++
+		r.meta = r.pendMeta[e.meta]
+		pk := &pkts[out]
+		if e.n > cap(pk.Buf)-fh {
+			l.stats.RxMalformed.Add(1)
+			continue
+		}
+		copy(pk.Buf[fh:cap(pk.Buf)], r.pendBuf[e.off:e.off+e.n])
+		out = l.emit(pkts, out, out, e.n, e.s)
+		r.nQueued++
+	}
+	if r.pendNext == len(r.pend) {
+		r.pend, r.pendNext, r.pendBuf, r.pendMeta = r.pend[:0], 0, r.pendBuf[:0], r.pendMeta[:0]
+		if cap(r.pendBuf) > 1<<20 {
+			r.pendBuf = nil // a backlog's worth: let it go
+		}
+	}
+	return out
+}
+
+// parseDatagram reads message j's source address and control messages (a
+// datagram from the UDP socket) into r.meta and returns where its payload
+// starts, its length and its segment size (0: not coalesced).
+func (l *Link) parseDatagram(j, n int) (p, plen, segSize int, ok bool) {
+	r := &l.rx
+	h := &r.hdrs[j].Hdr
+	ip, port, ok := parseSockaddr(r.names[j*nameLen : j*nameLen+int(h.Namelen)])
+	if !ok {
+		l.stats.RxMalformed.Add(1)
+		return 0, 0, 0, false
+	}
+	r.meta.addr = link.Addr{Version: wire.RoCEv2, SrcGID: netip.AddrFrom16(ip), UDPSrcPort: port, HopLimit: 64}
+	segSize, ok = parseControl(r.ctl[j*rxCtlLen:j*rxCtlLen+int(h.Controllen)], &r.meta.addr)
+	if !ok {
+		l.stats.RxMalformed.Add(1)
+		return 0, 0, 0, false
+	}
+	if !l.isLocal(r.meta.addr.DstGID) {
+		l.stats.RxNotForUs.Add(1)
+		return 0, 0, 0, false
+	}
+	return 0, n, segSize, true
+}
+
+// acceptDatagram verifies a datagram (or segment) from the UDP socket,
+// whose addressing is r.meta.addr, by its ICRC.
+func (l *Link) acceptDatagram(pk *link.Packet) bool {
+	pk.Addr = l.rx.meta.addr
+	if err := l.rx.pkt.ParseTransport(pk.Transport(), wire.RoCEv2); err != nil {
+		l.stats.RxMalformed.Add(1)
+		return false
+	}
+	// Rebuild the headers in the headroom and check the ICRC.
+	start, nlen := l.pseudoHeaders(pk, pk.Addr.UDPSrcPort, 0)
+	end := pk.Off + pk.Len
+	rx := binary.LittleEndian.Uint32(pk.Buf[end-wire.ICRCLen:])
+	c := wire.ICRC(pk.Buf[start:end-wire.ICRCLen], nlen, wire.RoCEv2)
+	if c != rx {
+		if !pk.Addr.DstGID.Is4In6() {
+			l.stats.RxBadICRC.Add(1)
+			return false
+		}
+		// IPv4: the kernel hid the Identification; solve for it.
+		if _, ok := l.ids.basis(end - wire.ICRCLen - (start + 6)).solve(c ^ rx); !ok {
+			l.stats.RxBadICRC.Add(1)
+			return false
+		}
+		l.IDSolved.Add(1)
+	}
+	l.stats.RxPackets.Add(1)
+	l.stats.RxBytes.Add(uint64(pk.Len))
+	return true
+}
+
+// parseControl reads the destination address, TOS/traffic class, TTL/hop
+// limit and GRO segment size from a datagram's control messages, without
+// allocating.
+func parseControl(b []byte, a *link.Addr) (segSize int, ok bool) {
+	for len(b) >= unix.SizeofCmsghdr {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+		n := int(h.Len)
+		if n < unix.SizeofCmsghdr || n > len(b) {
+			return 0, false
+		}
+		d := b[unix.CmsgLen(0):n]
+		switch {
+		case h.Level == unix.IPPROTO_IP && h.Type == unix.IP_PKTINFO && len(d) >= unix.SizeofInet4Pktinfo:
+			// struct in_pktinfo: ifindex, spec_dst, addr (the header's destination).
+			a.DstGID = netip.AddrFrom16(netip.AddrFrom4([4]byte(d[8:12])).As16())
+		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_PKTINFO && len(d) >= 16:
+			if !a.DstGID.IsValid() {
+				a.DstGID = netip.AddrFrom16([16]byte(d[:16]))
+			}
+		case h.Level == unix.IPPROTO_IP && h.Type == unix.IP_TOS && len(d) >= 1:
+			a.TrafficClass = d[0]
+		case h.Level == unix.IPPROTO_IP && h.Type == unix.IP_TTL && len(d) >= 4:
+			a.HopLimit = uint8(binary.NativeEndian.Uint32(d))
+		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_TCLASS && len(d) >= 4:
+			a.TrafficClass = uint8(binary.NativeEndian.Uint32(d))
+		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_HOPLIMIT && len(d) >= 4:
+			a.HopLimit = uint8(binary.NativeEndian.Uint32(d))
+		case h.Level == unix.IPPROTO_UDP && h.Type == unix.UDP_GRO && len(d) >= 2:
+			if len(d) >= 4 {
+				segSize = int(binary.NativeEndian.Uint32(d))
+			} else {
+				segSize = int(binary.NativeEndian.Uint16(d))
+			}
+		}
+		sp := unix.CmsgSpace(n - unix.CmsgLen(0))
+		if sp > len(b) {
+			break
+		}
+		b = b[sp:]
+	}
+	return segSize, a.DstGID.IsValid()
+}
