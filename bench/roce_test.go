@@ -1,0 +1,409 @@
+package bench_test
+
+// goroce over the same veth: two host devices (host.Open, as `roce link
+// add` and an application would), one RC QP each, path MTU 4096, RoCE v2
+// over IPv4, with the UDP link in its privileged mode (AF_PACKET receive,
+// every ICRC verified over the real IP header) and its unprivileged mode
+// (UDP socket receive, the IPv4 ID solved for).
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/host"
+	"github.com/goroce/goroce/internal/nettest"
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/linktest"
+	"github.com/goroce/goroce/link/udp"
+	"github.com/goroce/goroce/verbs"
+	"github.com/goroce/goroce/verbs/verbstest"
+	"github.com/goroce/goroce/wire"
+)
+
+var linkModes = []string{"privileged", "unprivileged"}
+
+// BenchmarkRCWrite64K: RC RDMA WRITE of 64 KiB messages on one QP, 16
+// WRs in flight (every one signaled; the window is refilled as completions
+// arrive), path MTU 4096. x-udp-best is MB/s over the fastest raw-UDP mode
+// of the run (the goal is ≥ 0.75).
+func BenchmarkRCWrite64K(b *testing.B) {
+	ha, hb := newVeth(b)
+	for _, mode := range linkModes {
+		b.Run(mode, func(b *testing.B) {
+			p := openRoCE(b, ha, hb, mode == "unprivileged", 0, verbs.QPCap{MaxSendWR: window, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1})
+			benchRCWrite(b, p, ha, hb)
+		})
+	}
+}
+
+// BenchmarkRCSendRecvRTT64: a 64-byte SEND from A to B, then one from B to
+// A, each side on its own goroutine waiting in CQ.PollWait; ns/op is one
+// round trip (4 packets: two SENDs, two ACKs). Each side reposts its
+// receive before it sends, so no RNR NAK happens; sends are unsignaled.
+// wait: the links sleep in the netpoller between packets (the default);
+// busypoll: they poll their sockets for 50µs after each packet
+// (udp.Link.SetBusyPoll). x-udp-busypoll is the ratio to the busy-polled
+// UDP round trip (the goal is ≤ 1.25).
+//
+// The application does not spin on the CQ: a goroutine that polls in a
+// loop, even yielding with runtime.Gosched, keeps the Go scheduler from
+// polling the network, and the round trip grew to hundreds of µs.
+func BenchmarkRCSendRecvRTT64(b *testing.B) {
+	ha, hb := newVeth(b)
+	for _, mode := range linkModes {
+		for _, poll := range []string{"wait", "busypoll"} {
+			b.Run(mode+"/"+poll, func(b *testing.B) {
+				var bp time.Duration
+				if poll == "busypoll" {
+					bp = 50 * time.Microsecond
+				}
+				p := openRoCE(b, ha, hb, mode == "unprivileged", bp, verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
+				benchRCRTT(b, p, ha, hb)
+			})
+		}
+	}
+}
+
+// rocePair is two host devices on the veth with a connected RC QP each.
+type rocePair struct {
+	dev      [2]*host.Device
+	pd       [2]*verbs.PD
+	scq, rcq [2]*verbs.CQ
+	qp       [2]*verbs.QP
+}
+
+var devSeq int
+
+// openRoCE opens a device on each end of the veth (a registry in a
+// temporary directory), with an RC QP each, connected at path MTU 4096;
+// busyPoll > 0 sets the links' busy-poll time. Everything is closed when the
+// calling benchmark returns.
+func openRoCE(b *testing.B, ha, hb *nettest.Host, unprivileged bool, busyPoll time.Duration, qcap verbs.QPCap) *rocePair {
+	b.Helper()
+	dir := b.TempDir()
+	reg := host.NewRegistry(dir)
+	p := &rocePair{}
+	devSeq++
+	for i, h := range []*nettest.Host{ha, hb} {
+		name := fmt.Sprintf("bench%d_%d", devSeq, i)
+		err := h.Do(func() error {
+			ns, err := host.CurrentNetns()
+			if err != nil {
+				return err
+			}
+			return reg.Add(host.DeviceDef{Name: name, Type: "rxe", Netdev: h.Ifname, Netns: ns, Versions: host.VersionsV2})
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		d, err := host.Open(name, host.Options{RunDir: dir, Unprivileged: unprivileged, Wrap: func(l link.Link) link.Link {
+			if u, ok := l.(*udp.Link); ok {
+				u.SetBusyPoll(busyPoll)
+			} else {
+				b.Errorf("the device's link is a %T, not a *udp.Link", l)
+			}
+			return l
+		}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { d.Close() })
+		p.dev[i] = d
+		if p.pd[i], err = d.AllocPD(); err != nil {
+			b.Fatal(err)
+		}
+		if p.scq[i], err = d.CreateCQ(4096); err != nil {
+			b.Fatal(err)
+		}
+		if p.rcq[i], err = d.CreateCQ(4096); err != nil {
+			b.Fatal(err)
+		}
+		if p.qp[i], err = p.pd[i].CreateQP(verbs.QPInitAttr{Type: verbs.RC, SendCQ: p.scq[i], RecvCQ: p.rcq[i], Cap: qcap}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ips := [2]netip.Addr{netip.AddrFrom16(ha.IPv4.As16()), netip.AddrFrom16(hb.IPv4.As16())}
+	for i := range 2 {
+		sgid := -1
+		for k, e := range p.dev[i].GIDs() {
+			if e.GID == ips[i] && e.Type == verbs.GIDTypeRoCEv2 {
+				sgid = k
+			}
+		}
+		if sgid < 0 {
+			b.Fatalf("%s has no RoCE v2 GID %v", p.dev[i].Def.Name, ips[i])
+		}
+		if err := verbstest.ConnectQP(p.qp[i], p.qp[1-i].Num(), ips[1-i], uint8(sgid), verbstest.Options{MTU: verbs.MTU4096}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if p.dev[0].Link().MTU() < pmtu {
+		b.Fatalf("link MTU %d", p.dev[0].Link().MTU())
+	}
+	return p
+}
+
+// counters sums a counter over both devices.
+func (p *rocePair) counter(name string) uint64 {
+	var v uint64
+	for _, d := range p.dev {
+		v += d.Counters().Snapshot()[name]
+	}
+	return v
+}
+
+// linkDrops sums both links' receive drops (bad ICRC, malformed).
+func (p *rocePair) linkDrops() (icrc, malformed uint64) {
+	for _, d := range p.dev {
+		s := d.Link().Stats()
+		icrc += s.RxBadICRC.Load()
+		malformed += s.RxMalformed.Load()
+	}
+	return
+}
+
+func benchRCWrite(b *testing.B, p *rocePair, ha, hb *nettest.Host) {
+	src, dst := make([]byte, msgSize*window), make([]byte, msgSize*window)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	mrA, err := p.pd[0].RegMR(src, verbs.AccessLocalWrite)
+	if err != nil {
+		b.Fatal(err)
+	}
+	mrB, err := p.pd[1].RegMR(dst, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	if err != nil {
+		b.Fatal(err)
+	}
+	wrs := make([]verbs.SendWR, window)
+	for i := range wrs {
+		wrs[i] = verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGList: []verbs.SGE{mrA.SGE(i*msgSize, msgSize)}, RemoteAddr: mrB.Addr() + uint64(i*msgSize), RKey: mrB.RKey()}
+	}
+	qp, cq := p.qp[0], p.scq[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	wcs := make([]verbs.WC, window)
+	// One write first: neighbour resolution and the first ACK.
+	if err := qp.PostSend(wrs[0]); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := cq.PollWait(ctx, wcs[:1]); err != nil || wcs[0].Status != verbs.WCSuccess {
+		b.Fatalf("warm-up write: %v %v", err, &wcs[0])
+	}
+	sent0, re0 := p.counter("sent_pkts"), p.counter("retrans_pkts")
+	icrc0, mal0 := p.linkDrops()
+	b.SetBytes(msgSize)
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	posted, done := 0, 0
+	for done < b.N {
+		if k := min(b.N-posted, window-(posted-done)); k > 0 {
+			first := posted % window
+			if first+k <= window {
+				err = qp.PostSend(wrs[first : first+k]...)
+			} else {
+				err = qp.PostSend(wrs[first:]...)
+				if err == nil {
+					err = qp.PostSend(wrs[:first+k-window]...)
+				}
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			posted += k
+		}
+		n, err := cq.PollWait(ctx, wcs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := range wcs[:n] {
+			if wcs[i].Status != verbs.WCSuccess {
+				b.Fatalf("completion %v", &wcs[i])
+			}
+		}
+		done += n
+	}
+	b.StopTimer()
+	cpu := cpuTime() - cpu0
+	r := record(b, msgSize, cpu)
+	sent, re := p.counter("sent_pkts")-sent0, p.counter("retrans_pkts")-re0
+	icrc, mal := p.linkDrops()
+	b.ReportMetric(float64(sent)/float64(b.N), "pkts/op")
+	b.ReportMetric(float64(re)/float64(b.N), "retrans/op")
+	if icrc != icrc0 || mal != mal0 {
+		b.Errorf("link drops: %d bad ICRC, %d malformed", icrc-icrc0, mal-mal0)
+	}
+	if _, best := bestUDP(b, ha, hb); best > 0 {
+		b.ReportMetric(r.mbps/best, "x-udp-best")
+	}
+}
+
+func benchRCRTT(b *testing.B, p *rocePair, ha, hb *nettest.Host) {
+	type end struct {
+		qp   *verbs.QP
+		rcq  *verbs.CQ
+		send verbs.SendWR
+		recv verbs.RecvWR
+		wc   [1]verbs.WC
+	}
+	var ends [2]end
+	for i := range ends {
+		buf := make([]byte, 2*rttSize)
+		mr, err := p.pd[i].RegMR(buf, verbs.AccessLocalWrite)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ends[i] = end{qp: p.qp[i], rcq: p.rcq[i],
+			send: verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SGList: []verbs.SGE{mr.SGE(0, rttSize)}},
+			recv: verbs.RecvWR{WRID: 2, SGList: []verbs.SGE{mr.SGE(rttSize, rttSize)}}}
+		if err := p.qp[i].PostRecv(ends[i].recv); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	// await takes one receive completion and reposts the receive.
+	await := func(e *end) error {
+		if _, err := e.rcq.PollWait(ctx, e.wc[:]); err != nil {
+			return err
+		}
+		if wc := &e.wc[0]; wc.Status != verbs.WCSuccess || wc.ByteLen != rttSize {
+			return fmt.Errorf("receive %v", wc)
+		}
+		return e.qp.PostRecv(e.recv)
+	}
+	iters := make(chan int, 1)
+	done := make(chan error, 1)
+	go func() { // B: echo
+		for n := range iters {
+			for range n {
+				if err := await(&ends[1]); err != nil {
+					done <- err
+					return
+				}
+				if err := ends[1].qp.PostSend(ends[1].send); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}
+	}()
+	defer close(iters)
+	run := func(n int) {
+		iters <- n
+		for range n {
+			if err := ends[0].qp.PostSend(ends[0].send); err != nil {
+				b.Fatal(err)
+			}
+			if err := await(&ends[0]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+	}
+	run(10) // warm up
+	sent0 := p.counter("sent_pkts")
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	run(b.N)
+	b.StopTimer()
+	cpu := cpuTime() - cpu0
+	r := record(b, 0, cpu)
+	b.ReportMetric(float64(p.counter("sent_pkts")-sent0)/float64(b.N), "pkts/op")
+	if base := busyPollRTT(b, ha, hb); base > 0 {
+		b.ReportMetric(r.ns/base, "x-udp-busypoll")
+	}
+}
+
+// BenchmarkLinkRoundTrip64: the UDP link alone, without the engine: a
+// 64-byte SEND_ONLY transport packet from A's link to B's and back, each
+// side on its own goroutine calling Send and Recv. Between
+// UDPRoundTrip64/netpoll (the same sockets' cost with nothing on top) and
+// RCSendRecvRTT64/*/wait (the engine and its ACKs on top), it tells the
+// link's share of the round trip from the engine's.
+//
+// wait: the links sleep in the netpoller; busypoll: they poll for 50µs.
+func BenchmarkLinkRoundTrip64(b *testing.B) {
+	ha, hb := newVeth(b)
+	for _, mode := range linkModes {
+		for _, poll := range []string{"wait", "busypoll"} {
+			b.Run(mode+"/"+poll, func(b *testing.B) { benchLinkRTT(b, ha, hb, mode, poll == "busypoll") })
+		}
+	}
+}
+
+func benchLinkRTT(b *testing.B, ha, hb *nettest.Host, mode string, busyPoll bool) {
+	var l [2]*udp.Link
+	for i, h := range []*nettest.Host{ha, hb} {
+		err := h.Do(func() (err error) {
+			cfg := udp.Config{Addrs: []netip.Addr{h.IPv4}, MTU: vethMTU - 48}
+			if mode == "privileged" {
+				cfg.Ifindex = h.Ifindex
+			}
+			if busyPoll {
+				cfg.BusyPoll = 50 * time.Microsecond
+			}
+			l[i], err = udp.New(cfg)
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer l[i].Close()
+	}
+	ga, gb := netip.AddrFrom16(ha.IPv4.As16()), netip.AddrFrom16(hb.IPv4.As16())
+	mk := func(from, to netip.Addr) []link.Packet {
+		pk := linktest.TransportPacket(link.FrameHeadroom, 0x11, 1, make([]byte, rttSize))
+		pk.Addr = link.Addr{Version: wire.RoCEv2, SrcGID: from, DstGID: to, HopLimit: 64}
+		return []link.Packet{pk}
+	}
+	done := make(chan error, 1)
+	go func() { // B echoes until its link closes
+		bufs := linktest.NewBuffers(l[1].BatchSize())
+		reply := mk(gb, ga)
+		for {
+			if _, err := l[1].Recv(bufs); err != nil {
+				done <- nil
+				return
+			}
+			if _, err := l[1].Send(reply); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	ping := mk(ga, gb)
+	bufs := linktest.NewBuffers(l[0].BatchSize())
+	rt := func() {
+		if _, err := l[0].Send(ping); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := l[0].Recv(bufs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for range 10 {
+		rt()
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	for range b.N {
+		rt()
+	}
+	b.StopTimer()
+	record(b, 0, cpuTime()-cpu0)
+	l[1].Close()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+}
