@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/signal"
 	"syscall"
@@ -26,11 +27,18 @@ perftest. With a server address it is the client; without, the server,
 which serves one test and exits.
 
 RoCE needs a GID: without -x the index is picked as perftest picks it (an
-IPv4 GID, or IPv6 with --ipv6; RoCE v2 before v1).`,
+IPv4 GID, or IPv6 with --ipv6; RoCE v2 before v1).
+
+With -R (perftest's --rdma_cm) the QPs are connected through RDMA CM and
+the exchange runs over an RDMA CM connection of its own on port -p instead
+of TCP, as perftest does: the client's argument is then the server's RoCE
+address, and the devices are found by address (-d picks one).`,
 		Example: `  roce perf write -d rxe0 -x 1                      # server (ib_write_bw)
   roce perf write -d rxe0 -x 1 198.51.100.11        # client
   roce perf send --lat -d rxe0 -a 198.51.100.11     # ib_send_lat, all sizes
-  roce perf read -d rxe0 -q 4 -D 10 198.51.100.11   # 4 QPs for 10 seconds`,
+  roce perf read -d rxe0 -q 4 -D 10 198.51.100.11   # 4 QPs for 10 seconds
+  roce perf write -R                                # server (ib_write_bw -R)
+  roce perf write -R 192.0.2.11                     # client, through RDMA CM`,
 		Args: unknownCommand,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return usageError{errors.New("choose a test: write, read, send or atomic")}
@@ -62,9 +70,7 @@ func newPerfVerbCmd(name string, verb perftest.Verb, bw, lat string) *cobra.Comm
 		Args:  usageArgs(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c.Verb = verb
-			if rdmaCM {
-				return usageError{errors.New("-R: RDMA CM is not wired to host devices yet; run without -R (the TCP exchange)")}
-			}
+			c.RDMACM = rdmaCM
 			if cmd.Flags().Changed("duration") {
 				if duration < 1 {
 					return usageError{fmt.Errorf("-D %d: duration must be at least 1 second", duration)}
@@ -86,15 +92,38 @@ func newPerfVerbCmd(name string, verb perftest.Verb, bw, lat string) *cobra.Comm
 			if err := c.Validate(); err != nil {
 				return usageError{err}
 			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			c.Out, c.Progress = cmd.OutOrStdout(), cmd.ErrOrStderr()
+			if rdmaCM {
+				// The devices are found by address, as librdmacm finds
+				// them (-d picks one); perftest's -R is IPv4 only.
+				var devs []string
+				if dev != "" {
+					devs = []string{dev}
+				}
+				family := netip.IPv4Unspecified()
+				if c.IPv6 {
+					family = netip.IPv6Unspecified()
+				}
+				if a, err := netip.ParseAddr(c.Server); err == nil {
+					family = a.Unmap()
+				}
+				cm, closeCM, err := openCM(cmd, devs, pcapFile, netip.Addr{}, family)
+				if err != nil {
+					return err
+				}
+				defer closeCM()
+				c.CM = cm
+				_, err = perftest.Run(ctx, nil, c)
+				return err
+			}
 			d, closeDev, err := openDevice(cmd, dev, pcapFile)
 			if err != nil {
 				return err
 			}
 			defer closeDev()
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
 			c.Device = d.Name()
-			c.Out, c.Progress = cmd.OutOrStdout(), cmd.ErrOrStderr()
 			_, err = perftest.Run(ctx, d.Device, c)
 			return err
 		},
@@ -121,7 +150,7 @@ func newPerfVerbCmd(name string, verb perftest.Verb, bw, lat string) *cobra.Comm
 	f.BoolVar(&c.OutJSON, "out_json", false, "also write the report to a file in perftest's format")
 	f.StringVar(&c.JSONFile, "out_json_file", "perftest_out.json", "the --out_json `file`")
 	f.BoolVarP(&cpuFreq, "CPU-freq", "F", false, "accepted for perftest's command lines (no cpufreq check to silence)")
-	f.BoolVarP(&rdmaCM, "rdma_cm", "R", false, "connect QPs with RDMA CM (not yet)")
+	f.BoolVarP(&rdmaCM, "rdma_cm", "R", false, "connect QPs with RDMA CM and exchange over RDMA CM (the server argument is then the peer's RoCE address)")
 	f.StringVar(&pcapFile, "pcap", "", "write every packet the device sends and receives to `file` (pcap)")
 	if name == "atomic" {
 		f.StringVarP(&c.Atomic, "atomic_type", "A", "", "CMP_AND_SWAP or FETCH_AND_ADD (default FETCH_AND_ADD)")

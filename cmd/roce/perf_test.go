@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bytes"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,7 +18,7 @@ func TestPerfUsage(t *testing.T) {
 		{"perf"},
 		{"perf", "write", "-n", "2"},
 		{"perf", "atomic", "-s", "64"},
-		{"perf", "read", "-R"},
+		{"perf", "read", "-R", "-n", "1"},
 		{"perf", "send", "--lat", "-q", "2"},
 		{"perf", "write", "-m", "1000"},
 		{"perf", "write", "a", "b"},
@@ -51,6 +54,13 @@ func TestPerfOverVeth(t *testing.T) {
 		{"send", "--lat", "-s", "64", "-n", "50"},
 		{"atomic", "--lat", "-n", "50"},
 		{"write", "-s", "65536", "-D", "2", "-q", "2"},
+		// -R: the exchange and the QPs through RDMA CM.
+		{"write", "-R", "-s", "4096", "-n", "50"},
+		{"read", "-R", "-s", "4096", "-n", "50", "-q", "2"},
+		{"send", "-R", "-s", "2048", "-n", "50"},
+		{"write", "-R", "--lat", "-s", "64", "-n", "50"},
+		{"read", "-R", "--lat", "-s", "64", "-n", "50"},
+		{"send", "-R", "--lat", "-s", "64", "-n", "50"},
 	}
 	for i, args := range cases {
 		t.Run(strings.Join(args, "_"), func(t *testing.T) {
@@ -62,26 +72,52 @@ func TestPerfOverVeth(t *testing.T) {
 				stdout, stderr string
 			}
 			sc := make(chan ret, 1)
+			listening := make(chan struct{})
 			go func() {
+				// In this process, so that the client starts once the
+				// server says it waits: an RDMA CM request the server's
+				// device is not yet open for is only sent again after
+				// 4.3 s.
 				var r ret
-				r.code, r.stdout, r.stderr = roceIn(t, ha, dir, sargs...)
+				out := &signalWriter{on: "Waiting for client to connect", ch: listening}
+				var errb bytes.Buffer
+				if err := ha.Do(func() error {
+					r.code = run(append([]string{"--rundir", dir}, sargs...), out, &errb)
+					return nil
+				}); err != nil {
+					r.code, r.stderr = -1, err.Error()
+				}
+				r.stdout, r.stderr = out.String(), r.stderr+errb.String()
 				sc <- r
 			}()
 			var c ret
+			var s ret
+			select {
+			case <-listening:
+			case s = <-sc:
+				t.Fatalf("server exit %d: %s\n%s", s.code, s.stderr, s.stdout)
+			}
 			for try := 0; try < 50; try++ {
 				c.code, c.stdout, c.stderr = roceIn(t, hb, dir, cargs...)
-				if c.code == 0 || !strings.Contains(c.stderr, "Couldn't connect") {
+				if c.code == 0 || !strings.Contains(c.stderr, "Couldn't connect") && !strings.Contains(c.stderr, "Unable to perform rdma_client function") {
 					break
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
-			s := <-sc
+			s = <-sc
 			if c.code != 0 || s.code != 0 {
 				t.Fatalf("client exit %d: %s\n%s\nserver exit %d: %s\n%s", c.code, c.stderr, c.stdout, s.code, s.stderr, s.stdout)
 			}
 			lat := strings.Contains(strings.Join(args, " "), "--lat")
 			dur := strings.Contains(strings.Join(args, " "), "-D")
 			checkPerfTable(t, "client", c.stdout, lat, dur)
+			if slices.Contains(args, "-R") {
+				for who, out := range map[string]string{"client": c.stdout, "server": s.stdout} {
+					if !strings.Contains(out, " rdma_cm QPs\t : ON\n Data ex. method : rdma_cm") {
+						t.Errorf("%s: the banner does not say rdma_cm:\n%s", who, out)
+					}
+				}
+			}
 			if !(lat && (args[0] == "read" || args[0] == "atomic")) {
 				checkPerfTable(t, "server", s.stdout, lat, dur)
 			}
@@ -91,6 +127,32 @@ func TestPerfOverVeth(t *testing.T) {
 			t.Logf("server:\n%s%sclient:\n%s%s", s.stdout, s.stderr, c.stdout, c.stderr)
 		})
 	}
+}
+
+// signalWriter collects output and closes ch once it contains on.
+type signalWriter struct {
+	mu   sync.Mutex
+	b    bytes.Buffer
+	on   string
+	ch   chan struct{}
+	done bool
+}
+
+func (w *signalWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n, err := w.b.Write(p)
+	if !w.done && strings.Contains(w.b.String(), w.on) {
+		w.done = true
+		close(w.ch)
+	}
+	return n, err
+}
+
+func (w *signalWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }
 
 // checkPerfTable finds perftest's result header and checks the row under

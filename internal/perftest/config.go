@@ -13,6 +13,8 @@ import (
 	"io"
 	"net"
 	"time"
+
+	"github.com/goroce/goroce/rdmacm"
 )
 
 // Verb is the operation under test; the values are perftest's VerbType.
@@ -96,6 +98,12 @@ type Config struct {
 	// Listener, if set, is the server's listening socket; otherwise the
 	// server listens on Port.
 	Listener net.Listener
+	// RDMACM is -R: the QPs are connected through RDMA CM, and the
+	// exchange runs over an RDMA CM connection of its own on Port (port
+	// space TCP) instead of TCP. Server is then the address of the peer's
+	// RoCE device, and CM must be set.
+	RDMACM bool
+	CM     *rdmacm.CM
 	// Verify makes a goroce-to-goroce run check the data: the server checks
 	// what WRITE and SEND placed and what FETCH_AND_ADD summed, the client
 	// what READ brought back. perftest peers do not fill buffers this way.

@@ -87,14 +87,49 @@ func ParseDest(b []byte) (Dest, error) {
 	return d, nil
 }
 
-// comm is perftest's TCP side channel (struct perftest_comm with
-// rdma_params->sockfd): every exchange is "client writes, then reads;
-// server reads, then writes" of a fixed size (ctx_xchg_data_ethernet).
+// comm is perftest's side channel (struct perftest_comm): every exchange
+// is "client writes, then reads; server reads, then writes" of a fixed
+// size (ctx_xchg_data). It runs over TCP (rdma_params->sockfd) or, with
+// -R, over SEND and RECV on an RDMA CM connection of its own (cmLink).
 type comm struct {
-	conn       net.Conn
+	link       commLink
+	rdmaCM     bool // QP data goes as struct pingpong_dest, not as text
+	gidIndex   int  // for struct pingpong_dest
 	client     bool
 	remVersion float64
-	stop       func() bool
+}
+
+// commLink carries the exchange's messages.
+type commLink interface {
+	send(b []byte) error
+	recv(n int) ([]byte, error)
+	close()
+}
+
+// tcpLink is the TCP exchange's socket.
+type tcpLink struct {
+	conn net.Conn
+	stop func() bool
+}
+
+func (l *tcpLink) send(b []byte) error {
+	if _, err := l.conn.Write(b); err != nil {
+		return fmt.Errorf("Unable to write to socket: %w", err)
+	}
+	return nil
+}
+
+func (l *tcpLink) recv(n int) ([]byte, error) {
+	b := make([]byte, n)
+	if _, err := io.ReadFull(l.conn, b); err != nil {
+		return nil, fmt.Errorf("Unable to read from socket: %w", err)
+	}
+	return b, nil
+}
+
+func (l *tcpLink) close() {
+	l.stop()
+	l.conn.Close()
 }
 
 func dialComm(ctx context.Context, dial func(context.Context, string, string) (net.Conn, error), server string, port int) (*comm, error) {
@@ -128,25 +163,24 @@ func acceptComm(ctx context.Context, ln net.Listener, port int) (*comm, error) {
 }
 
 func newComm(ctx context.Context, conn net.Conn, client bool) *comm {
-	c := &comm{conn: conn, client: client}
-	c.stop = context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
-	return c
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	return &comm{link: &tcpLink{conn: conn, stop: stop}, client: client}
 }
 
 // xchg sends my and returns the peer's message of the same length.
 func (c *comm) xchg(my []byte) ([]byte, error) {
-	rem := make([]byte, len(my))
 	if c.client {
-		if _, err := c.conn.Write(my); err != nil {
-			return nil, fmt.Errorf("Unable to write to socket: %w", err)
+		if err := c.link.send(my); err != nil {
+			return nil, err
 		}
 	}
-	if _, err := io.ReadFull(c.conn, rem); err != nil {
-		return nil, fmt.Errorf("Unable to read from socket: %w", err)
+	rem, err := c.link.recv(len(my))
+	if err != nil {
+		return nil, err
 	}
 	if !c.client {
-		if _, err := c.conn.Write(my); err != nil {
-			return nil, fmt.Errorf("Unable to write to socket: %w", err)
+		if err := c.link.send(my); err != nil {
+			return nil, err
 		}
 	}
 	return rem, nil
@@ -154,9 +188,16 @@ func (c *comm) xchg(my []byte) ([]byte, error) {
 
 // handShake is ctx_hand_shake: exchange one QP's Dest.
 func (c *comm) handShake(my Dest) (Dest, error) {
-	b, err := c.xchg(my.Marshal())
+	msg := my.Marshal()
+	if c.rdmaCM {
+		msg = my.marshalBinary(c.gidIndex)
+	}
+	b, err := c.xchg(msg)
 	if err != nil {
 		return Dest{}, fmt.Errorf("Failed to exchange data between server and clients: %w", err)
+	}
+	if c.rdmaCM {
+		return parseBinaryDest(b), nil
 	}
 	return ParseDest(b)
 }
@@ -288,16 +329,17 @@ func (c *comm) xchgReports(my BWReport) (BWReport, error) {
 	return rem, nil
 }
 
-// closeConn is ctx_close_connection: a last handshake, then "done" with
-// its NUL, then close. Nobody reads the "done".
+// closeConn is ctx_close_connection: a last handshake, then over TCP
+// "done" with its NUL (nobody reads it) and close.
 func (c *comm) closeConn(my Dest) error {
 	_, err := c.handShake(my)
-	c.conn.Write([]byte("done\x00"))
-	c.Close()
+	if !c.rdmaCM {
+		c.link.send([]byte("done\x00"))
+		c.Close()
+	}
 	return err
 }
 
 func (c *comm) Close() {
-	c.stop()
-	c.conn.Close()
+	c.link.close()
 }

@@ -3,15 +3,18 @@ package perftest
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/rdmacm"
 	"github.com/goroce/goroce/verbs/verbstest"
 )
 
@@ -31,6 +34,22 @@ func TestDestMessage(t *testing.T) {
 		if _, err := ParseDest([]byte(bad)); err == nil {
 			t.Errorf("ParseDest(%q) accepted", bad)
 		}
+	}
+}
+
+// With -R, a QP's data is struct pingpong_dest in big-endian, 56 bytes
+// (rdma_write_keys).
+func TestDestBinary(t *testing.T) {
+	d := Dest{LID: 1, OutReads: 0x80, QPN: 0x17, PSN: 0x26ca9b, RKey: 0xe15, VAddr: 0x555cbdbca000,
+		GID: netip.MustParseAddr("::ffff:192.0.2.11"), SRQN: 9}
+	b := d.marshalBinary(3)
+	want := "00000001" + "00000080" + "00000017" + "0026ca9b" + "00000e15" + "00000000" + "0000555cbdbca000" +
+		"00000000000000000000ffffc000020b" + "00000009" + "00000003"
+	if got := fmt.Sprintf("%x", b); got != want {
+		t.Fatalf("message\n%s, want\n%s", got, want)
+	}
+	if got := parseBinaryDest(b); got != d {
+		t.Fatalf("parseBinaryDest = %+v", got)
 	}
 }
 
@@ -120,69 +139,149 @@ var modes = []modeCase{
 // data is right where it can be checked.
 func TestPerfFabric(t *testing.T) {
 	for _, m := range modes {
-		t.Run(m.name(), func(t *testing.T) {
-			pair := verbstest.NewPair(t, verbstest.Options{NoConnect: true})
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			iters := 50
-			if m.all {
-				iters = 5
-			}
-			cfg := Config{Verb: m.verb, Lat: m.lat, Atomic: m.atomic, Size: m.size, NumQPs: m.qps, Iters: iters,
-				All: m.all, GIDIndex: -1, Verify: true, OutJSON: true}
-			var sout, cout bytes.Buffer
-			sc, cc := cfg, cfg
-			sc.Listener, sc.Out, sc.JSONFile = ln, &sout, filepath.Join(t.TempDir(), "s.json")
-			cc.Server, cc.Port, cc.Out, cc.JSONFile = "127.0.0.1", ln.Addr().(*net.TCPAddr).Port, &cout, filepath.Join(t.TempDir(), "c.json")
-			type ret struct {
-				r   *Result
-				err error
-			}
-			sret := make(chan ret, 1)
-			go func() {
-				r, err := Run(ctx, pair.A.Dev, sc)
-				sret <- ret{r, err}
-			}()
-			cr, err := Run(ctx, pair.B.Dev, cc)
-			if err != nil {
-				cancel()
-				t.Fatalf("client: %v\n%s", err, cout.String())
-			}
-			s := <-sret
-			if s.err != nil {
-				t.Fatalf("server: %v\n%s", s.err, sout.String())
-			}
-			t.Logf("server:\n%sclient:\n%s", sout.String(), cout.String())
-			sizes := []int{m.size}
-			if m.verb == Atomic {
-				sizes = []int{8}
-			}
-			if m.all {
-				sizes = nil
-				for i := 1; i < 24; i++ {
-					sizes = append(sizes, 1<<i)
-				}
-			}
-			checkTable(t, "client", cout.String(), m, sizes, iters)
-			if len(cr.BW)+len(cr.Lat) != len(sizes) {
-				t.Errorf("client result: %+v", cr)
-			}
-			if !(m.lat && (m.verb == Read || m.verb == Atomic)) { // their server prints no table
-				if !m.lat && m.verb != Send {
-					sizes = sizes[len(sizes)-1:] // the server prints the client's last report
-				}
-				checkTable(t, "server", sout.String(), m, sizes, iters)
-			}
-			js, err := os.ReadFile(cc.JSONFile)
-			if err != nil || !strings.Contains(string(js), "results: {") || !strings.Contains(string(js), "Device: \"") {
-				t.Errorf("--out_json: %v\n%s", err, js)
-			}
-		})
+		t.Run(m.name(), func(t *testing.T) { runFabric(t, m, false) })
 	}
+}
+
+// rdmaCMModes are the modes run with -R.
+var rdmaCMModes = []modeCase{
+	{verb: Write, size: 4096},
+	{verb: Write, size: 65536, qps: 3},
+	{verb: Read, size: 4096},
+	{verb: Send, size: 2048},
+	{verb: Send, size: 1024, qps: 2},
+	{verb: Atomic},
+	{verb: Write, lat: true, size: 64},
+	{verb: Read, lat: true, size: 64},
+	{verb: Send, lat: true, size: 64},
+	{verb: Send, lat: true, all: true},
+}
+
+// The same with -R: the exchange over an RDMA CM connection and the QPs
+// connected by goroce's RDMA CM, each side with its own CM on its device.
+func TestPerfFabricRDMACM(t *testing.T) {
+	for _, m := range rdmaCMModes {
+		t.Run(m.name(), func(t *testing.T) { runFabric(t, m, true) })
+	}
+}
+
+func runFabric(t *testing.T, m modeCase, rdmaCM bool) {
+	pair := verbstest.NewPair(t, verbstest.Options{NoConnect: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	iters := 50
+	if m.all {
+		iters = 5
+	}
+	cfg := Config{Verb: m.verb, Lat: m.lat, Atomic: m.atomic, Size: m.size, NumQPs: m.qps, Iters: iters,
+		All: m.all, GIDIndex: -1, Verify: true, OutJSON: true}
+	var sout, cout bytes.Buffer
+	sc, cc := cfg, cfg
+	sc.Out, sc.JSONFile = &sout, filepath.Join(t.TempDir(), "s.json")
+	cc.Out, cc.JSONFile = &cout, filepath.Join(t.TempDir(), "c.json")
+	sdev, cdev := pair.A.Dev, pair.B.Dev
+	ready := make(chan struct{})
+	if rdmaCM {
+		for _, c := range []*Config{&sc, &cc} {
+			c.RDMACM = true
+			c.CM = rdmacm.New(rdmacm.Options{Timewait: 20 * time.Millisecond})
+			t.Cleanup(func() { c.CM.Close() }) // before the pair's cleanup: LIFO
+		}
+		if err := sc.CM.AddDevice(sdev); err != nil {
+			t.Fatal(err)
+		}
+		if err := cc.CM.AddDevice(cdev); err != nil {
+			t.Fatal(err)
+		}
+		sdev, cdev = nil, nil // found through the CM
+		cc.Server = pair.A.GID.GID.Unmap().String()
+		sc.Out = &signalWriter{w: &sout, on: waitBanner, ch: ready}
+	} else {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc.Listener = ln
+		cc.Server, cc.Port = "127.0.0.1", ln.Addr().(*net.TCPAddr).Port
+		close(ready)
+	}
+	type ret struct {
+		r   *Result
+		err error
+	}
+	sret := make(chan ret, 1)
+	go func() {
+		r, err := Run(ctx, sdev, sc)
+		sret <- ret{r, err}
+	}()
+	select {
+	case <-ready:
+	case s := <-sret:
+		t.Fatalf("server: %v\n%s", s.err, sout.String())
+	}
+	cr, err := Run(ctx, cdev, cc)
+	if err != nil {
+		cancel()
+		t.Fatalf("client: %v\n%s", err, cout.String())
+	}
+	s := <-sret
+	if s.err != nil {
+		t.Fatalf("server: %v\n%s", s.err, sout.String())
+	}
+	t.Logf("server:\n%sclient:\n%s", sout.String(), cout.String())
+	sizes := []int{m.size}
+	if m.verb == Atomic {
+		sizes = []int{8}
+	}
+	if m.all {
+		sizes = nil
+		for i := 1; i < 24; i++ {
+			sizes = append(sizes, 1<<i)
+		}
+	}
+	checkTable(t, "client", cout.String(), m, sizes, iters)
+	if len(cr.BW)+len(cr.Lat) != len(sizes) {
+		t.Errorf("client result: %+v", cr)
+	}
+	if !(m.lat && (m.verb == Read || m.verb == Atomic)) { // their server prints no table
+		if !m.lat && m.verb != Send {
+			sizes = sizes[len(sizes)-1:] // the server prints the client's last report
+		}
+		checkTable(t, "server", sout.String(), m, sizes, iters)
+	}
+	method := " Data ex. method : Ethernet\n"
+	if rdmaCM {
+		method = " Data ex. method : rdma_cm\n"
+	}
+	for who, out := range map[string]string{"client": cout.String(), "server": sout.String()} {
+		if !strings.Contains(out, method) {
+			t.Errorf("%s output lacks %q:\n%s", who, method, out)
+		}
+	}
+	js, err := os.ReadFile(cc.JSONFile)
+	if err != nil || !strings.Contains(string(js), "results: {") || !strings.Contains(string(js), "Device: \"") {
+		t.Errorf("--out_json: %v\n%s", err, js)
+	}
+}
+
+// signalWriter closes ch once what it has written contains on.
+type signalWriter struct {
+	mu   sync.Mutex
+	w    *bytes.Buffer
+	on   string
+	ch   chan struct{}
+	done bool
+}
+
+func (s *signalWriter) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, err := s.w.Write(b)
+	if !s.done && strings.Contains(s.w.String(), s.on) {
+		s.done = true
+		close(s.ch)
+	}
+	return n, err
 }
 
 // checkTable parses perftest's output: the banner, the address lines and

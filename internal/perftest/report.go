@@ -68,8 +68,19 @@ func (p *params) banner(w io.Writer, mtu, gidIndex, outReads int) {
 	} else {
 		fmt.Fprintf(w, " Outstand reads  : %d\n", outReads)
 	}
-	fmt.Fprintf(w, " rdma_cm QPs\t : OFF\n")
-	fmt.Fprintf(w, " Data ex. method : Ethernet\n")
+	if p.RDMACM {
+		// With -R the server's banner, printed once the QPs are connected,
+		// still asks for the client as perftest's does.
+		fmt.Fprintf(w, " rdma_cm QPs\t : ON\n")
+		fmt.Fprintf(w, " Data ex. method : rdma_cm")
+		if !p.client {
+			fmt.Fprintf(w, "\n%s Waiting for client rdma_cm QP to connect\n Please run the same command with the IB/RoCE interface IP", resultLine)
+		}
+		fmt.Fprintf(w, "\n")
+	} else {
+		fmt.Fprintf(w, " rdma_cm QPs\t : OFF\n")
+		fmt.Fprintf(w, " Data ex. method : Ethernet\n")
+	}
 	fmt.Fprint(w, resultLine)
 }
 
@@ -300,7 +311,11 @@ func (p *params) jsonInfo(sb *strings.Builder, mtu, gidIndex, outReads int) {
 	} else {
 		fmt.Fprintf(sb, "Outstand_reads: %d,\n", outReads)
 	}
-	sb.WriteString("rdma_cm_QPs: OFF,\nData_ex_method: Ethernet,\n},\n")
+	if p.RDMACM {
+		sb.WriteString("rdma_cm_QPs: ON,\nData_ex_method: rdma_cm,\n},\n")
+	} else {
+		sb.WriteString("rdma_cm_QPs: OFF,\nData_ex_method: Ethernet,\n},\n")
+	}
 }
 
 func (p *params) writeJSON(s string) error {

@@ -44,6 +44,8 @@ type run struct {
 	dev      *verbs.Device
 	out      io.Writer
 	cm       *comm
+	cmd      cmData // -R: the test QPs' CM IDs
+	pd       *verbs.PD
 	qps      []*qpRes
 	mtu      verbs.MTU
 	gidIndex int
@@ -56,7 +58,9 @@ func patternA(i int) byte { return byte(i*7 + 1) }
 func patternB(i int) byte { return byte(i*13 + 5) }
 
 // Run runs one perftest test on dev, as the client when c.Server is set,
-// else as the server (which serves one client and returns).
+// else as the server (which serves one client and returns). With
+// c.RDMACM, dev may be nil: the device is then the one c.CM routes the
+// exchange's connection through.
 func Run(ctx context.Context, dev *verbs.Device, c Config) (*Result, error) {
 	p, err := c.resolve()
 	if err != nil {
@@ -66,10 +70,21 @@ func Run(ctx context.Context, dev *verbs.Device, c Config) (*Result, error) {
 	if r.out == nil {
 		r.out = io.Discard
 	}
-	if r.Device == "" {
-		r.Device = dev.Name()
+	if p.RDMACM {
+		if p.CM == nil {
+			return nil, errors.New("-R: no RDMA CM to connect through")
+		}
+		if err := r.cmComm(ctx); err != nil {
+			return nil, err
+		}
+		defer r.cm.Close()
+	} else if dev == nil {
+		return nil, errors.New("no device")
 	}
-	pa, err := dev.QueryPort(p.IBPort)
+	if r.Device == "" {
+		r.Device = r.dev.Name()
+	}
+	pa, err := r.dev.QueryPort(p.IBPort)
 	if err != nil {
 		return nil, err
 	}
@@ -86,21 +101,24 @@ func Run(ctx context.Context, dev *verbs.Device, c Config) (*Result, error) {
 	}
 	r.outReads = 1
 	if p.Verb == Read || p.Verb == Atomic {
-		r.outReads = dev.Query().MaxQPRdAtom
+		r.outReads = r.dev.Query().MaxQPRdAtom
 		if p.OutReads > 0 {
 			r.outReads = min(p.OutReads, r.outReads)
 		}
 	}
-	if p.client {
-		r.cm, err = dialComm(ctx, p.Dial, p.Server, p.Port)
-	} else {
-		fmt.Fprint(r.out, waitBanner)
-		r.cm, err = acceptComm(ctx, p.Listener, p.Port)
+	if !p.RDMACM {
+		if p.client {
+			r.cm, err = dialComm(ctx, p.Dial, p.Server, p.Port)
+		} else {
+			fmt.Fprint(r.out, waitBanner)
+			r.cm, err = acceptComm(ctx, p.Listener, p.Port)
+		}
+		if err != nil {
+			return nil, err
+		}
+		defer r.cm.Close()
 	}
-	if err != nil {
-		return nil, err
-	}
-	defer r.cm.Close()
+	r.cm.gidIndex = r.gidIndex
 	defer r.destroy()
 	if err := r.cm.versions(); err != nil {
 		return nil, err
@@ -116,6 +134,11 @@ func Run(ctx context.Context, dev *verbs.Device, c Config) (*Result, error) {
 	r.mtu = verbs.MTU(m)
 	if err := r.create(cycle, line); err != nil {
 		return nil, err
+	}
+	if p.RDMACM {
+		if err := r.connectCM(ctx); err != nil {
+			return nil, err
+		}
 	}
 	r.banner(r.out, r.mtu.Bytes(), r.gidIndex, r.outReads)
 	if err := r.connectAll(); err != nil {
@@ -133,6 +156,30 @@ func Run(ctx context.Context, dev *verbs.Device, c Config) (*Result, error) {
 		return nil, err
 	}
 	return &r.res, nil
+}
+
+// cmComm opens -R's exchange: the server listens on Port and serves the
+// first connection, the client connects to Server. The run's device is
+// the connection's.
+func (r *run) cmComm(ctx context.Context) error {
+	var err error
+	if r.client {
+		r.cm, err = dialCMComm(ctx, r.CM, r.Server, r.Port)
+	} else {
+		// perftest prints this before it listens; goroce once it does, so
+		// that whoever waits for it may start the client.
+		r.cm, err = listenCMComm(ctx, r.CM, r.Port, func() { fmt.Fprint(r.out, waitBanner) })
+	}
+	if err != nil {
+		return err
+	}
+	d := r.cm.cmDevice()
+	if r.dev != nil && d != r.dev {
+		r.cm.Close()
+		return fmt.Errorf("-R: RDMA CM routes %s through device %s, not %s", r.Server, d.Name(), r.dev.Name())
+	}
+	r.dev = d
+	return nil
 }
 
 // pickGID is set_up_connection's choice: -x as given, else
@@ -163,16 +210,13 @@ func (r *run) pickGID() error {
 	return nil
 }
 
-// create makes the PD, and per QP a buffer, MR, CQs and an RC QP in INIT
-// (ctx_init, ctx_modify_qp_to_init).
+// create makes the PD, and per QP a buffer, MR, CQs and, without -R, an
+// RC QP in INIT (ctx_init, ctx_modify_qp_to_init); with -R the QPs are
+// made through RDMA CM (connectCM).
 func (r *run) create(cycle, line int) error {
-	pd, err := r.dev.AllocPD()
-	if err != nil {
+	var err error
+	if r.pd, err = r.dev.AllocPD(); err != nil {
 		return fmt.Errorf("Couldn't allocate PD: %w", err)
-	}
-	gid, err := r.dev.GID(r.gidIndex)
-	if err != nil {
-		return err
 	}
 	half := (max(r.Size, cycle) + line - 1) / line * line
 	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
@@ -189,7 +233,7 @@ func (r *run) create(cycle, line int) error {
 		if r.Verb == Atomic {
 			clear(q.buf[half : half+8])
 		}
-		if q.mr, err = pd.RegMR(q.buf, access); err != nil {
+		if q.mr, err = r.pd.RegMR(q.buf, access); err != nil {
 			return fmt.Errorf("Couldn't allocate MR: %w", err)
 		}
 		r.qps = append(r.qps, q)
@@ -200,9 +244,10 @@ func (r *run) create(cycle, line int) error {
 		if q.rcq, err = r.dev.CreateCQ(r.RxDepth + 16); err != nil {
 			return fmt.Errorf("Couldn't create CQ: %w", err)
 		}
-		q.qp, err = pd.CreateQP(verbs.QPInitAttr{Type: verbs.RC, SendCQ: q.scq, RecvCQ: q.rcq,
-			Cap: verbs.QPCap{MaxSendWR: r.TxDepth, MaxRecvWR: r.RxDepth, MaxSendSGE: 1, MaxRecvSGE: 1}})
-		if err != nil {
+		if r.RDMACM {
+			continue
+		}
+		if q.qp, err = r.pd.CreateQP(r.qpInit(q)); err != nil {
 			return fmt.Errorf("Couldn't create QP: %w", err)
 		}
 		err = q.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, PortNum: uint8(r.IBPort), AccessFlags: qpAccess},
@@ -210,9 +255,28 @@ func (r *run) create(cycle, line int) error {
 		if err != nil {
 			return fmt.Errorf("Failed to modify QP to INIT: %w", err)
 		}
-		q.my = Dest{OutReads: uint32(r.outReads), QPN: q.qp.Num(), PSN: rand.Uint32() & 0xffffff,
-			RKey: q.mr.RKey(), VAddr: q.mr.Addr() + uint64(half), GID: gid.GID}
+		if err := r.setMy(q); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+func (r *run) qpInit(q *qpRes) verbs.QPInitAttr {
+	return verbs.QPInitAttr{Type: verbs.RC, SendCQ: q.scq, RecvCQ: q.rcq,
+		Cap: verbs.QPCap{MaxSendWR: r.TxDepth, MaxRecvWR: r.RxDepth, MaxSendSGE: 1, MaxRecvSGE: 1}}
+}
+
+// setMy fills q's data as set_up_connection does: a random PSN (which,
+// with -R, nobody uses), the rkey and the address of the buffer's second
+// half, the GID of the chosen index.
+func (r *run) setMy(q *qpRes) error {
+	gid, err := r.dev.GID(r.gidIndex)
+	if err != nil {
+		return err
+	}
+	q.my = Dest{OutReads: uint32(r.outReads), QPN: q.qp.Num(), PSN: rand.Uint32() & 0xffffff,
+		RKey: q.mr.RKey(), VAddr: q.mr.Addr() + uint64(q.half), GID: gid.GID}
 	return nil
 }
 
@@ -228,6 +292,12 @@ func alignedBuf(n, align int) []byte {
 }
 
 func (r *run) destroy() {
+	if r.cmd.ids != nil || r.cmd.ec != nil {
+		r.cmd.close() // the IDs destroy their QPs
+		for _, q := range r.qps {
+			q.qp = nil
+		}
+	}
 	for _, q := range r.qps {
 		if q.qp != nil {
 			q.qp.Destroy()
@@ -266,12 +336,14 @@ func (r *run) connectAll() error {
 		}
 		q.rem = rem
 	}
-	if r.qps[0].my.GID.Unmap().Is4() != r.qps[0].rem.GID.Unmap().Is4() {
-		return errors.New("Found Incompatibility issue with GID types. Please Try to use a different IP version")
-	}
-	for _, q := range r.qps {
-		if err := r.connect(q); err != nil {
-			return fmt.Errorf("Unable to Connect the HCA's through the link: %w", err)
+	if !r.RDMACM { // with -R, RDMA CM has connected the QPs
+		if r.qps[0].my.GID.Unmap().Is4() != r.qps[0].rem.GID.Unmap().Is4() {
+			return errors.New("Found Incompatibility issue with GID types. Please Try to use a different IP version")
+		}
+		for _, q := range r.qps {
+			if err := r.connect(q); err != nil {
+				return fmt.Errorf("Unable to Connect the HCA's through the link: %w", err)
+			}
 		}
 	}
 	if r.Verb == Send {
