@@ -39,12 +39,18 @@ type Config struct {
 	// v2 GIDs); frames to other GIDs are dropped as not for us.
 	GIDs []netip.Addr
 	// V2 also carries RoCE v2 (UDP port 4791) on this link; otherwise only
-	// RoCE v1 frames are sent and received.
+	// RoCE v1 frames are sent and delivered, and the RoCE v2 packets to this
+	// port's addresses are dropped, counted (Counters) and reported to
+	// OnForeign: a v1-only port, like a ConnectX-3, never accepts RoCE v2.
 	V2        bool
 	MTU       int // largest transport packet; default netdev MTU - 40 (GRH)
 	BatchSize int // default 64
 	// Resolver finds next-hop MACs; nil uses NewResolver on this netdev.
 	Resolver *Resolver
+	// OnForeign, if set, is called for each RoCE v2 packet a v1-only link
+	// (V2 false) drops, after counting it. It runs on the receive path with
+	// the link's receive lock held: it must not block nor call Recv.
+	OnForeign func(Foreign)
 }
 
 // Link is a raw Ethernet RoCE link.
@@ -63,29 +69,20 @@ type Link struct {
 
 	rxMu  sync.Mutex
 	rxPkt wire.Packet
+
+	foreign foreignStats // RoCE v2 dropped by a v1-only link (foreign.go)
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
 // filterProg accepts RoCE v1 frames, ARP, ICMPv6 (for Neighbor
-// Advertisements) and, with v2, UDP to port 4791 — over raw frames (the data
-// starts at the Ethernet header). Jumps are counted by hand; afpacket_test.go
-// runs the program in x/net/bpf's VM.
-func filterProg(v2 bool) []bpf.Instruction {
+// Advertisements) and UDP to port 4791 over IPv4 and IPv6 — over raw frames
+// (the data starts at the Ethernet header). A v1-only link takes RoCE v2 in
+// too, only to count, report and drop it (Recv); the destination address is
+// checked there, against the port's GIDs, which change. Jumps are counted
+// by hand; afpacket_test.go runs the program in x/net/bpf's VM.
+func filterProg() []bpf.Instruction {
 	accept, drop := bpf.RetConstant{Val: 0x40000}, bpf.RetConstant{Val: 0}
-	if !v2 {
-		return []bpf.Instruction{
-			/* 0 */ bpf.LoadAbsolute{Off: 12, Size: 2},
-			/* 1 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: wire.EtherTypeRoCE, SkipTrue: 5},
-			/* 2 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: wire.EtherTypeARP, SkipTrue: 4},
-			/* 3 */ bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: wire.EtherTypeIPv6, SkipTrue: 4},
-			/* 4 */ bpf.LoadAbsolute{Off: 14 + 6, Size: 1},
-			/* 5 */ bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.IPPROTO_ICMPV6, SkipTrue: 2},
-			/* 6 */ bpf.RetConstant{Val: 0x40000},
-			/* 7 */ accept,
-			/* 8 */ drop,
-		}
-	}
 	return []bpf.Instruction{
 		/* 0 */ bpf.LoadAbsolute{Off: 12, Size: 2},
 		/* 1 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: wire.EtherTypeRoCE, SkipTrue: 15},
@@ -131,7 +128,7 @@ func New(cfg Config) (*Link, error) {
 	if err != nil {
 		return nil, fmt.Errorf("AF_PACKET socket (needs root or CAP_NET_RAW): %w", err)
 	}
-	prog, err := bpf.Assemble(filterProg(cfg.V2))
+	prog, err := bpf.Assemble(filterProg())
 	if err == nil {
 		p := unix.SockFprog{Len: uint16(len(prog)), Filter: (*unix.SockFilter)(unsafe.Pointer(&prog[0]))}
 		err = unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &p)
@@ -247,7 +244,9 @@ func (l *Link) Send(pkts []link.Packet) (int, error) {
 }
 
 // Recv reads frames until at least one RoCE packet for this port arrives.
-// ARP and Neighbor Advertisements feed the resolver.
+// ARP and Neighbor Advertisements feed the resolver. On a v1-only link,
+// RoCE v2 packets for this port are dropped, counted and reported
+// (dropForeign), never delivered.
 func (l *Link) Recv(pkts []link.Packet) (int, error) {
 	l.rxMu.Lock()
 	defer l.rxMu.Unlock()
@@ -293,6 +292,10 @@ func (l *Link) Recv(pkts []link.Packet) (int, error) {
 			}
 			if !(*l.local.Load())[pk.Addr.DstGID] {
 				l.stats.RxNotForUs.Add(1)
+				continue
+			}
+			if pk.Addr.Version == wire.RoCEv2 && !l.cfg.V2 {
+				l.dropForeign(&l.rxPkt, &pk.Addr)
 				continue
 			}
 			l.stats.RxPackets.Add(1)
