@@ -22,7 +22,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -39,6 +41,7 @@ import (
 
 	"github.com/goroce/goroce/internal/capture"
 	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/afpacket"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -156,6 +159,9 @@ type controlState struct {
 	nextSrc  int                       // guarded by mu
 	cmEvents map[string]*atomic.Uint64 // guarded by mu (the map; values are atomic)
 	stopped  bool                      // guarded by mu
+
+	foreignMu   sync.Mutex
+	foreignLast map[netip.Addr]time.Time // guarded by foreignMu: when each source was last logged
 }
 
 // AddCMIDSource registers a function listing the RDMA CM IDs on this
@@ -214,12 +220,74 @@ func (d *Device) CMEvents() map[string]uint64 {
 func (d *Device) CounterReport() *CounterReport {
 	r := &CounterReport{Device: d.Def.Name, Port: 1, Owner: self(), Counters: d.Device.Counters().Snapshot(),
 		Link: d.Device.Link().Stats().Snapshot(), CMEvents: d.CMEvents()}
+	if d.raw != nil {
+		maps.Copy(r.Link, d.raw.Counters()) // a v1-only port's RoCE v2 drops
+	}
 	for _, q := range d.Device.QPs() {
 		in := q.Info()
 		r.QPs = append(r.QPs, QPCounters{LQPN: in.QPN, Type: in.Type.String(), State: in.State.String(),
 			Counters: q.Counters().Snapshot()})
 	}
 	return r
+}
+
+// foreignLogInterval is how often a v1-only port logs the RoCE v2 packets
+// it drops from one source (they are all counted).
+const foreignLogInterval = time.Second
+
+// foreignLogger returns the callback a v1-only port's link calls for each
+// RoCE v2 packet it drops: a log line through logf (nil: stderr) at most
+// once per foreignLogInterval per source address.
+func (d *Device) foreignLogger(logf func(format string, args ...any)) func(afpacket.Foreign) {
+	if logf == nil {
+		logf = func(format string, args ...any) { fmt.Fprintf(os.Stderr, "roce: "+format+"\n", args...) }
+	}
+	name := d.Def.Name
+	return func(f afpacket.Foreign) {
+		if d.ctl.foreignDue(f.Src, time.Now()) {
+			logf("%s", foreignLine(name, f))
+		}
+	}
+}
+
+// foreignDue reports whether a drop from src is to be logged at now, and
+// if so records it.
+func (c *controlState) foreignDue(src netip.Addr, now time.Time) bool {
+	c.foreignMu.Lock()
+	defer c.foreignMu.Unlock()
+	if last, ok := c.foreignLast[src]; ok && now.Sub(last) < foreignLogInterval {
+		return false
+	}
+	if c.foreignLast == nil {
+		c.foreignLast = make(map[netip.Addr]time.Time)
+	}
+	if len(c.foreignLast) >= 1024 { // bound the map: forget sources quiet for an interval
+		for a, t := range c.foreignLast {
+			if now.Sub(t) >= foreignLogInterval {
+				delete(c.foreignLast, a)
+			}
+		}
+	}
+	c.foreignLast[src] = now
+	return true
+}
+
+// foreignLine says what a v1-only port dropped, from whom, and the fix.
+func foreignLine(dev string, f afpacket.Foreign) string {
+	if f.CM {
+		svc := ""
+		switch {
+		case f.ServiceID.IsIPCM():
+			svc = fmt.Sprintf(" (service port %d)", f.ServiceID.Port())
+		case f.ServiceID != 0:
+			svc = fmt.Sprintf(" (service ID 0x%016x)", uint64(f.ServiceID))
+		}
+		return fmt.Sprintf("%s: dropped a RoCE v2 CM %s from %s%s: port 1 speaks IB/RoCE v1 only; "+
+			"the peer must use RoCE v1 (roce mode -d <its device> -p 1 -m 1)", dev, f.Message(), f.Src, svc)
+	}
+	return fmt.Sprintf("%s: dropped a RoCE v2 %s packet from %s to QP 0x%06x: port 1 speaks IB/RoCE v1 only; "+
+		"the peer must use RoCE v1 (a RoCE v1 GID index; with RDMA CM, roce mode -d <its device> -p 1 -m 1)",
+		dev, f.Message(), f.Src, f.DestQP)
 }
 
 // ResourceReport returns the device's QPs and CM IDs.

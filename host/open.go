@@ -30,6 +30,10 @@ type Options struct {
 	Wrap func(link.Link) link.Link
 	// Unprivileged forces the UDP link's unprivileged receive mode even as root.
 	Unprivileged bool
+	// Logf, if set, receives the device's log lines (no trailing newline),
+	// such as a v1-only port's note that it dropped a peer's RoCE v2 CM
+	// request; the default writes "roce: " and the line to stderr.
+	Logf func(format string, args ...any)
 }
 
 // Device is a device opened by name: the verbs.Device and what runs it.
@@ -118,7 +122,8 @@ func Open(name string, o Options) (*Device, error) {
 			if !root {
 				return fmt.Errorf("device %s speaks RoCE v1, which needs raw Ethernet (AF_PACKET): run as root: %w", name, syscall.EPERM)
 			}
-			raw, err := afpacket.New(afpacket.Config{Ifindex: nd.Index, MAC: nd.MAC, GIDs: d.gids.Addrs(), V2: def.Versions.V2()})
+			raw, err := afpacket.New(afpacket.Config{Ifindex: nd.Index, MAC: nd.MAC, GIDs: d.gids.Addrs(), V2: def.Versions.V2(),
+				OnForeign: d.foreignLogger(o.Logf)})
 			if err != nil {
 				return err
 			}
@@ -130,6 +135,12 @@ func Open(name string, o Options) (*Device, error) {
 				if err != nil {
 					return err
 				}
+				d.closers = append(d.closers, hold)
+			} else if hold, err := udp.HoldPort(4791); err == nil {
+				// v1 only: the link drops (counts, logs) RoCE v2, as a
+				// ConnectX-3 drops it; holding the port keeps the kernel
+				// from answering it with ICMP port unreachable. Best
+				// effort: a socket that has the port already does that.
 				d.closers = append(d.closers, hold)
 			}
 		default:
