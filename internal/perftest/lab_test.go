@@ -6,12 +6,14 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/goroce/goroce/host"
 	"github.com/goroce/goroce/internal/lab"
 	"github.com/goroce/goroce/internal/perftest"
+	"github.com/goroce/goroce/rdmacm"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -192,4 +194,137 @@ func perftestLine(out string, lat bool) bool {
 		}
 	}
 	return false
+}
+
+// labRDMACMTools are the tools run with -R against perftest.
+var labRDMACMTools = []struct {
+	tool string
+	verb perftest.Verb
+	lat  bool
+	size int
+}{
+	{"ib_write_bw", perftest.Write, false, 4096},
+	{"ib_read_bw", perftest.Read, false, 4096},
+	{"ib_send_bw", perftest.Send, false, 2048},
+	{"ib_write_lat", perftest.Write, true, 64},
+	{"ib_send_lat", perftest.Send, true, 64},
+	{"ib_read_lat", perftest.Read, true, 64},
+}
+
+// TestLabInteropRDMACM runs goroce's perf -R against perftest 6.06's -R
+// on Linux rxe in vm1, in both roles: the exchange over an RDMA CM
+// connection on port 18515 and the test's QPs connected through RDMA CM,
+// 5 iterations each, over RoCE v2 on the bridge.
+func TestLabInteropRDMACM(t *testing.T) {
+	l := lab.Start(t)
+	d := openLabDevice(t, l)
+	cm := rdmacm.New(rdmacm.Options{})
+	if err := cm.AddDevice(d.Device); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cm.Close() })
+	vm := lab.VM1
+	kill := "killall ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_send_lat ib_read_lat 2>/dev/null; true"
+	l.Exec(vm, kill)
+	gOurs, gTheirs := gidIndex(t, d, lab.HostIPv4), l.GIDIndex(t, vm, vm.IPv4)
+	before := l.Counters(t, vm)
+	for _, tc := range labRDMACMTools {
+		for _, role := range []string{"client", "server"} {
+			t.Run(tc.tool+"/goroce-"+role, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+				defer cancel()
+				out := &syncBuilder{}
+				c := perftest.Config{Verb: tc.verb, Lat: tc.lat, Size: tc.size, Iters: 5, GIDIndex: gOurs, Out: out,
+					RDMACM: true, CM: cm}
+				args := fmt.Sprintf("-R -d rxe0 -x %d -n 5 -F -s %d", gTheirs, tc.size)
+				var theirs string
+				if role == "client" {
+					l.MustExec(t, vm, fmt.Sprintf("%s; (timeout 80 %s %s; echo EXIT $?) > /tmp/perf.log 2>&1 &", kill, tc.tool, args))
+					c.Server = vm.IPv4
+					var res *perftest.Result
+					var err error
+					for try := 0; try < 20; try++ { // until the server listens
+						if res, err = perftest.Run(ctx, nil, c); err == nil || !strings.Contains(err.Error(), "Unable to perform rdma_client function") {
+							break
+						}
+					}
+					if err != nil {
+						theirs, _, _ = l.Exec(vm, "cat /tmp/perf.log")
+						t.Fatalf("goroce client: %v\n%s\n%s server:\n%s", err, out, tc.tool, theirs)
+					}
+					checkResult(t, "goroce client", res, tc.lat)
+					for try := 0; try < 150 && !strings.Contains(theirs, "EXIT"); try++ {
+						time.Sleep(100 * time.Millisecond)
+						theirs, _, _ = l.Exec(vm, "cat /tmp/perf.log")
+					}
+					if !strings.Contains(theirs, "EXIT 0") {
+						t.Fatalf("%s server:\n%s\ngoroce client:\n%s", tc.tool, theirs, out)
+					}
+				} else {
+					type ret struct {
+						r   *perftest.Result
+						err error
+					}
+					done := make(chan ret, 1)
+					go func() {
+						r, err := perftest.Run(ctx, nil, c)
+						done <- ret{r, err}
+					}()
+					for !strings.Contains(out.String(), "Waiting for client to connect") { // listening
+						select {
+						case r := <-done:
+							t.Fatalf("goroce server: %v\n%s", r.err, out)
+						case <-time.After(10 * time.Millisecond):
+						}
+					}
+					var rc int
+					var err error
+					theirs, rc, err = l.Exec(vm, fmt.Sprintf("timeout 80 %s %s %s", tc.tool, args, lab.HostIPv4))
+					if err != nil || rc != 0 {
+						cancel()
+						t.Errorf("%s client: exit %d %v\n%s", tc.tool, rc, err, theirs)
+					}
+					r := <-done
+					if r.err != nil {
+						t.Fatalf("goroce server: %v\n%s", r.err, out)
+					}
+					if !(tc.lat && tc.verb == perftest.Read) { // ib_read_lat's server prints no table
+						checkResult(t, "goroce server", r.r, tc.lat)
+					}
+				}
+				if !(tc.lat && tc.verb == perftest.Read && role == "client") && !perftestLine(theirs, tc.lat) {
+					t.Errorf("%s printed no result line:\n%s", tc.tool, theirs)
+				}
+				if !strings.Contains(theirs, "Data ex. method : rdma_cm") || !strings.Contains(out.String(), "Data ex. method : rdma_cm") {
+					t.Errorf("a banner does not say rdma_cm:\n%s\n%s", out, theirs)
+				}
+				t.Logf("goroce %s:\n%s%s:\n%s", role, out, tc.tool, theirs)
+			})
+		}
+	}
+	after := l.Counters(t, vm)
+	for _, k := range []string{"rcvd_seq_err", "duplicate_request", "out_of_seq_request"} {
+		if after[k] != before[k] {
+			t.Errorf("rxe counter %s moved from %d to %d", k, before[k], after[k])
+		}
+	}
+	t.Logf("goroce counters: %v", d.Counters().Snapshot())
+}
+
+// syncBuilder is a strings.Builder safe for a writer and a reader.
+type syncBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuilder) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuilder) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
