@@ -96,6 +96,10 @@ type Options struct {
 	// peer that answers only the other RoCE version), long before the
 	// UNREACHABLE event that carries the same words.
 	Logf func(format string, args ...any)
+	// OnEvent, if set, sees every event as it is queued, with the name of
+	// the ID's device ("" before it has one): for counters and metrics.
+	// It is called with the CM's lock held and must not call into the CM.
+	OnEvent func(device string, e Event)
 }
 
 func expDuration(e uint) time.Duration { return 4096 * time.Nanosecond << e }
@@ -422,7 +426,7 @@ func (cm *CM) RemoveDevice(dev *verbs.Device) error {
 			delete(cm.listeners, portKey{id.ps, id.src.Port()})
 		}
 		id.state = stDone
-		id.ec.push(Event{Type: EventDeviceRemoval, ID: id, Status: -int(syscall.ENODEV)})
+		id.emit(Event{Type: EventDeviceRemoval, ID: id, Status: -int(syscall.ENODEV)})
 	}
 	cm.mu.Unlock()
 	a.cancel()

@@ -59,7 +59,11 @@ func settle(f func() bool) bool {
 // connect/accept/disconnect cycles leave no CM ID, comm ID, QP or goroutine
 // behind.
 func TestConnectCycles(t *testing.T) {
-	a, b := newSides(t, "", fastOptions, fastOptions)
+	// 100 REQs at once wait in line for one Accept loop, which under -race
+	// on 2 cores can take longer than fastOptions' 100 ms × 6 tries: give
+	// them Linux-like patience (timewait stays short).
+	patient := Options{ResponseTimeout: 2 * time.Second, MaxRetries: 15, Timewait: 20 * time.Millisecond}
+	a, b := newSides(t, "", patient, patient)
 	l, err := b.cm.Listen(netip.AddrPortFrom(netip.Addr{}, 7174), Endpoint{PD: b.pd, QP: rcInit(b), Param: ConnParam{ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7}})
 	if err != nil {
 		t.Fatal(err)
@@ -92,11 +96,13 @@ func TestConnectCycles(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, concurrent)
 	var accepts sync.WaitGroup
+	actx, acancel := context.WithCancel(ctx)
+	defer acancel()
 	for i := 0; i < concurrent; i++ {
 		accepts.Add(1)
 		go func() {
 			defer accepts.Done()
-			c, err := l.Accept(ctx)
+			c, err := l.Accept(actx)
 			if err == nil {
 				err = c.Close()
 			}
@@ -119,7 +125,16 @@ func TestConnectCycles(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	accepts.Wait()
+	// Every Dial has returned; an Accept still waiting waits for a Dial
+	// that failed (its error is in errs): give the rest a while, then stop.
+	acceptsDone := make(chan struct{})
+	go func() { accepts.Wait(); close(acceptsDone) }()
+	select {
+	case <-acceptsDone:
+	case <-time.After(30 * time.Second):
+		acancel()
+		<-acceptsDone
+	}
 	close(errs)
 	for err := range errs {
 		t.Error(err)

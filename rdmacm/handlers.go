@@ -93,7 +93,7 @@ func (cm *CM) handleREQ(a *agent, in *inbound, h mad.Header, req mad.REQ) {
 		RetryCount: req.RetryCount(), RNRRetryCount: req.RNRRetryCount(), QPNum: req.LocalQPN()}
 	p := c.peer
 	p.PrivateData = append([]byte(nil), req.PrivateData()[mad.IPCMHeaderLen:]...)
-	c.ec.push(Event{Type: EventConnectRequest, ID: c, Listen: l, PrivateData: p.PrivateData, Param: p})
+	c.emit(Event{Type: EventConnectRequest, ID: c, Listen: l, PrivateData: p.PrivateData, Param: p})
 }
 
 func (cm *CM) handleREP(rep mad.REP) {
@@ -123,13 +123,13 @@ func (cm *CM) handleREP(rep mad.REP) {
 		id.sendREJ(mad.MsgREP, mad.RejectNoResources, nil)
 		id.forget()
 		id.state = stDone
-		id.ec.push(Event{Type: EventConnectError, ID: id, Status: -int(syscall.EINVAL), Err: err})
+		id.emit(Event{Type: EventConnectError, ID: id, Status: -int(syscall.EINVAL), Err: err})
 		return
 	}
 	id.lastRTU = buildMAD(mad.AttrRTU, id.tid, mad.RTUFields{LocalCommID: id.lcid, RemoteCommID: id.rcid})
 	id.ag.send(id.rgid, id.sgid, id.tos, id.lastRTU, 1)
 	id.state = stEstablished
-	id.ec.push(Event{Type: EventEstablished, ID: id, PrivateData: p.PrivateData, Param: p})
+	id.emit(Event{Type: EventEstablished, ID: id, PrivateData: p.PrivateData, Param: p})
 }
 
 func (cm *CM) handleRTU(rtu mad.RTU) {
@@ -139,7 +139,7 @@ func (cm *CM) handleRTU(rtu mad.RTU) {
 	}
 	id.disarm()
 	id.state = stEstablished
-	id.ec.push(Event{Type: EventEstablished, ID: id, Param: id.peer})
+	id.emit(Event{Type: EventEstablished, ID: id, Param: id.peer})
 }
 
 func (cm *CM) handleREJ(rej mad.REJ) {
@@ -160,7 +160,7 @@ func (cm *CM) handleREJ(rej mad.REJ) {
 	id.forget()
 	id.state = stDone
 	r := rej.Reason()
-	id.ec.push(Event{Type: EventRejected, ID: id, Status: int(r),
+	id.emit(Event{Type: EventRejected, ID: id, Status: int(r),
 		Err:         fmt.Errorf("rdmacm: %v rejected the connection: reason %d (%v)", id.dst, uint16(r), r),
 		PrivateData: append([]byte(nil), rej.PrivateData()...)})
 }
@@ -193,13 +193,13 @@ func (cm *CM) handleDREQ(a *agent, in *inbound, h mad.Header, dreq mad.DREQ) {
 		id.disarm()
 		id.lastDREP = drep(id.lcid, id.rcid)
 		id.state = stDreqRcvd
-		id.ec.push(Event{Type: EventDisconnected, ID: id, PrivateData: append([]byte(nil), dreq.PrivateData()...)})
+		id.emit(Event{Type: EventDisconnected, ID: id, PrivateData: append([]byte(nil), dreq.PrivateData()...)})
 	case stDreqSent:
 		// Crossing DREQs: both sides answer (rdma_client.pcap).
 		id.disarm()
 		id.lastDREP = drep(id.lcid, id.rcid)
 		id.ag.send(id.rgid, id.sgid, id.tos, id.lastDREP, 1)
-		id.ec.push(Event{Type: EventDisconnected, ID: id})
+		id.emit(Event{Type: EventDisconnected, ID: id})
 		id.enterTimewait()
 	case stTimewait:
 		if id.lastDREP == nil {
@@ -215,7 +215,7 @@ func (cm *CM) handleDREP(drep mad.DREP) {
 		return
 	}
 	id.disarm()
-	id.ec.push(Event{Type: EventDisconnected, ID: id})
+	id.emit(Event{Type: EventDisconnected, ID: id})
 	id.enterTimewait()
 }
 
@@ -268,7 +268,7 @@ func (cm *CM) handleSIDRREQ(a *agent, in *inbound, h mad.Header, m mad.MAD) {
 	c.rqkey = udpQKey // marks the child as SIDR
 	c.tos = in.tc
 	pd := append([]byte(nil), req.PrivateData()[mad.IPCMHeaderLen:]...)
-	c.ec.push(Event{Type: EventConnectRequest, ID: c, Listen: l, PrivateData: pd, Param: ConnParam{PrivateData: pd}})
+	c.emit(Event{Type: EventConnectRequest, ID: c, Listen: l, PrivateData: pd, Param: ConnParam{PrivateData: pd}})
 }
 
 func (id *ID) acceptSIDR(p ConnParam) error {
@@ -327,11 +327,11 @@ func (cm *CM) handleSIDRREP(rep mad.SIDRREP) {
 	if st := rep.Status(); st != mad.SIDRSuccess {
 		id.state = stDone
 		// cma_sidr_rep_handler: UNREACHABLE with the SIDR status.
-		id.ec.push(Event{Type: EventUnreachable, ID: id, Status: int(st), PrivateData: pd,
+		id.emit(Event{Type: EventUnreachable, ID: id, Status: int(st), PrivateData: pd,
 			Err: fmt.Errorf("rdmacm: %v: SIDR_REP status %d (%v): %w", id.dst, uint8(st), st, syscall.ECONNREFUSED)})
 		return
 	}
 	id.rqpn, id.rqkey = rep.QPN(), rep.QKey()
 	id.state = stEstablished
-	id.ec.push(Event{Type: EventEstablished, ID: id, PrivateData: pd, Param: ConnParam{PrivateData: pd, QPNum: id.rqpn}})
+	id.emit(Event{Type: EventEstablished, ID: id, PrivateData: pd, Param: ConnParam{PrivateData: pd, QPNum: id.rqpn}})
 }

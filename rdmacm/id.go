@@ -241,7 +241,7 @@ func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Durat
 		}
 	}
 	if ag == nil {
-		id.ec.push(Event{Type: EventAddrError, ID: id, Status: -int(syscall.EHOSTUNREACH),
+		id.emit(Event{Type: EventAddrError, ID: id, Status: -int(syscall.EHOSTUNREACH),
 			Err: fmt.Errorf("rdmacm: no device reaches %v: %w", dst.Addr(), syscall.EHOSTUNREACH)})
 		return nil
 	}
@@ -254,7 +254,7 @@ func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Durat
 		}
 	}
 	id.ag, id.src, id.dst = ag, netip.AddrPortFrom(s, id.src.Port()), dst
-	id.ec.push(Event{Type: EventAddrResolved, ID: id})
+	id.emit(Event{Type: EventAddrResolved, ID: id})
 	return nil
 }
 
@@ -310,12 +310,12 @@ func (id *ID) ResolveRoute(timeout time.Duration) error {
 	}
 	mode, tos, err := cm.defaults(id.ag)
 	if err != nil {
-		id.ec.push(Event{Type: EventRouteError, ID: id, Status: -int(syscall.EINVAL), Err: err})
+		id.emit(Event{Type: EventRouteError, ID: id, Status: -int(syscall.EINVAL), Err: err})
 		return nil
 	}
 	sgid, ok := id.ag.gidIndex(gidOf(id.src.Addr()), mode)
 	if !ok {
-		id.ec.push(Event{Type: EventRouteError, ID: id, Status: -int(syscall.EINVAL),
+		id.emit(Event{Type: EventRouteError, ID: id, Status: -int(syscall.EINVAL),
 			Err: fmt.Errorf("rdmacm: device %s has no %v GID for %v (default_roce_mode is %v): %w",
 				id.ag.dev.Name(), mode, id.src.Addr(), mode, syscall.EINVAL)})
 		return nil
@@ -328,7 +328,7 @@ func (id *ID) ResolveRoute(timeout time.Duration) error {
 		id.flow = (uint32(id.src.Port())*31 + uint32(id.dst.Port())) & 0xFFFFF
 	}
 	id.state = stRouteResolved
-	id.ec.push(Event{Type: EventRouteResolved, ID: id})
+	id.emit(Event{Type: EventRouteResolved, ID: id})
 	return nil
 }
 
@@ -606,9 +606,9 @@ func (id *ID) timeout() {
 		if d := id.unreachableDiagnosis(); d != "" {
 			err = fmt.Errorf("%w; %s", err, d)
 		}
-		id.ec.push(Event{Type: EventUnreachable, ID: id, Status: -int(syscall.ETIMEDOUT), Err: err})
+		id.emit(Event{Type: EventUnreachable, ID: id, Status: -int(syscall.ETIMEDOUT), Err: err})
 	case stDreqSent:
-		id.ec.push(Event{Type: EventDisconnected, ID: id, Status: 0})
+		id.emit(Event{Type: EventDisconnected, ID: id, Status: 0})
 		id.enterTimewait()
 	}
 }
@@ -641,7 +641,7 @@ func (id *ID) enterTimewait() {
 		}
 		id.forget()
 		id.state = stDone
-		id.ec.push(Event{Type: EventTimewaitExit, ID: id})
+		id.emit(Event{Type: EventTimewaitExit, ID: id})
 	})
 }
 
