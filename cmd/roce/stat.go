@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/goroce/goroce/host"
+	"github.com/goroce/goroce/link/afpacket"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -247,6 +248,10 @@ func counterKVs(c, l map[string]uint64) []kv {
 	if l != nil {
 		for _, n := range linkCounterNames {
 			out = append(out, kv{n, l[n]})
+		}
+		// A v1-only port's RoCE v2 drops, on the devices that have them.
+		if v, ok := l[afpacket.CounterV2OnV1]; ok {
+			out = append(out, kv{afpacket.CounterV2OnV1, v})
 		}
 	}
 	return out
