@@ -21,15 +21,15 @@ func (id *ID) emit(e Event) {
 
 // IDInfo describes a CM ID as `rdma res show cm_id` does.
 type IDInfo struct {
-	Device  string // "" while the ID has no device
-	Port    int
-	ID      uint32 // the local comm ID (0 before a connection is attempted)
-	LQPN    uint32 // 0: no QP
-	QPType  string // RC, UD, ...; "" without a QP
-	State   string // rdma's names: IDLE, ADDR_QUERY, ADDR_RESOLVED, ROUTE_RESOLVED, CONNECT, DISCONNECT, ADDR_BOUND, LISTEN, DESTROYING
-	PS      string // TCP, UDP, IB
-	Src     netip.AddrPort
-	Dst     netip.AddrPort
+	Device string // "" while the ID has no device
+	Port   int
+	ID     uint32 // the local comm ID (0 before a connection is attempted)
+	LQPN   uint32 // 0: no QP
+	QPType string // RC, UD, ...; "" without a QP
+	State  string // rdma's names: IDLE, ADDR_QUERY, ADDR_RESOLVED, ROUTE_RESOLVED, CONNECT, DISCONNECT, ADDR_BOUND, LISTEN, DESTROYING
+	PS     string // TCP, UDP, IB
+	Src    netip.AddrPort
+	Dst    netip.AddrPort
 }
 
 // rdmaState maps an ID's state to the name rdma res show gives the
