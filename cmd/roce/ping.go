@@ -97,9 +97,17 @@ func openCM(cmd *cobra.Command, devs []string, pcapFile string, want, family net
 		return nil, nil, usageError{fmt.Errorf("--pcap captures one device; choose one of %v with --dev", devs)}
 	}
 	stderr := cmd.ErrOrStderr()
-	cm := rdmacm.New(rdmacm.Options{Defaults: config.Open(dir), Logf: func(format string, args ...any) {
-		fmt.Fprintf(stderr, "roce: "+format+"\n", args...)
-	}})
+	opened := map[string]*host.Device{} // written before the first event can come
+	cm := rdmacm.New(rdmacm.Options{Defaults: config.Open(dir),
+		Logf: func(format string, args ...any) {
+			fmt.Fprintf(stderr, "roce: "+format+"\n", args...)
+		},
+		// CM events count per device (roce stat, the exporter).
+		OnEvent: func(dev string, e rdmacm.Event) {
+			if d := opened[dev]; d != nil {
+				d.CountCMEvent(e.Type.String())
+			}
+		}})
 	var closers []func()
 	closeAll := func() {
 		cm.Close()
@@ -114,7 +122,12 @@ func openCM(cmd *cobra.Command, devs []string, pcapFile string, want, family net
 			return nil, nil, err
 		}
 		closers = append(closers, closeDev)
-		if err := cm.AddDevice(d.Device); err != nil {
+		opened[name] = d
+		// roce res show cm_id asks the owner through the control socket.
+		closers = append(closers, d.AddCMIDSource(func() []host.CMID { return cmIDs(cm, d) }))
+	}
+	for _, name := range devs {
+		if err := cm.AddDevice(opened[name].Device); err != nil {
 			closeAll()
 			return nil, nil, err
 		}
@@ -221,4 +234,20 @@ failed connection says why, in words, after rping's own message.`,
 	f.StringSliceVar(&devs, "dev", nil, "use only these devices (default: found by address)")
 	f.StringVar(&pcapFile, "pcap", "", "write every packet the device sends and receives to `file` (pcap)")
 	return cmd
+}
+
+// cmIDs lists cm's IDs on d for roce res show cm_id.
+func cmIDs(cm *rdmacm.CM, d *host.Device) []host.CMID {
+	var out []host.CMID
+	for _, in := range cm.IDs(d.Device) {
+		c := host.CMID{Port: in.Port, ID: in.ID, LQPN: in.LQPN, QPType: in.QPType, State: in.State, PS: in.PS}
+		if in.Src.Addr().IsValid() {
+			c.SrcAddr = in.Src.String()
+		}
+		if in.Dst.Addr().IsValid() {
+			c.DstAddr = in.Dst.String()
+		}
+		out = append(out, c)
+	}
+	return out
 }
