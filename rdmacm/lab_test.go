@@ -16,9 +16,10 @@ import (
 
 // labSide is a goroce device on the lab's bridge with a CM on it.
 type labSide struct {
-	cm *rdmacm.CM
-	pd *verbs.PD
-	cq *verbs.CQ
+	dev *host.Device
+	cm  *rdmacm.CM
+	pd  *verbs.PD
+	cq  *verbs.CQ
 }
 
 func openLab(t *testing.T, l *lab.Lab) *labSide {
@@ -52,7 +53,7 @@ func openLab(t *testing.T, l *lab.Lab) *labSide {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &labSide{cm: cm, pd: pd, cq: cq}
+	return &labSide{dev: d, cm: cm, pd: pd, cq: cq}
 }
 
 // exchange posts a 16-byte receive, sends msg (16 bytes) and returns what
@@ -185,7 +186,9 @@ func TestLabRDMAServerClient(t *testing.T) {
 			}
 			r := <-res
 			if r.err != nil {
-				t.Fatal(r.err)
+				// Say where the connection stood: the CM IDs' states and
+				// the device's counters.
+				t.Fatalf("%v\nCM IDs: %+v\ncounters: %v", r.err, s.cm.IDs(nil), s.dev.Counters().Snapshot())
 			}
 			t.Logf("rdma_client sent %q", r.got)
 		})
