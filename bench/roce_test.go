@@ -73,6 +73,8 @@ type rocePair struct {
 	pd       [2]*verbs.PD
 	scq, rcq [2]*verbs.CQ
 	qp       [2]*verbs.QP
+	ip       [2]netip.Addr // each device's IPv4 address as a GID
+	sgid     [2]int        // each device's GID index of ip, RoCE v2
 }
 
 var devSeq int
@@ -82,6 +84,28 @@ var devSeq int
 // busyPoll > 0 sets the links' busy-poll time. Everything is closed when the
 // calling benchmark returns.
 func openRoCE(b *testing.B, ha, hb *nettest.Host, unprivileged bool, busyPoll time.Duration, qcap verbs.QPCap) *rocePair {
+	b.Helper()
+	p := openDevices(b, ha, hb, unprivileged, busyPoll)
+	for i := range 2 {
+		var err error
+		if p.qp[i], err = p.pd[i].CreateQP(verbs.QPInitAttr{Type: verbs.RC, SendCQ: p.scq[i], RecvCQ: p.rcq[i], Cap: qcap}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range 2 {
+		if err := p.connect(p.qp[i], p.qp[1-i].Num(), i); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return p
+}
+
+// openDevices opens a device on each end of the veth (a registry in a
+// temporary directory) with a PD and a send and a receive CQ of 4096
+// entries each, and finds each device's RoCE v2 GID of its IPv4 address;
+// busyPoll > 0 sets the links' busy-poll time. Everything is closed when
+// the calling benchmark returns.
+func openDevices(b *testing.B, ha, hb *nettest.Host, unprivileged bool, busyPoll time.Duration) *rocePair {
 	b.Helper()
 	dir := b.TempDir()
 	reg := host.NewRegistry(dir)
@@ -121,29 +145,29 @@ func openRoCE(b *testing.B, ha, hb *nettest.Host, unprivileged bool, busyPoll ti
 		if p.rcq[i], err = d.CreateCQ(4096); err != nil {
 			b.Fatal(err)
 		}
-		if p.qp[i], err = p.pd[i].CreateQP(verbs.QPInitAttr{Type: verbs.RC, SendCQ: p.scq[i], RecvCQ: p.rcq[i], Cap: qcap}); err != nil {
-			b.Fatal(err)
-		}
 	}
-	ips := [2]netip.Addr{netip.AddrFrom16(ha.IPv4.As16()), netip.AddrFrom16(hb.IPv4.As16())}
+	p.ip = [2]netip.Addr{netip.AddrFrom16(ha.IPv4.As16()), netip.AddrFrom16(hb.IPv4.As16())}
 	for i := range 2 {
-		sgid := -1
+		p.sgid[i] = -1
 		for k, e := range p.dev[i].GIDs() {
-			if e.GID == ips[i] && e.Type == verbs.GIDTypeRoCEv2 {
-				sgid = k
+			if e.GID == p.ip[i] && e.Type == verbs.GIDTypeRoCEv2 {
+				p.sgid[i] = k
 			}
 		}
-		if sgid < 0 {
-			b.Fatalf("%s has no RoCE v2 GID %v", p.dev[i].Def.Name, ips[i])
-		}
-		if err := verbstest.ConnectQP(p.qp[i], p.qp[1-i].Num(), ips[1-i], uint8(sgid), verbstest.Options{MTU: verbs.MTU4096}); err != nil {
-			b.Fatal(err)
+		if p.sgid[i] < 0 {
+			b.Fatalf("%s has no RoCE v2 GID %v", p.dev[i].Def.Name, p.ip[i])
 		}
 	}
 	if p.dev[0].Link().MTU() < pmtu {
 		b.Fatalf("link MTU %d", p.dev[0].Link().MTU())
 	}
 	return p
+}
+
+// connect takes qp, on side i, to RTS toward QP rqpn on the other side, at
+// path MTU 4096 (verbstest.ConnectQP: INIT, RTR, RTS with modify_qp).
+func (p *rocePair) connect(qp *verbs.QP, rqpn uint32, i int) error {
+	return verbstest.ConnectQP(qp, rqpn, p.ip[1-i], uint8(p.sgid[i]), verbstest.Options{MTU: verbs.MTU4096})
 }
 
 // counters sums a counter over both devices.
