@@ -72,6 +72,9 @@ func VethPair(t testing.TB, o Options) (a, b *Host) {
 		o.MTU = 1500
 	}
 	n := seq.Add(1)
+	if n == 1 {
+		reapStale()
+	}
 	names := [2]string{fmt.Sprintf("goroce-%d-%d-a", os.Getpid(), n), fmt.Sprintf("goroce-%d-%d-b", os.Getpid(), n)}
 	hosts := [2]*Host{{NSName: names[0], Ifname: "veth0"}, {NSName: names[1], Ifname: "veth1"}}
 	hosts[0].IPv4, hosts[1].IPv4 = netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2")
@@ -164,3 +167,24 @@ func VethPair(t testing.TB, o Options) (a, b *Host) {
 
 // HardwareAddr returns h's MAC as a net.HardwareAddr.
 func (h *Host) HardwareAddr() net.HardwareAddr { return net.HardwareAddr(h.MAC[:]) }
+
+// reapStale deletes namespaces that VethPair made in processes that no
+// longer exist (goroce-PID-N-a/b): a test binary killed by go test's
+// timeout cannot run its cleanups, and its namespaces would otherwise
+// stay until the host restarts.
+func reapStale() {
+	ents, err := os.ReadDir("/run/netns")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		var pid, n int
+		var side string
+		if c, _ := fmt.Sscanf(e.Name(), "goroce-%d-%d-%s", &pid, &n, &side); c != 3 || pid == os.Getpid() {
+			continue
+		}
+		if err := unix.Kill(pid, 0); err == unix.ESRCH {
+			netns.DeleteNamed(e.Name())
+		}
+	}
+}
