@@ -161,7 +161,7 @@ type controlState struct {
 	stopped  bool                      // guarded by mu
 
 	foreignMu   sync.Mutex
-	foreignLast map[netip.Addr]time.Time // guarded by foreignMu: when each source was last logged
+	foreignLast map[netip.Addr]foreignSeen // guarded by foreignMu: when each source was last logged
 }
 
 // AddCMIDSource registers a function listing the RDMA CM IDs on this
@@ -232,8 +232,16 @@ func (d *Device) CounterReport() *CounterReport {
 }
 
 // foreignLogInterval is how often a v1-only port logs the RoCE v2 packets
-// it drops from one source (they are all counted).
-const foreignLogInterval = time.Second
+// it drops from one source (they are all counted). A RoCE v2 client's CM
+// resends its REQ every 4.3 s for about a minute: one line per attempt
+// would bury the log, so the next line says how many were left unsaid.
+const foreignLogInterval = time.Minute
+
+// foreignSeen is a source's last logged drop and the drops since.
+type foreignSeen struct {
+	at     time.Time
+	unsaid int
+}
 
 // foreignLogger returns the callback a v1-only port's link calls for each
 // RoCE v2 packet it drops: a log line through logf (nil: stderr) at most
@@ -244,32 +252,39 @@ func (d *Device) foreignLogger(logf func(format string, args ...any)) func(afpac
 	}
 	name := d.Def.Name
 	return func(f afpacket.Foreign) {
-		if d.ctl.foreignDue(f.Src, time.Now()) {
-			logf("%s", foreignLine(name, f))
+		if due, unsaid := d.ctl.foreignDue(f.Src, time.Now()); due {
+			line := foreignLine(name, f)
+			if unsaid > 0 {
+				line += fmt.Sprintf(" (%d more from %s since the last such line)", unsaid, f.Src)
+			}
+			logf("%s", line)
 		}
 	}
 }
 
 // foreignDue reports whether a drop from src is to be logged at now, and
-// if so records it.
-func (c *controlState) foreignDue(src netip.Addr, now time.Time) bool {
+// how many drops from src went unlogged before it; it records the drop.
+func (c *controlState) foreignDue(src netip.Addr, now time.Time) (bool, int) {
 	c.foreignMu.Lock()
 	defer c.foreignMu.Unlock()
-	if last, ok := c.foreignLast[src]; ok && now.Sub(last) < foreignLogInterval {
-		return false
+	seen, ok := c.foreignLast[src]
+	if ok && now.Sub(seen.at) < foreignLogInterval {
+		seen.unsaid++
+		c.foreignLast[src] = seen
+		return false, 0
 	}
 	if c.foreignLast == nil {
-		c.foreignLast = make(map[netip.Addr]time.Time)
+		c.foreignLast = make(map[netip.Addr]foreignSeen)
 	}
 	if len(c.foreignLast) >= 1024 { // bound the map: forget sources quiet for an interval
 		for a, t := range c.foreignLast {
-			if now.Sub(t) >= foreignLogInterval {
+			if now.Sub(t.at) >= foreignLogInterval {
 				delete(c.foreignLast, a)
 			}
 		}
 	}
-	c.foreignLast[src] = now
-	return true
+	c.foreignLast[src] = foreignSeen{at: now}
+	return true, seen.unsaid
 }
 
 // foreignLine says what a v1-only port dropped, from whom, and the fix.

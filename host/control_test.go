@@ -296,3 +296,30 @@ func TestControlBadClients(t *testing.T) {
 		t.Fatal("Close hangs on an idle control client")
 	}
 }
+
+// TestForeignDue: one log line per source per interval, and the next line
+// counts the drops left unsaid in between.
+func TestForeignDue(t *testing.T) {
+	var c controlState
+	a, b := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.3")
+	t0 := time.Unix(1000, 0)
+	steps := []struct {
+		src    netip.Addr
+		at     time.Duration
+		due    bool
+		unsaid int
+	}{
+		{a, 0, true, 0},
+		{a, 4 * time.Second, false, 0},
+		{b, 5 * time.Second, true, 0}, // another source has its own interval
+		{a, 8 * time.Second, false, 0},
+		{a, foreignLogInterval + time.Second, true, 2},
+		{a, foreignLogInterval + 2*time.Second, false, 0},
+	}
+	for i, s := range steps {
+		due, unsaid := c.foreignDue(s.src, t0.Add(s.at))
+		if due != s.due || unsaid != s.unsaid {
+			t.Errorf("step %d (%v at %v): due %v unsaid %d, want %v %d", i, s.src, s.at, due, unsaid, s.due, s.unsaid)
+		}
+	}
+}
