@@ -1,10 +1,16 @@
 package main
 
 import (
+	"context"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/goroce/goroce/internal/testenv"
 )
 
 // TestDemo runs `roce demo` as a newcomer would: exit 0, nothing on
@@ -95,5 +101,50 @@ func TestDemoRping(t *testing.T) {
 	}
 	if code, _, stderr := roce(t, "demo", "--all"); code == 0 || !strings.Contains(stderr, "--all goes with --rping") {
 		t.Errorf("demo --all: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// TestDemoAsNobody runs roce demo as a user without privileges (nobody,
+// with no capabilities and no writable home), as the README's first
+// command runs on a fresh machine: exit 0 and every check passed. It needs
+// root to become nobody.
+func TestDemoAsNobody(t *testing.T) {
+	testenv.Root(t)
+	setpriv, err := exec.LookPath("setpriv")
+	testenv.Require(t, err == nil, "setpriv (util-linux)")
+	// A copy of this binary where nobody can run it (go test's build
+	// directory is root's alone).
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "goroce-demo-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "roce")
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
+		bin, "demo")
+	cmd.Env = []string{"GOROCE_TEST_ROCE=1", "GORACE=atexit_sleep_ms=0", "HOME=/nonexistent", "PATH=/usr/bin:/bin"}
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err = cmd.Run()
+	t.Logf("roce demo as nobody: %v in %v", err, time.Since(start).Round(time.Millisecond))
+	if err != nil || !strings.Contains(stdout.String(), "Every check passed") {
+		t.Fatalf("exit: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
 	}
 }
