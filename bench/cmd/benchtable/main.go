@@ -192,13 +192,16 @@ func render(w io.Writer, res *results) {
 	}
 
 	// Latency.
-	rbase, haveRBase := res.stat(baseRTT, "ns/op")
+	rbaseName, rbase, haveRBase, collapsed := latencyBase(res)
 	rows = group(res.names, "UDPRoundTrip64")
 	rows = append(rows, group(res.names, "RCSendRecvRTT64")...)
 	rows = append(rows, group(res.names, "LinkRoundTrip64")...)
 	if len(rows) > 0 {
 		fmt.Fprintf(w, "**Latency**, one 64-byte round trip:\n\n")
-		fmt.Fprintf(w, "| benchmark | µs | CPU per op | × UDP busypoll | goal |\n|---|---|---|---|---|\n")
+		if collapsed != "" {
+			fmt.Fprintf(w, "%s\n\n", collapsed)
+		}
+		fmt.Fprintf(w, "| benchmark | µs | CPU per op | × %s | goal |\n|---|---|---|---|---|\n", rbaseName)
 		for _, n := range rows {
 			s, ok := res.stat(n, "ns/op")
 			if !ok {
@@ -213,7 +216,7 @@ func render(w io.Writer, res *results) {
 			} else if strings.HasPrefix(n, "RCSendRecvRTT64") {
 				goal = fmt.Sprintf("≤ %.2f: no baseline in this run", goalRTT)
 			}
-			if n == baseRTT {
+			if n == rbaseName {
 				ratio = "1 (baseline)"
 			}
 			fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", n, spread(s, "%.1f", 1e3), res.cpu(n), ratio, goal)
@@ -265,6 +268,34 @@ func render(w io.Writer, res *results) {
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+// latencyBase picks the round trip the latency goal is measured against:
+// UDPRoundTrip64/busypoll, unless busy-polling collapsed in this run (its
+// spinning threads lost their vCPUs to other load, so its median is slower
+// than another UDP mode's). Then it is the fastest UDP mode, which makes
+// the ratios smaller (kinder to goroce) than a working busy-poll would, and
+// note says so.
+func latencyBase(res *results) (name string, base stat, ok bool, note string) {
+	name = baseRTT
+	base, ok = res.stat(baseRTT, "ns/op")
+	if !ok {
+		return name, base, ok, ""
+	}
+	best, bestName := base, ""
+	for _, n := range group(res.names, "UDPRoundTrip64") {
+		if s, ok := res.stat(n, "ns/op"); ok && s.med < best.med {
+			best, bestName = s, n
+		}
+	}
+	if bestName == "" {
+		return name, base, ok, ""
+	}
+	note = fmt.Sprintf("Busy-polled UDP collapsed in this run: its median, %.1f µs [%.1f–%.1f], is slower than %s's %.1f µs "+
+		"(its two spinning threads lost their vCPUs to other load). The ratios and the goal below are taken against %s "+
+		"instead, which flatters goroce: a working busy-poll is faster.",
+		base.med/1e3, base.lo/1e3, base.hi/1e3, bestName, best.med/1e3, bestName)
+	return bestName, best, true, note
 }
 
 // update replaces the text between the markers in path with table.

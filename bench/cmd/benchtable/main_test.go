@@ -65,6 +65,31 @@ func TestRender(t *testing.T) {
 	}
 }
 
+// TestCollapsedBusyPoll: a busy-polled baseline slower than blocking UDP is
+// replaced by the fastest mode, and the table says so.
+func TestCollapsedBusyPoll(t *testing.T) {
+	in := `BenchmarkUDPRoundTrip64/blocking-2 	1000	13000 ns/op
+BenchmarkUDPRoundTrip64/busypoll-2 	1000	360000 ns/op
+BenchmarkRCSendRecvRTT64/privileged/wait-2 	1000	65000 ns/op
+`
+	res, err := parse(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	render(&b, res)
+	out := b.String()
+	for _, want := range []string{
+		"Busy-polled UDP collapsed in this run",
+		"| benchmark | µs | CPU per op | × UDPRoundTrip64/blocking | goal |",
+		"| RCSendRecvRTT64/privileged/wait | 65.0 |  | 5.0 | ≤ 1.25: **not met** |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in\n%s", want, out)
+		}
+	}
+}
+
 func TestUpdate(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "B.md")
 	doc := "# B\n\nbefore\n" + beginMarker + "\nold table\n" + endMarker + "\nafter\n"
