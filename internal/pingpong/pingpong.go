@@ -136,6 +136,12 @@ func gidString(g netip.Addr) string {
 // Run runs one pingpong on dev.
 func Run(ctx context.Context, dev *verbs.Device, c Config) error {
 	c.Defaults()
+	// A device that dies (its link's receive path failed) completes nothing
+	// more, and a QP whose peer answered before retries forever (retry_cnt
+	// 7, as on rxe): end the run with the device's word instead of waiting.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go watchFatal(ctx, dev, cancel)
 	out := c.Out
 	if out == nil {
 		out = io.Discard
@@ -337,6 +343,10 @@ func Run(ctx context.Context, dev *verbs.Device, c Config) error {
 			}
 		}
 		if err != nil {
+			var fe deviceFatal
+			if errors.As(context.Cause(ctx), &fe) {
+				err = fe
+			}
 			return fmt.Errorf("poll CQ failed: %w", err)
 		}
 		for _, wc := range wcs[:n] {
@@ -384,6 +394,30 @@ func Run(ctx context.Context, dev *verbs.Device, c Config) error {
 	fmt.Fprintf(out, "%d bytes in %.2f seconds = %.2f Mbit/sec\n", bytes, usec/1e6, float64(bytes)*8/usec)
 	fmt.Fprintf(out, "%d iters in %.2f seconds = %.2f usec/iter\n", c.Iters, usec/1e6, usec/float64(c.Iters))
 	return nil
+}
+
+// deviceFatal is the cause Run's context is cancelled with when the device
+// reports IBV_EVENT_DEVICE_FATAL.
+type deviceFatal struct {
+	dev string
+	ev  verbs.AsyncEvent
+}
+
+func (e deviceFatal) Error() string { return fmt.Sprintf("device %s: %v", e.dev, e.ev) }
+
+// watchFatal cancels ctx with deviceFatal when dev reports a fatal event,
+// until ctx ends. The pingpong tools take no other asynchronous event.
+func watchFatal(ctx context.Context, dev *verbs.Device, cancel context.CancelCauseFunc) {
+	for {
+		ev, err := dev.GetAsyncEvent(ctx)
+		if err != nil {
+			return
+		}
+		if ev.Type == verbs.EventDeviceFatal {
+			cancel(deviceFatal{dev: dev.Name(), ev: ev})
+			return
+		}
+	}
 }
 
 func pingPSN(p uint32) wire.PSN { return wire.PSN(p & 0xffffff) }
