@@ -304,7 +304,8 @@ func (r *run) bwClientQP(ctx context.Context, q *qpRes, size int, clk clock, win
 			break
 		}
 		batch = batch[:0]
-		for (win.on && !stopped || scnt < iters) && scnt-ccnt < txDepth {
+		// With -D, -n does not bound the run: once stopped, post nothing.
+		for (win.on && !stopped || !win.on && scnt < iters) && scnt-ccnt < txDepth {
 			wr := tmpl
 			wr.WRID = scnt
 			if scnt%cqMod == cqMod-1 || !win.on && scnt == iters-1 {

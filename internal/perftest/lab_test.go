@@ -257,7 +257,7 @@ var labRDMACMTools = []struct {
 // "Address family for hostname not supported for fd00:c0:2::11:18515",
 // "Problem in resolving basic address and port", " Unable to perform
 // rdma_client function"; as the server it listens on AF_INET. goroce's
-// -R over IPv6 is tested between two goroce processes
+// -R over IPv6 is tested goroce to goroce over a veth pair
 // (cmd/roce TestPerfOverVeth).
 func TestLabInteropRDMACM(t *testing.T) {
 	l := lab.Start(t)

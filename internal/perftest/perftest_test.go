@@ -338,3 +338,47 @@ func checkTable(t *testing.T, who, out string, m modeCase, sizes []int, iters in
 		}
 	}
 }
+
+// -D over the fabric: the client stops posting when the duration is up,
+// whatever -n says (perftest's END_STATE), so a 1-second write run of
+// 64 KiB messages (a CQE each) with -n 100000000 returns within seconds
+// and reports the messages of its middle half. (Before the fix, the
+// client posted on after the end until its send queue happened to drain:
+// about a second too long under -race over veth, TestPerfMetrics; here
+// the fabric drains it too soon for the test to tell.)
+func TestPerfDurationStops(t *testing.T) {
+	pair := verbstest.NewPair(t, verbstest.Options{NoConnect: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Verb: Write, Size: 65536, Iters: 100_000_000, Duration: time.Second, GIDIndex: -1}
+	sc, cc := cfg, cfg
+	var sout, cout bytes.Buffer
+	sc.Out, sc.Listener = &sout, ln
+	cc.Out, cc.Server, cc.Port = &cout, "127.0.0.1", ln.Addr().(*net.TCPAddr).Port
+	sret := make(chan error, 1)
+	go func() {
+		_, err := Run(ctx, pair.A.Dev, sc)
+		sret <- err
+	}()
+	start := time.Now()
+	r, err := Run(ctx, pair.B.Dev, cc)
+	took := time.Since(start)
+	if err != nil {
+		cancel()
+		t.Fatalf("client: %v\n%s", err, cout.String())
+	}
+	if err := <-sret; err != nil {
+		t.Fatalf("server: %v\n%s", err, sout.String())
+	}
+	t.Logf("client ran %v:\n%s", took, cout.String())
+	if took > 10*time.Second {
+		t.Errorf("a 1-second run took %v", took)
+	}
+	if len(r.BW) != 1 || r.BW[0].Iters == 0 || r.BW[0].Iters >= 100_000_000 || !(r.BW[0].BWAvg > 0) {
+		t.Errorf("report %+v", r.BW)
+	}
+}
