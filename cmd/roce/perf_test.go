@@ -61,12 +61,24 @@ func TestPerfOverVeth(t *testing.T) {
 		{"write", "-R", "--lat", "-s", "64", "-n", "50"},
 		{"read", "-R", "--lat", "-s", "64", "-n", "50"},
 		{"send", "-R", "--lat", "-s", "64", "-n", "50"},
+		// IPv6: the global IPv6 GID (-x 2, after the link-local and the
+		// IPv4 GID), the exchange (TCP, or RDMA CM with -R) to the
+		// server's IPv6 address.
+		{"write", "--ipv6", "-x", "2", "-s", "4096", "-n", "50"},
+		{"send", "--ipv6", "-x", "2", "--lat", "-s", "64", "-n", "50"},
+		{"write", "-R", "--ipv6", "-s", "4096", "-n", "50"},
+		{"read", "-R", "--ipv6", "--lat", "-s", "64", "-n", "50"},
+		{"atomic", "-R", "-n", "50"},
 	}
 	for i, args := range cases {
 		t.Run(strings.Join(args, "_"), func(t *testing.T) {
 			port := strconv.Itoa(18600 + i)
 			sargs := append([]string{"perf"}, append(args, "-d", "rxe0", "-p", port)...)
-			cargs := append([]string{"perf"}, append(args, "-d", "rxe1", "-p", port, "198.18.0.1")...)
+			server := ha.IPv4.String()
+			if slices.Contains(args, "--ipv6") {
+				server = ha.IPv6.String()
+			}
+			cargs := append([]string{"perf"}, append(args, "-d", "rxe1", "-p", port, server)...)
 			type ret struct {
 				code           int
 				stdout, stderr string
@@ -104,7 +116,11 @@ func TestPerfOverVeth(t *testing.T) {
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
-			s = <-sc
+			select {
+			case s = <-sc:
+			case <-time.After(2 * time.Minute):
+				t.Fatalf("the server has not exited 2 minutes after the client (exit %d: %s\n%s)", c.code, c.stderr, c.stdout)
+			}
 			if c.code != 0 || s.code != 0 {
 				t.Fatalf("client exit %d: %s\n%s\nserver exit %d: %s\n%s", c.code, c.stderr, c.stdout, s.code, s.stderr, s.stdout)
 			}

@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/internal/nettest"
+)
+
+// TestPerfMetrics runs roce perf write -D 3 as a server and a client,
+// processes of their own, on devices joined by a veth pair, the server
+// with --metrics-addr 127.0.0.1:0, and scrapes the server's /metrics over
+// HTTP twice while the test runs (after the client's first and second
+// progress lines): both devices are running, each has its RC QP in RTS,
+// and the packet counters of both are there and grow between the
+// scrapes. Once the server has exited, nothing answers at the address.
+func TestPerfMetrics(t *testing.T) {
+	ha, hb := nettest.VethPair(t, nettest.Options{MTU: 1500})
+	dir := t.TempDir()
+	for _, h := range []struct {
+		h    *nettest.Host
+		name string
+	}{{ha, "rxe0"}, {hb, "rxe1"}} {
+		if code, _, stderr := roceIn(t, h.h, dir, "link", "add", h.name, "type", "rxe", "netdev", h.h.Ifname, "roce-versions", "v2"); code != 0 {
+			t.Fatalf("link add %s: %s", h.name, stderr)
+		}
+	}
+	exe := roceExecutable(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	ln.Close()
+
+	// The processes run in this namespace (the devices' data paths in
+	// theirs), so the exchange goes over 127.0.0.1.
+	args := []string{"perf", "write", "-s", "65536", "-D", "3", "-p", port}
+	srv := startProc(t, ctx, exe, dir, append(args, "-d", "rxe0", "--metrics-addr", "127.0.0.1:0")...)
+	line := srv.stderr.waitFor(t, ctx, "/metrics\n")
+	m := regexp.MustCompile(`roce: serving metrics at (http://\S+/metrics)\n`).FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("server's stderr: %q", line)
+	}
+	url := m[1]
+	srv.stdout.waitFor(t, ctx, "Waiting for client to connect")
+	cli := startProc(t, ctx, exe, dir, append(args, "-d", "rxe1", "127.0.0.1")...)
+	began := time.Now()
+
+	var scrapes [2]map[string]float64
+	for i := range scrapes {
+		cli.stderr.waitFor(t, ctx, fmt.Sprintf("roce perf:   %d s of 3 s: ", i+1))
+		scrapes[i] = scrape(t, ctx, url)
+		if cli.exited() || srv.exited() {
+			t.Fatalf("scrape %d: the test has ended already\nserver: %s%s\nclient: %s%s", i+1, srv.stdout, srv.stderr, cli.stdout, cli.stderr)
+		}
+	}
+	for _, k := range []string{
+		`goroce_device_running{device="rxe0"}`,
+		`goroce_device_running{device="rxe1"}`,
+		`goroce_qps{device="rxe0",state="RTS",type="RC"}`,
+		`goroce_qps{device="rxe1",state="RTS",type="RC"}`,
+	} {
+		for i, s := range scrapes {
+			if s[k] != 1 {
+				t.Errorf("scrape %d: %s is %v, want 1", i+1, k, s[k])
+			}
+		}
+	}
+	for _, k := range []string{
+		`goroce_port_sent_pkts_total{device="rxe1",port="1"}`, // the WRITEs
+		`goroce_port_rcvd_pkts_total{device="rxe0",port="1"}`,
+		`goroce_port_sent_pkts_total{device="rxe0",port="1"}`, // the ACKs
+		`goroce_port_rcvd_pkts_total{device="rxe1",port="1"}`,
+		`goroce_port_link_packets_total{device="rxe1",direction="tx",port="1"}`,
+		`goroce_port_link_bytes_total{device="rxe0",direction="rx",port="1"}`,
+	} {
+		a, ok1 := scrapes[0][k]
+		b, ok2 := scrapes[1][k]
+		switch {
+		case !ok1 || !ok2:
+			t.Errorf("%s missing from a scrape", k)
+		case !(a > 0 && b > a):
+			t.Errorf("%s: %v, a second later %v: does not grow", k, a, b)
+		default:
+			t.Logf("%s: %v, then %v", k, a, b)
+		}
+	}
+	for k := range scrapes[1] {
+		if strings.HasPrefix(k, "goroce_port_drops_total{cause=\"bad_icrc\"") && scrapes[1][k] != 0 {
+			t.Errorf("%s = %v", k, scrapes[1][k])
+		}
+	}
+
+	for _, p := range []*proc{cli, srv} {
+		if err := p.wait(ctx); err != nil {
+			t.Fatalf("%s: %v\n%s%s", p.cmd.Args, err, p.stdout, p.stderr)
+		}
+	}
+	t.Logf("the client ran for %v", time.Since(began).Round(time.Millisecond))
+	checkPerfTable(t, "client", cli.stdout.String(), false, true)
+	checkPerfTable(t, "server", srv.stdout.String(), false, true)
+	if _, err := (&http.Client{Timeout: 5 * time.Second}).Get(url); err == nil {
+		t.Errorf("%s still answers after the server exited", url)
+	}
+	t.Logf("server:\n%s%sclient:\n%s%s", srv.stdout, srv.stderr, cli.stdout, cli.stderr)
+}
+
+// metricLine is a sample line of Prometheus' text format.
+var metricLine = regexp.MustCompile(`^(goroce_\S+) (\S+)$`)
+
+// scrape GETs url and returns its goroce_* samples by name and labels.
+func scrape(t *testing.T, ctx context.Context, url string) map[string]float64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s %v\n%s", url, resp.Status, err, body)
+	}
+	m := map[string]float64{}
+	for _, l := range strings.Split(string(body), "\n") {
+		if f := metricLine.FindStringSubmatch(l); f != nil {
+			v, err := strconv.ParseFloat(f[2], 64)
+			if err != nil {
+				t.Fatalf("GET %s: %q: %v", url, l, err)
+			}
+			m[f[1]] = v
+		}
+	}
+	if len(m) == 0 {
+		t.Fatalf("GET %s: no goroce_ samples:\n%s", url, body)
+	}
+	return m
+}
+
+// proc is roce as a process of its own, its output collected as it comes;
+// it is ended when the test ends.
+type proc struct {
+	cmd            *exec.Cmd
+	stdout, stderr *lockedBuffer
+	done           chan struct{}
+	err            error
+}
+
+func startProc(t *testing.T, ctx context.Context, exe, dir string, args ...string) *proc {
+	t.Helper()
+	p := &proc{stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.CommandContext(ctx, exe, append([]string{"--rundir", dir}, args...)...)
+	p.cmd.Cancel = func() error { return p.cmd.Process.Signal(syscall.SIGTERM) }
+	p.cmd.WaitDelay = 10 * time.Second
+	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		if !p.exited() {
+			p.cmd.Process.Signal(syscall.SIGTERM)
+		}
+		<-p.done
+	})
+	return p
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// wait returns the process's exit error, or ctx's.
+func (p *proc) wait(ctx context.Context) error {
+	select {
+	case <-p.done:
+		return p.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// lockedBuffer collects a process's output for readers while it runs.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// waitFor returns the output so far once it contains s; it fails t when
+// ctx ends first.
+func (b *lockedBuffer) waitFor(t *testing.T, ctx context.Context, s string) string {
+	t.Helper()
+	for {
+		if out := b.String(); strings.Contains(out, s) {
+			return out
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no %q in:\n%s", s, b.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
