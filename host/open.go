@@ -144,7 +144,7 @@ func Open(name string, o Options) (*Device, error) {
 				d.closers = append(d.closers, hold)
 			}
 		default:
-			cfg := udp.Config{Addrs: d.gids.Addrs(), MTU: nd.MTU - 48}
+			cfg := udp.Config{Addrs: d.gids.Addrs(), MTU: nd.MTU - 48, Zone: nd.Index}
 			if root && !o.Unprivileged {
 				cfg.Ifindex = nd.Index
 			}

@@ -88,11 +88,15 @@ type Stats struct {
 	TxBytes   atomic.Uint64
 	RxBytes   atomic.Uint64
 	// Drops on receive, by cause.
-	RxBadICRC    atomic.Uint64 // ICRC mismatch
-	RxMalformed  atomic.Uint64 // a header failed to parse
-	RxNotForUs   atomic.Uint64 // RoCE packet to a GID this port does not own
-	TxNoRoute    atomic.Uint64 // no path to the destination GID
-	TxBadAddress atomic.Uint64 // Addr unusable (version/GID family mismatch)
+	RxBadICRC   atomic.Uint64 // ICRC mismatch
+	RxMalformed atomic.Uint64 // a header failed to parse
+	RxNotForUs  atomic.Uint64 // RoCE packet to a GID this port does not own
+	// RxKernelRefused counts packets the kernel dropped while handing them
+	// over (e.g. a UDP GRO superpacket an AF_PACKET socket cannot describe
+	// on Linux 6.1); the sender's retransmission recovers them.
+	RxKernelRefused atomic.Uint64
+	TxNoRoute       atomic.Uint64 // no path to the destination GID
+	TxBadAddress    atomic.Uint64 // Addr unusable (version/GID family mismatch)
 }
 
 // Snapshot returns the counters by name (rxe-style snake_case names).
@@ -101,7 +105,8 @@ func (s *Stats) Snapshot() map[string]uint64 {
 		"tx_packets": s.TxPackets.Load(), "rx_packets": s.RxPackets.Load(),
 		"tx_bytes": s.TxBytes.Load(), "rx_bytes": s.RxBytes.Load(),
 		"rx_drop_bad_icrc": s.RxBadICRC.Load(), "rx_drop_malformed": s.RxMalformed.Load(),
-		"rx_drop_not_for_us": s.RxNotForUs.Load(), "tx_drop_no_route": s.TxNoRoute.Load(),
+		"rx_drop_not_for_us": s.RxNotForUs.Load(), "rx_drop_kernel_refused": s.RxKernelRefused.Load(),
+		"tx_drop_no_route":    s.TxNoRoute.Load(),
 		"tx_drop_bad_address": s.TxBadAddress.Load(),
 	}
 }

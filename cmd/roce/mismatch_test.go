@@ -53,8 +53,14 @@ type pingProc struct {
 
 func startPing(t *testing.T, h *nettest.Host, dir, roceBin string, args ...string) *pingProc {
 	t.Helper()
+	return startRoce(t, h, dir, roceBin, "ping", args...)
+}
+
+// startRoce runs roce SUB ARGS... inside h's namespace.
+func startRoce(t *testing.T, h *nettest.Host, dir, roceBin, sub string, args ...string) *pingProc {
+	t.Helper()
 	p := &pingProc{done: make(chan error, 1)}
-	p.cmd = exec.Command("ip", append([]string{"netns", "exec", h.NSName, roceBin, "--rundir", dir, "ping"}, args...)...)
+	p.cmd = exec.Command("ip", append([]string{"netns", "exec", h.NSName, roceBin, "--rundir", dir, sub}, args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

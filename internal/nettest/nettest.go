@@ -147,6 +147,13 @@ func VethPair(t testing.TB, o Options) (a, b *Host) {
 					return fmt.Errorf("addr %s: %w", p, err)
 				}
 			}
+			// No duplicate address detection for the link-local address
+			// either (the others are added NODAD): a tentative fe80::
+			// address can neither send nor receive for a second or two,
+			// and link-local GIDs are used in tests.
+			if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+h.Ifname+"/accept_dad", []byte("0"), 0); err != nil {
+				return fmt.Errorf("accept_dad: %w", err)
+			}
 			if err := netlink.LinkSetUp(l); err != nil {
 				return err
 			}

@@ -17,7 +17,10 @@ func sendmmsg(fd uintptr, hdrs []unix.Mmsghdr) (int, unix.Errno) {
 	return int(n), e
 }
 
-func recvmmsg(fd uintptr, hdrs []unix.Mmsghdr) (int, unix.Errno) {
+// recvmmsg is a variable so tests can make the kernel refuse a packet.
+var recvmmsg = recvmmsgSyscall
+
+func recvmmsgSyscall(fd uintptr, hdrs []unix.Mmsghdr) (int, unix.Errno) {
 	n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&hdrs[0])), uintptr(len(hdrs)), unix.MSG_DONTWAIT, 0, 0)
 	return int(n), e
 }

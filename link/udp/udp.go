@@ -63,6 +63,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -83,6 +84,11 @@ type Config struct {
 	// Ifindex is the netdev to read packets from with AF_PACKET
 	// (privileged mode, full ICRC verification). 0: unprivileged mode.
 	Ifindex int
+	// Zone is the netdev's interface index, the scope of its link-local
+	// addresses (fe80::/10): a packet to or from one leaves through this
+	// netdev (sin6_scope_id, ipi6_ifindex). 0: link-local GIDs are not
+	// reachable.
+	Zone int
 	// Bind is the address to bind; unset binds the wildcard with one
 	// dual-stack socket. Binding an address lets several links share a host
 	// (e.g. 127.0.0.1 and 127.0.0.2 on loopback, each on port 4791).
@@ -113,15 +119,18 @@ const (
 
 // Link is a RoCE v2 link over UDP.
 type Link struct {
-	cfg   Config
-	conn  *net.UDPConn
-	rc    syscall.RawConn
-	v4    bool     // an IPv4-only socket (Config.Bind is an IPv4 address)
-	gso   bool     // send GSO messages
-	raw   *rawRecv // nil in unprivileged mode
-	local atomic.Pointer[map[netip.Addr]bool]
-	stats link.Stats
-	ids   idSolver
+	cfg  Config
+	conn *net.UDPConn
+	rc   syscall.RawConn
+	v4   bool // an IPv4-only socket (Config.Bind is an IPv4 address)
+	gso  bool // send GSO messages
+	// groOff is set once the kernel refused a coalesced packet on the
+	// AF_PACKET socket and UDP_GRO was turned off (see Recv).
+	groOff atomic.Bool
+	raw    *rawRecv // nil in unprivileged mode
+	local  atomic.Pointer[map[netip.Addr]bool]
+	stats  link.Stats
+	ids    idSolver
 
 	// IDSolved counts unprivileged IPv4 receives whose ICRC was verified
 	// with the IP ID solved for (see the package comment).
@@ -456,6 +465,7 @@ func (l *Link) prepareMsg(m, iov, segs int, pk *link.Packet) {
 	name := l.txNames[m*unix.SizeofSockaddrInet6 : (m+1)*unix.SizeofSockaddrInet6]
 	h.Name = &name[0]
 	h.Namelen = uint32(putSockaddr(name, pk.Addr.DstGID.As16(), l.cfg.Port, l.v4))
+	l.setScope(name, &pk.Addr)
 	h.Iov = &l.txIovs[iov]
 	h.SetIovlen(segs)
 	ctl := l.txControl(l.txCtl[m*txCtlLen:m*txCtlLen:(m+1)*txCtlLen], &pk.Addr)
@@ -513,6 +523,7 @@ func (l *Link) resendSingly(pkts []link.Packet) (int, error) {
 		var m [1]unix.Mmsghdr
 		h := &m[0].Hdr
 		h.Name, h.Namelen = &name[0], uint32(putSockaddr(name[:], q.Addr.DstGID.As16(), l.cfg.Port, l.v4))
+		l.setScope(name[:], &q.Addr)
 		h.Iov = &iov
 		h.SetIovlen(1)
 		h.Control = &ctl[0]
@@ -543,9 +554,13 @@ func (l *Link) txControl(b []byte, a *link.Addr) []byte {
 		s := a.SrcGID.Unmap().As4()
 		copy(d[4:8], s[:])
 	} else {
+		// struct in6_pktinfo: the source address, then the interface.
 		b, d = appendCmsg(b, unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, unix.SizeofInet6Pktinfo)
 		s := a.SrcGID.As16()
 		copy(d[0:16], s[:])
+		if l.linkLocal(a) {
+			binary.NativeEndian.PutUint32(d[16:20], uint32(l.cfg.Zone))
+		}
 	}
 	if a.TrafficClass != 0 {
 		if a.DstGID.Is4In6() {
@@ -560,3 +575,19 @@ func (l *Link) txControl(b []byte, a *link.Addr) []byte {
 }
 
 var errNotPrivileged = errors.New("AF_PACKET needs CAP_NET_RAW (run as root, or without an ifindex for unprivileged mode)")
+
+// linkLocal reports whether a packet to or from a link-local address
+// (fe80::/10) is to leave through the link's netdev.
+func (l *Link) linkLocal(a *link.Addr) bool {
+	return l.cfg.Zone != 0 && !l.v4 && (a.DstGID.IsLinkLocalUnicast() || a.SrcGID.IsLinkLocalUnicast())
+}
+
+// setScope puts the netdev's index in a sockaddr_in6 for a link-local
+// destination: without it the kernel cannot tell which link fe80::… is on
+// (EINVAL, or the wrong interface).
+func (l *Link) setScope(name []byte, a *link.Addr) {
+	if l.linkLocal(a) && a.DstGID.IsLinkLocalUnicast() {
+		sa := (*unix.RawSockaddrInet6)(unsafe.Pointer(&name[0]))
+		sa.Scope_id = uint32(l.cfg.Zone)
+	}
+}
