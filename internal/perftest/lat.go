@@ -1,13 +1,11 @@
 package perftest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"runtime"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/goroce/goroce/verbs"
 )
@@ -230,18 +228,15 @@ func (r *run) latWrite(ctx context.Context, q *qpRes, size int, clk clock, win w
 
 // watch waits until *b == v, as perftest spins on a volatile byte the NIC
 // writes. Here the peer's WRITE lands from the device's receive goroutine,
-// and nothing tells this goroutine when: the poll is a deliberate race on
-// one byte, which Go's memory model allows (a read of a location no
-// larger than a word observes one of the values written to it). The read
-// goes through bytes.IndexByte, whose assembly the race detector does not
-// instrument, so that -race reports the races goroce did not intend; once
-// the byte is seen, Barrier orders this goroutine after the rest of the
-// WRITE. It reports false when -D's time is up first.
+// and nothing tells this goroutine when: each look at the byte is taken
+// under Device.Observe, which holds the receive path still, so the poll
+// never races with the WRITE and the rest of it is ordered before what
+// follows. It reports false when -D's time is up first.
 func (r *run) watch(ctx context.Context, b *byte, v byte, clk clock, win window) (bool, error) {
-	one := unsafe.Slice(b, 1)
 	for spins := 0; ; spins++ {
-		if bytes.IndexByte(one, v) == 0 {
-			r.dev.Barrier()
+		seen := false
+		r.dev.Observe(func() { seen = *b == v })
+		if seen {
 			return true, nil
 		}
 		if spins%256 == 255 {

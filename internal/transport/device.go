@@ -152,6 +152,17 @@ func (d *Device) Barrier() {
 	d.rxMu.Unlock() //nolint:staticcheck // an empty critical section is the point
 }
 
+// Observe runs f while the device's receive path stands still, so f may
+// read memory that the network writes (RDMA WRITE and atomic targets)
+// without racing with those writes: how a program polls a flag byte the
+// peer WRITEs, as perftest's ib_write_lat spins on the last byte of its
+// buffer. f must be short and must not call into the device.
+func (d *Device) Observe(f func()) {
+	d.rxMu.Lock()
+	defer d.rxMu.Unlock()
+	f()
+}
+
 // GIDs returns a copy of port 1's GID table.
 func (d *Device) GIDs() []GIDEntry {
 	d.mu.RLock()
