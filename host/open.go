@@ -165,12 +165,19 @@ func Open(name string, o Options) (*Device, error) {
 	}
 	d.ctl.tap = &tap{Link: l} // captures through the control socket
 	l = d.ctl.tap
-	dev, err := verbs.Open(verbs.DeviceConfig{Name: name, Link: l, MAC: d.Netdev.MAC, GIDs: d.gids.Entries(),
-		ActiveMTU: ActiveMTU(d.Netdev.MTU)})
+	// The netlink watch already runs (refresh): read what it writes, and
+	// publish the device to it, under d.mu.
+	d.mu.Lock()
+	nd, entries := d.Netdev, d.gids.Entries()
+	d.mu.Unlock()
+	dev, err := verbs.Open(verbs.DeviceConfig{Name: name, Link: l, MAC: nd.MAC, GIDs: entries,
+		ActiveMTU: ActiveMTU(nd.MTU)})
 	if err != nil {
 		return fail(err)
 	}
+	d.mu.Lock()
 	d.Device = dev
+	d.mu.Unlock()
 	if err := d.startControl(); err != nil {
 		dev.Close()
 		return fail(fmt.Errorf("open %s: %w", name, err))
@@ -253,10 +260,11 @@ func (d *Device) watch(nl *netlink.Handle, ifindex int) error {
 func (d *Device) refresh(nl *netlink.Handle) {
 	nd, err := LookupNetdev(nl, d.Def.Netdev)
 	d.mu.Lock()
+	dev := d.Device // nil until Open has made it
 	if err != nil {
 		d.mu.Unlock()
-		if d.Device != nil {
-			d.Device.SetPortState(false)
+		if dev != nil {
+			dev.SetPortState(false)
 		}
 		return
 	}
@@ -271,12 +279,12 @@ func (d *Device) refresh(nl *netlink.Handle) {
 		d.raw.SetGIDs(addrs)
 		d.raw.Resolver().SetSources(nd.Addrs)
 	}
-	if d.Device == nil {
+	if dev == nil {
 		return
 	}
-	d.Device.SetPortState(nd.Up && nd.Running)
+	dev.SetPortState(nd.Up && nd.Running)
 	if changed {
-		d.Device.SetGIDs(entries)
+		dev.SetGIDs(entries)
 		d.publish()
 	}
 }
@@ -307,9 +315,19 @@ func (d *Device) publish() {
 		}
 	}
 	b, _ := json.MarshalIndent(pg, "", "  ")
+	// A temporary file of its own: Open and the netlink watch may publish
+	// at once, and a reader must only ever see a whole table.
 	p := filepath.Join(d.reg.devDir(), d.Def.Name+".gids")
-	if os.WriteFile(p+".tmp", b, 0o644) == nil {
-		os.Rename(p+".tmp", p)
+	f, err := os.CreateTemp(d.reg.devDir(), d.Def.Name+".gids.*")
+	if err != nil {
+		return
+	}
+	_, werr := f.Write(b)
+	f.Chmod(0o644)
+	if cerr := f.Close(); werr == nil && cerr == nil {
+		os.Rename(f.Name(), p)
+	} else {
+		os.Remove(f.Name())
 	}
 }
 
