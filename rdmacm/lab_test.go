@@ -188,7 +188,9 @@ func TestLabRDMAServerClient(t *testing.T) {
 			if r.err != nil {
 				// Say where the connection stood: the CM IDs' states and
 				// the device's counters.
-				t.Fatalf("%v\nCM IDs: %+v\ncounters: %v", r.err, s.cm.IDs(nil), s.dev.Counters().Snapshot())
+				vmSide, _, _ := l.Exec(vm, "ip -6 neigh; ip neigh; rdma statistic show link rxe0/1")
+				t.Fatalf("%v\nCM IDs: %+v\ncounters: %v\nlink: %v\nthe VM's neighbours and rxe counters:\n%s",
+					r.err, s.cm.IDs(nil), s.dev.Counters().Snapshot(), s.dev.Link().Stats().Snapshot(), vmSide)
 			}
 			t.Logf("rdma_client sent %q", r.got)
 		})
