@@ -129,6 +129,9 @@ func (d *Device) Close() error {
 		qps = append(qps, q)
 	}
 	d.mu.Unlock()
+	// Let the batch being handled send its responses (see receive).
+	d.rxMu.Lock()
+	d.rxMu.Unlock() //nolint:staticcheck // waiting for the critical section is the point
 	for _, q := range qps {
 		q.Destroy()
 	}
@@ -368,12 +371,17 @@ func (d *Device) receive() {
 			d.counters[RcvdBadHeader].Add(v - prevMal)
 			prevMal = v
 		}
+		// The batch's responses (ACKs, READ responses) go out before rxMu
+		// is released: a program that sees a completion from this batch
+		// and closes the device at once must not lose the ACK its peer
+		// waits for (Close takes rxMu before it closes the link), or the
+		// peer, which has heard from us, retries forever.
 		d.rxMu.Lock()
 		for i := range bufs[:k] {
 			d.dispatch(&bufs[i], &p, &out)
 		}
-		d.rxMu.Unlock()
 		out.flush()
+		d.rxMu.Unlock()
 	}
 }
 

@@ -8,9 +8,13 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/mem"
+	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/fabric"
 	"github.com/goroce/goroce/wire"
 )
+
+// wrapLink, if set, decorates the link of side i (0: a, 1: b) in rcPair.
+var wrapLink func(i int, l link.Link) link.Link
 
 type side struct {
 	dev  *Device
@@ -42,7 +46,11 @@ func rcPair(t testing.TB, typ QPType, fa fabric.Faults, v wire.Version) (a, b si
 			t.Fatal(err)
 		}
 		s.port = p
-		s.dev, err = OpenDevice(Config{Name: []string{"rxe0", "rxe1"}[i], Link: p, MAC: p.MAC(), GIDs: []GIDEntry{gids[i]}})
+		var l link.Link = p
+		if wrapLink != nil {
+			l = wrapLink(i, p)
+		}
+		s.dev, err = OpenDevice(Config{Name: []string{"rxe0", "rxe1"}[i], Link: l, MAC: p.MAC(), GIDs: []GIDEntry{gids[i]}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,57 @@
+package transport
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/fabric"
+	"github.com/goroce/goroce/wire"
+)
+
+// slowSend delays every Send, as a busy link does.
+type slowSend struct{ link.Link }
+
+func (s slowSend) Send(pkts []link.Packet) (int, error) {
+	time.Sleep(15 * time.Millisecond) // less than the sender's 8 local ACK timeouts of 4 ms
+	return s.Link.Send(pkts)
+}
+
+// TestCloseSendsTheLastACK: a responder that sees its receive completion
+// and closes its device at once still sends the ACK for that SEND (seen
+// in the lab: a 64 B pingpong client finished and exited before its last
+// ACK left, and the server, having heard from it, retried forever).
+func TestCloseSendsTheLastACK(t *testing.T) {
+	wrapLink = func(i int, l link.Link) link.Link {
+		if i == 1 {
+			return slowSend{l}
+		}
+		return l
+	}
+	defer func() { wrapLink = nil }()
+	a, b, _ := rcPair(t, QPTypeRC, fabric.Faults{}, wire.RoCEv2)
+	defer a.dev.Close()
+	rbuf := make([]byte, 64)
+	rmr, err := b.pd.RegMR(rbuf, 1) // local write
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.qp.PostRecv(RecvWR{WRID: 1, SGList: []SGE{rmr.SGE(0, 64)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.qp.PostSend(SendWR{WRID: 2, Opcode: WRSend, Flags: SendSignaled | SendInline, InlineData: []byte("last")}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var wc [1]WC
+	if n, err := b.cq.PollWait(ctx, wc[:]); err != nil || n != 1 || wc[0].Status != WCSuccess {
+		t.Fatalf("receive: %d %v %v", n, err, &wc[0])
+	}
+	b.dev.Close() // at once, as a program that is done does
+	n, err := a.cq.PollWait(ctx, wc[:])
+	if err != nil || n != 1 || wc[0].Status != WCSuccess {
+		t.Fatalf("the sender's completion after the responder closed: %d %v %v", n, err, &wc[0])
+	}
+}
