@@ -133,6 +133,7 @@ var dropCauses = []struct{ counter, link, cause string }{
 	{counter: "rcvd_no_recv_wqe", cause: "no_recv_wqe"},
 	{counter: "out_of_seq_request", cause: "out_of_seq_request"},
 	{link: "rx_drop_not_for_us", cause: "not_for_us"},
+	{link: "rx_drop_kernel_refused", cause: "kernel_refused"},
 	{link: "tx_drop_no_route", cause: "tx_no_route"},
 	{link: "tx_drop_bad_address", cause: "tx_bad_address"},
 }

@@ -24,7 +24,7 @@ const controlTimeout = 10 * time.Second
 
 // linkCounterNames are the link's counters `roce stat` prints after the
 // port's: goroce's drops by cause that the link, not the engine, counts.
-var linkCounterNames = []string{"rx_drop_not_for_us", "tx_drop_no_route", "tx_drop_bad_address"}
+var linkCounterNames = []string{"rx_drop_not_for_us", "rx_drop_kernel_refused", "tx_drop_no_route", "tx_drop_bad_address"}
 
 // parseDevPort splits rdma's DEV[/PORT] (port 1 is the only one).
 func parseDevPort(arg string) (string, error) {
