@@ -162,14 +162,19 @@ type txBatch struct {
 // then read twice (the link's ICRC, the kernel's copy); a batch small
 // enough to stay in the L2 cache between those passes costs less CPU than
 // the link's full batch of 64 packets (256 KiB at path MTU 4096, next to
-// the source buffer streaming through). 64 KiB is one GSO message's
-// payload at most (maxGSOBytes in link/udp), so no message the link would
-// send is split: at path MTU 4096 a batch is 16 packets, one 64 KiB WRITE.
-// On the 2-vCPU benchmark VM (512 KiB of L2 per core) it took about 5% off
-// RCWrite64K's CPU per op (bench/; 8 interleaved pairs of runs, medians
-// 87.0 → 82.9 µs privileged, 85.4 → 81.9 µs unprivileged; 14 of the 16
-// pairs lower: smaller than the VM's ±10% run-to-run spread, it shows
-// in paired runs only).
+// the source buffer streaming through). 64 KiB is about one GSO message's
+// payload (maxGSOBytes in link/udp): at path MTU 4096 a batch is 16
+// packets, one 64 KiB WRITE's (its FIRST and a message of 15). A longer
+// run of equal packets (a 256 KiB WRITE, a stream of SENDs) now ends at
+// each batch, in a message of 15 and one of 1 where 64 packets made 15,
+// 15, 15, 15 and 4; the cache still wins.
+//
+// On the 2-vCPU benchmark VM (512 KiB of L2 per core), CPU per op in
+// interleaved pairs of runs of bench/'s RCWrite64K, medians: 64 KiB
+// WRITEs (8 pairs) 87.0 → 82.9 µs privileged, 85.4 → 81.9 µs
+// unprivileged, 14 of the 16 pairs lower; 256 KiB WRITEs, 4 in flight (6
+// pairs) 320 → 278 µs and 286 → 275 µs, 9 of the 12 lower. That is less
+// than the VM's ±10% run-to-run spread: it shows in paired runs only.
 const txFlushBytes = 64 << 10
 
 var txBatchPool = sync.Pool{New: func() any { return new(txBatch) }}
