@@ -181,7 +181,7 @@ func TestLabCmatose(t *testing.T) {
 			}
 			id.Disconnect() // the DREP
 			var log string
-			for try := 0; try < 100 && !strings.Contains(log, "EXIT"); try++ {
+			for try := 0; try < 600 && !strings.Contains(log, "EXIT"); try++ { // up to a minute: a loaded VM is slow
 				time.Sleep(100 * time.Millisecond)
 				log, _, _ = l.Exec(vm, "cat /tmp/tose.log")
 			}
@@ -352,7 +352,7 @@ func TestLabUdaddy(t *testing.T) {
 				}
 			}
 			var log string
-			for try := 0; try < 100 && !strings.Contains(log, "EXIT"); try++ {
+			for try := 0; try < 600 && !strings.Contains(log, "EXIT"); try++ { // up to a minute: a loaded VM is slow
 				time.Sleep(100 * time.Millisecond)
 				log, _, _ = l.Exec(vm, "cat /tmp/udaddy.log")
 			}

@@ -113,17 +113,30 @@ func TestLabRDMAServerClient(t *testing.T) {
 	s := openLab(t, l)
 	vm := lab.VM1
 	l.Exec(vm, "killall rdma_server rdma_client 2>/dev/null; true")
-	qpInit := verbs.QPInitAttr{Type: verbs.RC, SendCQ: s.cq, RecvCQ: s.cq,
-		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 16}}
+	// Each subtest gets a CQ of its own (newCQ), so a completion flushed
+	// from one subtest's QP can never be taken for the next one's.
+	var qpInit verbs.QPInitAttr
+	newCQ := func(t *testing.T) {
+		cq, err := s.pd.Device().CreateCQ(16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.cq = cq
+		qpInit = verbs.QPInitAttr{Type: verbs.RC, SendCQ: cq, RecvCQ: cq,
+			Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 16}}
+	}
 	for _, fam := range []string{"IPv4", "IPv6"} {
 		ours, theirs := lab.HostIPv4, vm.IPv4
 		if fam == "IPv6" {
 			ours, theirs = lab.HostIPv6, vm.IPv6
 		}
 		t.Run(fam+"/goroce-client", func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			// The emulated VM on a loaded 2-core host can take most of a
+			// minute to run a tool (it hung at 50 s in loaded CI runs).
+			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 			defer cancel()
-			l.MustExec(t, vm, fmt.Sprintf("(timeout 50 rdma_server -s %s -p 7471; echo EXIT $?) > /tmp/rs.log 2>&1 &", theirs))
+			newCQ(t)
+			l.MustExec(t, vm, fmt.Sprintf("(timeout 140 rdma_server -s %s -p 7471; echo EXIT $?) > /tmp/rs.log 2>&1 &", theirs))
 			var c *rdmacm.Conn
 			var err error
 			for try := 0; try < 50; try++ {
@@ -149,7 +162,7 @@ func TestLabRDMAServerClient(t *testing.T) {
 			}
 			c.Close() // the DREP rdma_server's destroy waits for, as rping's rdma_disconnect sends it
 			var log string
-			for try := 0; try < 100 && !strings.Contains(log, "EXIT"); try++ {
+			for try := 0; try < 600 && !strings.Contains(log, "EXIT"); try++ { // up to a minute: a loaded VM is slow
 				time.Sleep(100 * time.Millisecond)
 				log, _, _ = l.Exec(vm, "cat /tmp/rs.log")
 			}
@@ -158,8 +171,11 @@ func TestLabRDMAServerClient(t *testing.T) {
 			}
 		})
 		t.Run(fam+"/goroce-server", func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			// The emulated VM on a loaded 2-core host can take most of a
+			// minute to run a tool (it hung at 50 s in loaded CI runs).
+			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 			defer cancel()
+			newCQ(t)
 			ln, err := s.cm.Listen(netip.AddrPortFrom(netip.MustParseAddr(ours), 7471), rdmacm.Endpoint{PD: s.pd, QP: qpInit})
 			if err != nil {
 				t.Fatal(err)
@@ -180,7 +196,7 @@ func TestLabRDMAServerClient(t *testing.T) {
 				got, err := s.exchange(ctx, c.QP, "hello goroce", false)
 				res <- result{got, err}
 			}()
-			out, rc, err := l.Exec(vm, fmt.Sprintf("timeout 50 rdma_client -s %s -p 7471", ours))
+			out, rc, err := l.Exec(vm, fmt.Sprintf("timeout 140 rdma_client -s %s -p 7471", ours))
 			if err != nil || rc != 0 || !strings.Contains(out, "rdma_client: end 0") {
 				t.Errorf("rdma_client: exit %d %v\n%s", rc, err, out)
 			}
@@ -195,8 +211,11 @@ func TestLabRDMAServerClient(t *testing.T) {
 			t.Logf("rdma_client sent %q", r.got)
 		})
 		t.Run(fam+"/rejected", func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			// The emulated VM on a loaded 2-core host can take most of a
+			// minute to run a tool (it hung at 50 s in loaded CI runs).
+			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 			defer cancel()
+			newCQ(t)
 			_, err := s.cm.Dial(ctx, netip.AddrPortFrom(netip.MustParseAddr(theirs), 7999), rdmacm.Endpoint{PD: s.pd, QP: qpInit})
 			if err == nil || !strings.Contains(err.Error(), "REJECTED") || !strings.Contains(err.Error(), "reason 8") {
 				t.Errorf("goroce to a port nobody listens on in the VM: %v", err)

@@ -102,7 +102,7 @@ func TestLabRping(t *testing.T) {
 					t.Errorf("goroce client printed\n%s\nwant\n%s", out.String(), want)
 				}
 				var log string
-				for try := 0; try < 100 && !strings.Contains(log, "EXIT"); try++ {
+				for try := 0; try < 600 && !strings.Contains(log, "EXIT"); try++ { // up to a minute: a loaded VM is slow
 					time.Sleep(100 * time.Millisecond)
 					log, _, _ = l.Exec(vm, "cat /tmp/rping.log")
 				}
