@@ -105,9 +105,9 @@ func TestLabCmatose(t *testing.T) {
 			ours, theirs = lab.HostIPv6, vm.IPv6
 		}
 		t.Run(fam+"/goroce-client", func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 			defer cancel()
-			l.MustExec(t, vm, fmt.Sprintf("(timeout 50 ucmatose -b %s; echo EXIT $?) > /tmp/tose.log 2>&1 &", theirs))
+			l.MustExec(t, vm, fmt.Sprintf("(timeout 140 ucmatose -b %s; echo EXIT $?) > /tmp/tose.log 2>&1 &", theirs))
 			m := newMsgBufs(t, s.pd, toseCount, toseSize, 0)
 			var ec *rdmacm.EventChannel
 			var id *rdmacm.ID
@@ -190,7 +190,7 @@ func TestLabCmatose(t *testing.T) {
 			}
 		})
 		t.Run(fam+"/goroce-server", func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 			defer cancel()
 			m := newMsgBufs(t, s.pd, toseCount, toseSize, 0)
 			ln, err := s.cm.Listen(netip.AddrPortFrom(netip.MustParseAddr(ours), 7471), rdmacm.Endpoint{PD: s.pd, QP: init,
@@ -234,7 +234,7 @@ func TestLabCmatose(t *testing.T) {
 					return nil
 				}()
 			}()
-			out, rc, err := l.Exec(vm, fmt.Sprintf("timeout 50 ucmatose -s %s", ours))
+			out, rc, err := l.Exec(vm, fmt.Sprintf("timeout 140 ucmatose -s %s", ours))
 			if err != nil || rc != 0 || !strings.Contains(out, "data transfers complete") {
 				t.Errorf("ucmatose -s: exit %d %v\n%s", rc, err, out)
 			}
@@ -276,9 +276,9 @@ func TestLabUdaddy(t *testing.T) {
 			ours, theirs = lab.HostIPv6, vm.IPv6
 		}
 		t.Run(fam+"/goroce-client", func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 			defer cancel()
-			l.MustExec(t, vm, fmt.Sprintf("(timeout 50 udaddy -b %s; echo EXIT $?) > /tmp/udaddy.log 2>&1 &", theirs))
+			l.MustExec(t, vm, fmt.Sprintf("(timeout 140 udaddy -b %s; echo EXIT $?) > /tmp/udaddy.log 2>&1 &", theirs))
 			m := newMsgBufs(t, s.pd, toseCount, toseSize, grhLen)
 			var ec *rdmacm.EventChannel
 			var id *rdmacm.ID
@@ -361,7 +361,7 @@ func TestLabUdaddy(t *testing.T) {
 			}
 		})
 		t.Run(fam+"/goroce-server", func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 			defer cancel()
 			m := newMsgBufs(t, s.pd, toseCount, toseSize, grhLen)
 			ec := s.cm.CreateEventChannel()
@@ -419,7 +419,7 @@ func TestLabUdaddy(t *testing.T) {
 					return err
 				}()
 			}()
-			out, rc, err := l.Exec(vm, fmt.Sprintf("timeout 50 udaddy -s %s", ours))
+			out, rc, err := l.Exec(vm, fmt.Sprintf("timeout 140 udaddy -s %s", ours))
 			if err != nil || rc != 0 || !strings.Contains(out, "data transfers complete") {
 				t.Errorf("udaddy -s: exit %d %v\n%s", rc, err, out)
 			}
