@@ -219,8 +219,14 @@ func (b *txBatch) flush() {
 	if len(b.pkts) == 0 {
 		return
 	}
-	n, _ := b.dev.link.Send(b.pkts)
-	b.dev.counters[SentPkts].Add(uint64(n))
+	// Count the packets before they go: the peer may answer one (an ACK
+	// that completes a WR) before Send returns, and a program that reads
+	// the counters after that completion must see them. What Send did not
+	// send comes off again.
+	b.dev.counters[SentPkts].Add(uint64(len(b.pkts)))
+	if n, _ := b.dev.link.Send(b.pkts); n < len(b.pkts) {
+		b.dev.counters[SentPkts].Add(^uint64(len(b.pkts) - n - 1))
+	}
 	for i, bp := range b.bufs {
 		b.dev.txPool.Put(bp)
 		b.bufs[i] = nil
