@@ -170,6 +170,11 @@ type agent struct {
 	done   chan struct{} // closed when run returns
 
 	free []int               // guarded by cm.mu: free send slots
+	// waiting holds MADs sent while every send slot was busy, in order;
+	// each send completion takes the next (guarded by cm.mu). A MAD is
+	// never dropped for want of a slot: an RTU or a DREP has no
+	// retransmission of its own to cover the loss.
+	waiting []waitingMAD
 	ahs  map[ahKey]*verbs.AH // guarded by cm.mu
 	sent int                 // guarded by cm.mu: MADs sent
 	drop int                 // guarded by cm.mu: MADs not sent for lack of a slot
@@ -286,6 +291,11 @@ func (a *agent) complete(wc verbs.WC) {
 	if wc.WRID&sendWRID != 0 {
 		a.cm.mu.Lock()
 		a.free = append(a.free, int(wc.WRID&^sendWRID))
+		for len(a.waiting) > 0 && len(a.free) > 0 && !a.cm.closed {
+			w := a.waiting[0]
+			a.waiting = a.waiting[1:]
+			a.post(w.dgid, w.sgid, w.tc, w.m, w.rqpn)
+		}
 		a.cm.mu.Unlock()
 		return
 	}
@@ -362,10 +372,31 @@ func (a *agent) gidIndex(gid netip.Addr, typ verbs.GIDType) (uint8, bool) {
 // sgid. A MAD that cannot be sent is dropped, as a lost datagram: the
 // sender's retries cover it. Called with cm.mu held.
 func (a *agent) send(dgid netip.Addr, sgid, tc uint8, m []byte, rqpn uint32) {
-	if len(a.free) == 0 {
-		a.drop++
+	if len(a.free) == 0 || len(a.waiting) > 0 {
+		if len(a.waiting) >= maxWaitingMADs {
+			a.drop++
+			return
+		}
+		a.waiting = append(a.waiting, waitingMAD{dgid, sgid, tc, append([]byte(nil), m...), rqpn})
 		return
 	}
+	a.post(dgid, sgid, tc, m, rqpn)
+}
+
+// waitingMAD is a MAD waiting for a send slot.
+type waitingMAD struct {
+	dgid     netip.Addr
+	sgid, tc uint8
+	m        []byte
+	rqpn     uint32
+}
+
+// maxWaitingMADs bounds the queue behind the send slots (the MAD layer's
+// backlog); past it a MAD is dropped and counted, as a lost datagram.
+const maxWaitingMADs = 4096
+
+// post sends one MAD in a free send slot. Called with cm.mu held.
+func (a *agent) post(dgid netip.Addr, sgid, tc uint8, m []byte, rqpn uint32) {
 	k := ahKey{dgid, sgid, tc}
 	ah := a.ahs[k]
 	if ah == nil {
