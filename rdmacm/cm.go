@@ -169,15 +169,15 @@ type agent struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when run returns
 
-	free []int               // guarded by cm.mu: free send slots
+	free []int // guarded by cm.mu: free send slots
 	// waiting holds MADs sent while every send slot was busy, in order;
 	// each send completion takes the next (guarded by cm.mu). A MAD is
 	// never dropped for want of a slot: an RTU or a DREP has no
 	// retransmission of its own to cover the loss.
 	waiting []waitingMAD
-	ahs  map[ahKey]*verbs.AH // guarded by cm.mu
-	sent int                 // guarded by cm.mu: MADs sent
-	drop int                 // guarded by cm.mu: MADs not sent for lack of a slot
+	ahs     map[ahKey]*verbs.AH // guarded by cm.mu
+	sent    int                 // guarded by cm.mu: MADs sent
+	drop    int                 // guarded by cm.mu: MADs not sent for lack of a slot
 }
 
 type ahKey struct {
