@@ -134,7 +134,7 @@ func TestControlLoopback(t *testing.T) {
 	if err := os.WriteFile(sock, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	d, err := Open("rxe0", Options{RunDir: r.Dir, Unprivileged: true})
+	d, err := openLo(t, Options{RunDir: r.Dir, Unprivileged: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +268,7 @@ func TestControlLoopback(t *testing.T) {
 // the owner's Close.
 func TestControlBadClients(t *testing.T) {
 	r := loDevice(t)
-	d, err := Open("rxe0", Options{RunDir: r.Dir, Unprivileged: true})
+	d, err := openLo(t, Options{RunDir: r.Dir, Unprivileged: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,5 +321,20 @@ func TestForeignDue(t *testing.T) {
 		if due != s.due || unsaid != s.unsaid {
 			t.Errorf("step %d (%v at %v): due %v unsaid %d, want %v %d", i, s.src, s.at, due, unsaid, s.due, s.unsaid)
 		}
+	}
+}
+
+// openLo opens rxe0, a device on lo in this (the root) namespace, whose UDP
+// port 4791 other test processes of go test ./... may hold for a moment
+// (roce demo binds 127.0.0.1:4791): it waits up to a minute for the port.
+func openLo(t *testing.T, o Options) (*Device, error) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		d, err := Open("rxe0", o)
+		if err == nil || !errors.Is(err, syscall.EADDRINUSE) || time.Now().After(deadline) {
+			return d, err
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
