@@ -558,17 +558,20 @@ func TestStartingPSN(t *testing.T) {
 	}
 	a, b := newSidesHook(t, "", fastOptions, fastOptions, hook, hook)
 	ca, cb := connect(t, a, b, nil, nil)
+	// The hook runs with the CM's lock held and takes mu: read the PSNs and
+	// let go of mu before anything here takes the CM's lock (Destroy).
 	mu.Lock()
-	defer mu.Unlock()
+	req, rep := reqPSN, repPSN
+	mu.Unlock()
 	active, passive := ca.QP().Query(), cb.QP().Query()
 	for _, c := range []struct {
 		what      string
 		got, want uint32
 	}{
-		{"active sq_psn (the REP's)", uint32(active.SQPSN), repPSN},
-		{"active rq_psn (the REQ's)", uint32(active.RQPSN), reqPSN},
-		{"passive sq_psn (the REQ's)", uint32(passive.SQPSN), reqPSN},
-		{"passive rq_psn (the REP's)", uint32(passive.RQPSN), repPSN},
+		{"active sq_psn (the REP's)", uint32(active.SQPSN), rep},
+		{"active rq_psn (the REQ's)", uint32(active.RQPSN), req},
+		{"passive sq_psn (the REQ's)", uint32(passive.SQPSN), req},
+		{"passive rq_psn (the REP's)", uint32(passive.RQPSN), rep},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s: %#x, want %#x", c.what, c.got, c.want)
