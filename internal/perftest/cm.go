@@ -141,8 +141,13 @@ func (l *cmLink) postRecv() error {
 	return nil
 }
 
+// disconnectGrace is how long a wait on the exchange may still complete
+// after the peer's DISCONNECTED: a peer that has our last message closes at
+// once, and its DREQ (on QP1) can overtake the ACK of that message.
+const disconnectGrace = 2 * time.Second
+
 // established starts watching the connection's events: the peer's
-// DISCONNECTED ends any wait on the exchange.
+// DISCONNECTED ends any wait on the exchange, after disconnectGrace.
 func (l *cmLink) established() {
 	go func() {
 		for {
@@ -151,7 +156,7 @@ func (l *cmLink) established() {
 				return
 			}
 			if e.Type == rdmacm.EventDisconnected && e.ID == l.id {
-				l.cancel(errPeerDisconnected)
+				time.AfterFunc(disconnectGrace, func() { l.cancel(errPeerDisconnected) })
 				return
 			}
 		}
