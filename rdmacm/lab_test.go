@@ -23,23 +23,7 @@ type labSide struct {
 }
 
 func openLab(t *testing.T, l *lab.Lab) *labSide {
-	dir := t.TempDir()
-	reg := host.NewRegistry(dir)
-	err := l.Do(func() error {
-		ns, err := host.CurrentNetns()
-		if err != nil {
-			return err
-		}
-		return reg.Add(host.DeviceDef{Name: "rxe0", Type: "rxe", Netdev: lab.Bridge, Netns: ns, Versions: host.VersionsBoth})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := host.Open("rxe0", host.Options{RunDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
+	d := l.OpenDevice(t, host.VersionsBoth)
 	cm := rdmacm.New(rdmacm.Options{})
 	if err := cm.AddDevice(d.Device); err != nil {
 		t.Fatal(err)

@@ -14,42 +14,7 @@ import (
 	"github.com/goroce/goroce/internal/lab"
 	"github.com/goroce/goroce/internal/perftest"
 	"github.com/goroce/goroce/rdmacm"
-	"github.com/goroce/goroce/verbs"
 )
-
-// openLabDevice registers and opens a goroce device on the lab's bridge, as
-// 192.0.2.1 / fd00:c0:2::1 in roce-host.
-func openLabDevice(t *testing.T, l *lab.Lab) *host.Device {
-	dir := t.TempDir()
-	reg := host.NewRegistry(dir)
-	err := l.Do(func() error {
-		ns, err := host.CurrentNetns()
-		if err != nil {
-			return err
-		}
-		return reg.Add(host.DeviceDef{Name: "rxe0", Type: "rxe", Netdev: lab.Bridge, Netns: ns, Versions: host.VersionsV2})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := host.Open("rxe0", host.Options{RunDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	return d
-}
-
-func gidIndex(t *testing.T, d *host.Device, ip string) int {
-	want := netip.AddrFrom16(netip.MustParseAddr(ip).As16())
-	for i, e := range d.GIDs() {
-		if e.GID == want && e.Type == verbs.GIDTypeRoCEv2 {
-			return i
-		}
-	}
-	t.Fatalf("no RoCE v2 GID %s in %v", ip, d.GIDs())
-	return -1
-}
 
 var labTools = []struct {
 	tool string
@@ -100,14 +65,14 @@ func perftestGID(ip string) string {
 // family in its remote address line.
 func TestLabInterop(t *testing.T) {
 	l := lab.Start(t)
-	d := openLabDevice(t, l)
+	d := l.OpenDevice(t, host.VersionsV2)
 	vm := lab.VM1
 	kill := "killall ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_send_lat ib_read_lat 2>/dev/null; true"
 	l.Exec(vm, kill)
 	before := l.Counters(t, vm)
 	for _, fam := range labFamilies {
 		ourIP, theirIP := fam.ours(vm), fam.vm(vm)
-		gOurs, gTheirs := gidIndex(t, d, ourIP), l.GIDIndex(t, vm, theirIP)
+		gOurs, gTheirs := lab.HostGIDIndex(t, d, ourIP), l.GIDIndex(t, vm, theirIP)
 		for _, tc := range labTools {
 			for _, role := range []string{"client", "server"} {
 				t.Run(fam.name+"/"+tc.tool+"/goroce-"+role, func(t *testing.T) {
@@ -261,7 +226,7 @@ var labRDMACMTools = []struct {
 // (cmd/roce TestPerfOverVeth).
 func TestLabInteropRDMACM(t *testing.T) {
 	l := lab.Start(t)
-	d := openLabDevice(t, l)
+	d := l.OpenDevice(t, host.VersionsV2)
 	cm := rdmacm.New(rdmacm.Options{})
 	if err := cm.AddDevice(d.Device); err != nil {
 		t.Fatal(err)
@@ -270,7 +235,7 @@ func TestLabInteropRDMACM(t *testing.T) {
 	vm := lab.VM1
 	kill := "killall ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_send_lat ib_read_lat 2>/dev/null; true"
 	l.Exec(vm, kill)
-	gOurs, gTheirs := gidIndex(t, d, lab.HostIPv4), l.GIDIndex(t, vm, vm.IPv4)
+	gOurs, gTheirs := lab.HostGIDIndex(t, d, lab.HostIPv4), l.GIDIndex(t, vm, vm.IPv4)
 	before := l.Counters(t, vm)
 	for _, tc := range labRDMACMTools {
 		for _, role := range []string{"client", "server"} {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,40 +21,6 @@ import (
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/wire"
 )
-
-// openLabDevice registers and opens a goroce device on the lab's bridge, as
-// 192.0.2.1 / fd00:c0:2::1 in roce-host.
-func openLabDevice(t *testing.T, l *lab.Lab) *host.Device {
-	dir := t.TempDir()
-	reg := host.NewRegistry(dir)
-	err := l.Do(func() error {
-		ns, err := host.CurrentNetns()
-		if err != nil {
-			return err
-		}
-		return reg.Add(host.DeviceDef{Name: "rxe0", Type: "rxe", Netdev: lab.Bridge, Netns: ns, Versions: host.VersionsV2})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := host.Open("rxe0", host.Options{RunDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	return d
-}
-
-func gidIndex(t *testing.T, d *host.Device, ip string) int {
-	want := netip.AddrFrom16(netip.MustParseAddr(ip).As16())
-	for i, e := range d.GIDs() {
-		if e.GID == want && e.Type == verbs.GIDTypeRoCEv2 {
-			return i
-		}
-	}
-	t.Fatalf("no RoCE v2 GID %s in %v", ip, d.GIDs())
-	return -1
-}
 
 // capture runs tcpdump on the lab bridge until stop is called; it returns the file.
 func startCapture(t *testing.T, l *lab.Lab) (string, func()) {
@@ -87,7 +52,7 @@ func startCapture(t *testing.T, l *lab.Lab) (string, func()) {
 // traffic verifies (every ICRC) in goroce's decoder and tshark.
 func TestLabInterop(t *testing.T) {
 	l := lab.Start(t)
-	d := openLabDevice(t, l)
+	d := l.OpenDevice(t, host.VersionsV2)
 	vm := lab.VM1
 	// A pingpong left over from an earlier, interrupted run would answer our
 	// exchange with a stale QP.
@@ -99,7 +64,7 @@ func TestLabInterop(t *testing.T) {
 		if fam == "IPv6" {
 			ours, theirs = lab.HostIPv6, vm.IPv6
 		}
-		gOurs, gTheirs := gidIndex(t, d, ours), l.GIDIndex(t, vm, theirs)
+		gOurs, gTheirs := lab.HostGIDIndex(t, d, ours), l.GIDIndex(t, vm, theirs)
 		for _, typ := range []verbs.QPType{verbs.RC, verbs.UC, verbs.UD} {
 			sizes := []int{64, 4096, 65536}
 			if typ == verbs.UD {

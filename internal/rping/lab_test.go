@@ -17,23 +17,7 @@ import (
 // labCM registers and opens a goroce device on the lab's bridge (192.0.2.1
 // and fd00:c0:2::1 in roce-host) and returns an RDMA CM on it.
 func labCM(t *testing.T, l *lab.Lab) *rdmacm.CM {
-	dir := t.TempDir()
-	reg := host.NewRegistry(dir)
-	err := l.Do(func() error {
-		ns, err := host.CurrentNetns()
-		if err != nil {
-			return err
-		}
-		return reg.Add(host.DeviceDef{Name: "rxe0", Type: "rxe", Netdev: lab.Bridge, Netns: ns, Versions: host.VersionsBoth})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := host.Open("rxe0", host.Options{RunDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
+	d := l.OpenDevice(t, host.VersionsBoth)
 	cm := rdmacm.New(rdmacm.Options{})
 	if err := cm.AddDevice(d.Device); err != nil {
 		t.Fatal(err)
