@@ -56,23 +56,41 @@ func (m *msgBufs) postRecvs(qp *verbs.QP) error {
 
 // poll waits for n successful completions of kind op (receives: WCRecv)
 // and returns them.
-func poll(ctx context.Context, cq *verbs.CQ, n int, recv bool) ([]verbs.WC, error) {
-	var out []verbs.WC
-	for len(out) < n {
+// completions sorts a CQ's completions into sends and receives, so that a
+// wait for one kind never throws the other away: ucmatose's SENDs can
+// arrive while goroce's server still waits for its own send completions.
+type completions struct {
+	cq           *verbs.CQ
+	sends, recvs []verbs.WC
+}
+
+// wait returns the next n completions of one kind, failing on the first
+// error completion of either kind.
+func (c *completions) wait(ctx context.Context, n int, recv bool) ([]verbs.WC, error) {
+	kind, q := "send", &c.sends
+	if recv {
+		kind, q = "receive", &c.recvs
+	}
+	for len(*q) < n {
 		var wc [4]verbs.WC
-		k, err := cq.PollWait(ctx, wc[:])
+		k, err := c.cq.PollWait(ctx, wc[:])
 		if err != nil {
-			return out, fmt.Errorf("after %d of %d completions: %w", len(out), n, err)
+			return nil, fmt.Errorf("after %d of %d %s completions (%d of the other kind waiting): %w",
+				len(*q), n, kind, len(c.sends)+len(c.recvs)-len(*q), err)
 		}
 		for _, w := range wc[:k] {
 			if w.Status != verbs.WCSuccess {
-				return out, fmt.Errorf("completion %v", &w)
+				return nil, fmt.Errorf("completion %v", &w)
 			}
-			if (w.Opcode == verbs.WCRecv || w.Opcode == verbs.WCRecvRDMAWithImm) == recv {
-				out = append(out, w)
+			if w.Opcode == verbs.WCRecv || w.Opcode == verbs.WCRecvRDMAWithImm {
+				c.recvs = append(c.recvs, w)
+			} else {
+				c.sends = append(c.sends, w)
 			}
 		}
 	}
+	out := (*q)[:n:n]
+	*q = (*q)[n:]
 	return out, nil
 }
 
@@ -88,6 +106,7 @@ func TestLabCmatose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cc := &completions{cq: cq}
 	init := verbs.QPInitAttr{Type: verbs.RC, SendCQ: cq, RecvCQ: cq,
 		Cap: verbs.QPCap{MaxSendWR: toseCount, MaxRecvWR: toseCount, MaxSendSGE: 1, MaxRecvSGE: 1}}
 	send := func(qp *verbs.QP, m *msgBufs) error {
@@ -161,7 +180,7 @@ func TestLabCmatose(t *testing.T) {
 			}
 			defer ec.Close()
 			defer id.Destroy()
-			wcs, err := poll(ctx, cq, toseCount, true)
+			wcs, err := cc.wait(ctx, toseCount, true)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -173,7 +192,7 @@ func TestLabCmatose(t *testing.T) {
 			if err := send(id.QP(), m); err != nil { // "sending replies"
 				t.Fatal(err)
 			}
-			if _, err := poll(ctx, cq, toseCount, false); err != nil {
+			if _, err := cc.wait(ctx, toseCount, false); err != nil {
 				t.Fatal(err)
 			}
 			if e, err := ec.Get(ctx); err != nil || e.Type != rdmacm.EventDisconnected {
@@ -213,10 +232,10 @@ func TestLabCmatose(t *testing.T) {
 					if err := send(c.QP, m); err != nil { // "initiating data transfers"
 						return err
 					}
-					if _, err := poll(ctx, cq, toseCount, false); err != nil {
+					if _, err := cc.wait(ctx, toseCount, false); err != nil {
 						return err
 					}
-					wcs, err := poll(ctx, cq, toseCount, true)
+					wcs, err := cc.wait(ctx, toseCount, true)
 					if err != nil {
 						return err
 					}
@@ -258,6 +277,7 @@ func TestLabUdaddy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cc := &completions{cq: cq}
 	init := verbs.QPInitAttr{Type: verbs.UD, SendCQ: cq, RecvCQ: cq,
 		Cap: verbs.QPCap{MaxSendWR: toseCount, MaxRecvWR: toseCount, MaxSendSGE: 1, MaxRecvSGE: 1}}
 	send := func(qp *verbs.QP, m *msgBufs, ah *verbs.AH, qpn, qkey uint32) error {
@@ -339,10 +359,10 @@ func TestLabUdaddy(t *testing.T) {
 			if err := send(id.QP(), m, ah, ud.QPNum, ud.QKey); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := poll(ctx, cq, toseCount, false); err != nil {
+			if _, err := cc.wait(ctx, toseCount, false); err != nil {
 				t.Fatal(err)
 			}
-			wcs, err := poll(ctx, cq, toseCount, true)
+			wcs, err := cc.wait(ctx, toseCount, true)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -396,7 +416,7 @@ func TestLabUdaddy(t *testing.T) {
 					if err := c.Accept(rdmacm.ConnParam{}); err != nil {
 						return err
 					}
-					wcs, err := poll(ctx, cq, toseCount, true)
+					wcs, err := cc.wait(ctx, toseCount, true)
 					if err != nil {
 						return err
 					}
@@ -415,7 +435,7 @@ func TestLabUdaddy(t *testing.T) {
 					if err := send(qp, m, ah, wcs[0].ImmData, 0x01234567); err != nil {
 						return err
 					}
-					_, err = poll(ctx, cq, toseCount, false)
+					_, err = cc.wait(ctx, toseCount, false)
 					return err
 				}()
 			}()
