@@ -155,6 +155,10 @@ type txBatch struct {
 	// bytes is the length of pkts[:counted], the packets next has seen
 	// finished.
 	bytes, counted int
+	// lastACK is the QP whose positive ACK is pkts[lastACKAt-1], while
+	// that is the batch's last packet (QP.ack coalesces into it).
+	lastACK   *QP
+	lastACKAt int
 }
 
 // txFlushBytes: next sends the batch once it holds this many bytes, even
@@ -237,6 +241,7 @@ func (b *txBatch) flush() {
 	b.pkts = b.pkts[:0]
 	b.bufs = b.bufs[:0]
 	b.bytes, b.counted = 0, 0
+	b.lastACK, b.lastACKAt = nil, 0
 }
 
 // appendHeaders appends the BTH and the extended headers of f's opcode to
