@@ -9,9 +9,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"net"
 	"net/netip"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/internal/nettest"
+	"github.com/goroce/goroce/wire"
 )
 
 const (
@@ -44,10 +47,18 @@ const (
 //   - gso: sendmmsg of GSO messages (UDP_SEGMENT, up to 15 datagrams each),
 //     recvmmsg of up to 64 datagrams;
 //   - gso+gro: as gso, and the receiver sets UDP_GRO, so one recvmmsg
-//     entry may return many datagrams back to back.
+//     entry may return many datagrams back to back;
+//   - gso+gro+roce (floorMode): as gso+gro, plus the work any user-space
+//     RoCE must add to every byte, done by hand with no RDMA engine: the
+//     sender copies each 4 KiB from a 1 MiB source ring (16 × 64 KiB, the
+//     16 WRITEs in flight) into its datagram and computes a CRC-32 over the
+//     datagram (the ICRC); the receiver checks each datagram's CRC-32 and
+//     copies its payload into a 1 MiB destination ring (the MR). One
+//     sendmmsg per 64 KiB, as goroce's transmit batches. It is not a
+//     candidate for the best mode: it is the floor under RCWrite64K.
 func BenchmarkUDPThroughput(b *testing.B) {
 	ha, hb := newVeth(b)
-	for i, mode := range udpModes {
+	for i, mode := range append(slices.Clone(udpModes), floorMode) {
 		b.Run(mode, func(b *testing.B) {
 			benchUDPThroughput(b, ha, hb, mode, basePort+i)
 		})
@@ -62,10 +73,15 @@ func BenchmarkUDPThroughput(b *testing.B) {
 //   - netpoll: each side is a goroutine reading Go's net.UDPConn, which
 //     parks in the netpoller, as goroce's link does;
 //   - busypoll: each side, on an OS thread of its own, spins on a
-//     non-blocking recv(2).
+//     non-blocking recv(2);
+//   - busypoll+ack (rttFloorMode): as busypoll, and every message is
+//     acknowledged by a 20-byte datagram sent with the next message in
+//     one sendmmsg, which the receiver reads and skips: the floor under
+//     RCSendRecvRTT64 (4 datagrams per round trip, as RC's two SENDs and
+//     two ACKs).
 func BenchmarkUDPRoundTrip64(b *testing.B) {
 	ha, hb := newVeth(b)
-	for _, mode := range []string{"blocking", "netpoll", "busypoll"} {
+	for _, mode := range []string{"blocking", "netpoll", "busypoll", rttFloorMode} {
 		b.Run(mode, func(b *testing.B) { benchUDPRTT(b, ha, hb, mode) })
 	}
 }
@@ -121,6 +137,9 @@ func benchUDPThroughput(b *testing.B, ha, hb *nettest.Host, mode string, port in
 	cpu := cpuTime() - cpu0
 	record(b, msgSize, cpu)
 	b.ReportMetric(100*lost, "lost%")
+	if bad := u.r.badCRC.Load(); bad > 0 {
+		b.Fatalf("%d datagrams arrived with a CRC-32 that does not match", bad)
+	}
 	if reads := u.r.reads.Load(); reads > 0 {
 		b.ReportMetric(float64(u.r.bytes.Load())/dgramLen/float64(reads), "dgrams/read")
 	}
@@ -140,7 +159,7 @@ func openUDPThroughput(b *testing.B, ha, hb *nettest.Host, mode string, port int
 	if err := unix.SetsockoptTimeval(u.rx, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 20000}); err != nil {
 		b.Fatal(err)
 	}
-	if mode == "gso+gro" {
+	if mode == "gso+gro" || mode == floorMode {
 		if err := unix.SetsockoptInt(u.rx, unix.IPPROTO_UDP, unix.UDP_GRO, 1); err != nil {
 			b.Fatal(err)
 		}
@@ -222,6 +241,9 @@ type udpSender struct {
 	hdrs  []unix.Mmsghdr
 	iovs  []unix.Iovec
 	cmsgs []byte
+	// floorMode: the source ring and the next offset in it.
+	src    []byte
+	srcOff int
 }
 
 func newUDPSender(fd int, mode string) *udpSender {
@@ -238,7 +260,7 @@ func newUDPSender(fd int, mode string) *udpSender {
 		s.iovs[i].SetLen(dgramLen)
 		s.hdrs[i].Hdr.Iov = &s.iovs[i]
 		s.hdrs[i].Hdr.SetIovlen(1)
-		if mode == "gso" || mode == "gso+gro" {
+		if mode == "gso" || mode == "gso+gro" || mode == floorMode {
 			c := s.cmsgs[i*cs : (i+1)*cs]
 			h := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
 			h.Level, h.Type = unix.IPPROTO_UDP, unix.UDP_SEGMENT
@@ -248,11 +270,20 @@ func newUDPSender(fd int, mode string) *udpSender {
 			s.hdrs[i].Hdr.SetControllen(cs)
 		}
 	}
+	if mode == floorMode {
+		s.buf = make([]byte, perMsg*dgramLen)
+		s.src = make([]byte, window*msgSize)
+		for i := range s.src {
+			s.src[i] = byte(i * 7)
+		}
+	}
 	return s
 }
 
 func (s *udpSender) send(n int) error {
 	switch s.mode {
+	case floorMode:
+		return s.sendFloor(n)
 	case "plain":
 		for range n {
 			if _, err := unix.Write(s.fd, s.buf[:dgramLen]); err != nil {
@@ -290,6 +321,36 @@ func (s *udpSender) send(n int) error {
 	return nil
 }
 
+// sendFloor sends n datagrams 64 KiB at a time: each datagram's payload
+// copied from the source ring and its CRC-32 computed, then one sendmmsg
+// of GSO messages (15 datagrams and 1).
+func (s *udpSender) sendFloor(n int) error {
+	for n > 0 {
+		k := min(n, perMsg)
+		for i := range k {
+			d := s.buf[i*dgramLen : (i+1)*dgramLen]
+			copy(d[wire.BTHLen:wire.BTHLen+pmtu], s.src[s.srcOff:s.srcOff+pmtu])
+			s.srcOff = (s.srcOff + pmtu) % len(s.src)
+			binary.BigEndian.PutUint32(d[dgramLen-wire.ICRCLen:], crc32.ChecksumIEEE(d[:dgramLen-wire.ICRCLen]))
+		}
+		m := 0
+		for off := 0; off < k; off += gsoSegs {
+			s.iovs[m].Base = &s.buf[off*dgramLen]
+			s.iovs[m].SetLen(min(k-off, gsoSegs) * dgramLen)
+			m++
+		}
+		for off := 0; off < m; {
+			sent, err := sendmmsg(s.fd, s.hdrs[off:m])
+			if err != nil {
+				return err
+			}
+			off += sent
+		}
+		n -= k
+	}
+	return nil
+}
+
 func sendmmsg(fd int, hdrs []unix.Mmsghdr) (int, error) {
 	for {
 		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&hdrs[0])), uintptr(len(hdrs)), 0, 0, 0)
@@ -320,6 +381,7 @@ type udpReceiver struct {
 	stop    atomic.Bool
 	bytes   atomic.Int64
 	reads   atomic.Int64 // datagrams (or GRO batches) returned by the kernel
+	badCRC  atomic.Int64 // floorMode: datagrams whose CRC-32 did not match
 }
 
 func (r *udpReceiver) run() {
@@ -327,8 +389,13 @@ func (r *udpReceiver) run() {
 	switch r.mode {
 	case "plain":
 		batch = 1
-	case "gso+gro":
+	case "gso+gro", floorMode:
 		size, batch = groBuf, 8
+	}
+	var dst []byte // floorMode: the destination ring
+	dstOff := 0
+	if r.mode == floorMode {
+		dst = make([]byte, window*msgSize)
 	}
 	bufs := make([]byte, size*batch)
 	hdrs := make([]unix.Mmsghdr, batch)
@@ -361,6 +428,18 @@ func (r *udpReceiver) run() {
 			n, err = recvmmsg(r.fd, hdrs, 0)
 			for i := range hdrs[:n] {
 				got += int64(hdrs[i].Len)
+				if dst == nil {
+					continue
+				}
+				msg := bufs[i*size : i*size+int(hdrs[i].Len)]
+				for ; len(msg) >= dgramLen; msg = msg[dgramLen:] {
+					d := msg[:dgramLen]
+					if crc32.ChecksumIEEE(d[:dgramLen-wire.ICRCLen]) != binary.BigEndian.Uint32(d[dgramLen-wire.ICRCLen:]) {
+						r.badCRC.Add(1)
+					}
+					copy(dst[dstOff:dstOff+pmtu], d[wire.BTHLen:wire.BTHLen+pmtu])
+					dstOff = (dstOff + pmtu) % len(dst)
+				}
 			}
 		}
 		if err != nil {
@@ -427,7 +506,7 @@ func openUDPRTT(b *testing.B, ha, hb *nettest.Host, mode string) *udpRTT {
 		u.sendA = func(p []byte) error { _, err := ca.Write(p); return err }
 		u.sendB = func(p []byte) error { _, err := cb.Write(p); return err }
 	default:
-		nb := mode == "busypoll"
+		nb := mode == "busypoll" || mode == rttFloorMode
 		fa, fb := udpSocket(b, ha, hb.IPv4, port, nb), udpSocket(b, hb, ha.IPv4, port, nb)
 		u.closers = append(u.closers, func() { unix.Close(fa); unix.Close(fb) })
 		read := func(fd int) func([]byte) (int, error) {
@@ -437,6 +516,9 @@ func openUDPRTT(b *testing.B, ha, hb *nettest.Host, mode string) *udpRTT {
 					if err == unix.EAGAIN || err == unix.EINTR {
 						continue // busy-poll (or a signal)
 					}
+					if err == nil && n == rttACKLen && mode == rttFloorMode {
+						continue // an ACK: wait for the message
+					}
 					return n, err
 				}
 			}
@@ -444,6 +526,9 @@ func openUDPRTT(b *testing.B, ha, hb *nettest.Host, mode string) *udpRTT {
 		u.ping, pong = read(fa), read(fb)
 		u.sendA = func(p []byte) error { _, err := unix.Write(fa, p); return err }
 		u.sendB = func(p []byte) error { _, err := unix.Write(fb, p); return err }
+		if mode == rttFloorMode {
+			u.sendA, u.sendB = sendWithACK(fa), sendWithACK(fb)
+		}
 	}
 	// B echoes n datagrams for every n it is told. Blocking and
 	// busy-polling sides get an OS thread each; netpoll ones do not, as a
@@ -474,6 +559,42 @@ func openUDPRTT(b *testing.B, ha, hb *nettest.Host, mode string) *udpRTT {
 		b.Fatal(err)
 	}
 	return u
+}
+
+// rttFloorMode is BenchmarkUDPRoundTrip64's busy-poll with the datagrams
+// an RC SEND/RECV round trip cannot do without: each message is
+// acknowledged, and each side sends its ACK of the message it received in
+// the same sendmmsg as its next message (the cheapest an RC transport can
+// do: no ACK on its own syscall). The floor under RCSendRecvRTT64.
+const rttFloorMode = "busypoll+ack"
+
+// rttACKLen is the size of an RC ACK's UDP payload: BTH, AETH, ICRC.
+const rttACKLen = wire.BTHLen + wire.AETHLen + wire.ICRCLen
+
+// sendWithACK returns a send function that sends an ACK-sized datagram and
+// then the message, in one sendmmsg.
+func sendWithACK(fd int) func([]byte) error {
+	ack := make([]byte, rttACKLen)
+	hdrs := make([]unix.Mmsghdr, 2)
+	iovs := make([]unix.Iovec, 2)
+	iovs[0].Base = &ack[0]
+	iovs[0].SetLen(len(ack))
+	for i := range hdrs {
+		hdrs[i].Hdr.Iov = &iovs[i]
+		hdrs[i].Hdr.SetIovlen(1)
+	}
+	return func(p []byte) error {
+		iovs[1].Base = &p[0]
+		iovs[1].SetLen(len(p))
+		for off := 0; off < 2; {
+			n, err := sendmmsg(fd, hdrs[off:])
+			if err != nil {
+				return err
+			}
+			off += n
+		}
+		return nil
+	}
 }
 
 func (u *udpRTT) close() {

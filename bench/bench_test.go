@@ -149,6 +149,11 @@ const (
 
 var udpModes = []string{"plain", "sendmmsg", "gso", "gso+gro"}
 
+// floorMode is BenchmarkUDPThroughput's raw UDP with RoCE's unavoidable
+// per-byte work (an ICRC and a copy on each side): not a candidate for the
+// best mode, the floor under RCWrite64K.
+const floorMode = "gso+gro+roce"
+
 // bestUDP returns the fastest raw-UDP throughput mode measured so far and its
 // median MB/s; if none ran in this process (-bench filtered them out), it
 // measures them now between ha and hb.
