@@ -61,7 +61,10 @@ func TestACKsCoalesce(t *testing.T) {
 		}
 		return ackLog{l, &mu, &acks}
 	}
-	defer func() { wrapLink = nil }()
+	// No retransmission may muddle the count: a 1 s local ACK timeout
+	// (the race detector can slow a receive past rcPair's 4 ms).
+	rcPairTimeout = 18
+	defer func() { wrapLink, rcPairTimeout = nil, 10 }()
 	a, b, _ := rcPair(t, QPTypeRC, fabric.Faults{}, wire.RoCEv2)
 	rbuf := make([]byte, 64*n)
 	rmr, err := b.pd.RegMR(rbuf, 1) // local write

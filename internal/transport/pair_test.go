@@ -16,6 +16,9 @@ import (
 // wrapLink, if set, decorates the link of side i (0: a, 1: b) in rcPair.
 var wrapLink func(i int, l link.Link) link.Link
 
+// rcPairTimeout is the local ACK timeout rcPair gives its QPs (10: 4 ms).
+var rcPairTimeout uint8 = 10
+
 type side struct {
 	dev  *Device
 	pd   *PD
@@ -79,7 +82,7 @@ func rcPair(t testing.TB, typ QPType, fa fabric.Faults, v wire.Version) (a, b si
 		if err := s.qp.Modify(rtr, m); err != nil {
 			t.Fatal(err)
 		}
-		rts := &QPAttr{State: QPSRTS, SQPSN: 100, Timeout: 10, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16}
+		rts := &QPAttr{State: QPSRTS, SQPSN: 100, Timeout: rcPairTimeout, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16}
 		m = AttrState | AttrSQPSN
 		if typ == QPTypeRC {
 			m |= AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxQPRdAtomic
