@@ -10,7 +10,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"runtime"
 	"testing"
 	"time"
 
@@ -55,14 +54,14 @@ func BenchmarkRCWrite64K(b *testing.B) {
 func BenchmarkRCSendRecvRTT64(b *testing.B) {
 	ha, hb := newVeth(b)
 	for _, mode := range linkModes {
-		for _, poll := range []string{"wait", "busypoll", "spin"} {
+		for _, poll := range []string{"wait", "busypoll"} {
 			b.Run(mode+"/"+poll, func(b *testing.B) {
 				var bp time.Duration
 				if poll != "wait" {
 					bp = 50 * time.Microsecond
 				}
 				p := openRoCE(b, ha, hb, mode == "unprivileged", bp, verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
-				benchRCRTT(b, p, ha, hb, poll == "spin")
+				benchRCRTT(b, p, ha, hb)
 			})
 		}
 	}
@@ -271,7 +270,7 @@ func benchRCWrite(b *testing.B, p *rocePair, ha, hb *nettest.Host) {
 	}
 }
 
-func benchRCRTT(b *testing.B, p *rocePair, ha, hb *nettest.Host, spin bool) {
+func benchRCRTT(b *testing.B, p *rocePair, ha, hb *nettest.Host) {
 	type end struct {
 		qp   *verbs.QP
 		rcq  *verbs.CQ
@@ -296,25 +295,9 @@ func benchRCRTT(b *testing.B, p *rocePair, ha, hb *nettest.Host, spin bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	// await takes one receive completion and reposts the receive.
-	// With spin it polls the CQ in a loop, as perftest's ib_send_lat
-	// does (ibv_poll_cq until a completion), yielding the processor
-	// between polls; otherwise it waits in PollWait.
 	await := func(e *end) error {
-		for {
-			var n int
-			var err error
-			if spin {
-				n, err = e.rcq.Poll(e.wc[:])
-			} else {
-				n, err = e.rcq.PollWait(ctx, e.wc[:])
-			}
-			if err != nil {
-				return err
-			}
-			if n > 0 {
-				break
-			}
-			runtime.Gosched()
+		if _, err := e.rcq.PollWait(ctx, e.wc[:]); err != nil {
+			return err
 		}
 		if wc := &e.wc[0]; wc.Status != verbs.WCSuccess || wc.ByteLen != rttSize {
 			return fmt.Errorf("receive %v", wc)
