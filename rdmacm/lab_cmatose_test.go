@@ -56,6 +56,63 @@ func (m *msgBufs) postRecvs(qp *verbs.QP) error {
 
 // poll waits for n successful completions of kind op (receives: WCRecv)
 // and returns them.
+// connectWhenUp connects a new CM ID in port space ps to dst as the
+// clients of ucmatose and udaddy do (address, route, QP, receives posted,
+// connect) and returns it with its event channel once ESTABLISHED. While
+// the peer does not listen yet (an error containing notYet) it starts over
+// every 200 ms, 50 times at most.
+func connectWhenUp(ctx context.Context, t *testing.T, s *labSide, ps rdmacm.PortSpace, dst netip.AddrPort,
+	init verbs.QPInitAttr, m *msgBufs, param rdmacm.ConnParam, notYet string) (*rdmacm.EventChannel, *rdmacm.ID) {
+	t.Helper()
+	var err error
+	for try := 0; try < 50; try++ {
+		ec := s.cm.CreateEventChannel()
+		id, cerr := s.cm.CreateID(ec, ps)
+		if cerr != nil {
+			t.Fatal(cerr)
+		}
+		err = func() error {
+			if err := id.ResolveAddr(netip.Addr{}, dst, 2*time.Second); err != nil {
+				return err
+			}
+			if e, err := ec.Get(ctx); err != nil || e.Type != rdmacm.EventAddrResolved {
+				return fmt.Errorf("%v %v", e, err)
+			}
+			if err := id.ResolveRoute(2 * time.Second); err != nil {
+				return err
+			}
+			if e, err := ec.Get(ctx); err != nil || e.Type != rdmacm.EventRouteResolved {
+				return fmt.Errorf("%v %v", e, err)
+			}
+			qp, err := id.CreateQP(s.pd, init)
+			if err != nil {
+				return err
+			}
+			if err := m.postRecvs(qp); err != nil { // before connecting, as cmatose does
+				return err
+			}
+			if err := id.Connect(param); err != nil {
+				return err
+			}
+			if e, err := ec.Get(ctx); err != nil || e.Type != rdmacm.EventEstablished {
+				return fmt.Errorf("%v %v", e, err)
+			}
+			return nil
+		}()
+		if err == nil {
+			return ec, id
+		}
+		id.Destroy()
+		ec.Close()
+		if !strings.Contains(err.Error(), notYet) {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatal(err)
+	return nil, nil
+}
+
 // completions sorts a CQ's completions into sends and receives, so that a
 // wait for one kind never throws the other away: ucmatose's SENDs can
 // arrive while goroce's server still waits for its own send completions.
@@ -128,56 +185,8 @@ func TestLabCmatose(t *testing.T) {
 			defer cancel()
 			l.MustExec(t, vm, fmt.Sprintf("(timeout 140 ucmatose -b %s; echo EXIT $?) > /tmp/tose.log 2>&1 &", theirs))
 			m := newMsgBufs(t, s.pd, toseCount, toseSize, 0)
-			var ec *rdmacm.EventChannel
-			var id *rdmacm.ID
-			var err error
-			for try := 0; try < 50; try++ { // until ucmatose listens
-				ec = s.cm.CreateEventChannel()
-				id, err = s.cm.CreateID(ec, rdmacm.PSTCP)
-				if err != nil {
-					t.Fatal(err)
-				}
-				err = func() error {
-					if err := id.ResolveAddr(netip.Addr{}, netip.AddrPortFrom(netip.MustParseAddr(theirs), 7471), 2*time.Second); err != nil {
-						return err
-					}
-					if e, err := ec.Get(ctx); err != nil || e.Type != rdmacm.EventAddrResolved {
-						return fmt.Errorf("%v %v", e, err)
-					}
-					if err := id.ResolveRoute(2 * time.Second); err != nil {
-						return err
-					}
-					if e, err := ec.Get(ctx); err != nil || e.Type != rdmacm.EventRouteResolved {
-						return fmt.Errorf("%v %v", e, err)
-					}
-					qp, err := id.CreateQP(s.pd, init)
-					if err != nil {
-						return err
-					}
-					if err := m.postRecvs(qp); err != nil { // before connecting, as cmatose does
-						return err
-					}
-					if err := id.Connect(rdmacm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RetryCount: 5, RNRRetryCount: 7}); err != nil {
-						return err
-					}
-					if e, err := ec.Get(ctx); err != nil || e.Type != rdmacm.EventEstablished {
-						return fmt.Errorf("%v %v", e, err)
-					}
-					return nil
-				}()
-				if err == nil {
-					break
-				}
-				id.Destroy()
-				ec.Close()
-				if !strings.Contains(err.Error(), "REJECTED") {
-					t.Fatal(err)
-				}
-				time.Sleep(200 * time.Millisecond)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			ec, id := connectWhenUp(ctx, t, s, rdmacm.PSTCP, netip.AddrPortFrom(netip.MustParseAddr(theirs), 7471), init, m,
+				rdmacm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RetryCount: 5, RNRRetryCount: 7}, "REJECTED") // until ucmatose listens
 			defer ec.Close()
 			defer id.Destroy()
 			wcs, err := cc.wait(ctx, toseCount, true)
@@ -199,11 +208,7 @@ func TestLabCmatose(t *testing.T) {
 				t.Errorf("want DISCONNECTED from ucmatose, got %v %v", e, err)
 			}
 			id.Disconnect() // the DREP
-			var log string
-			for try := 0; try < 600 && !strings.Contains(log, "EXIT"); try++ { // up to a minute: a loaded VM is slow
-				time.Sleep(100 * time.Millisecond)
-				log, _, _ = l.Exec(vm, "cat /tmp/tose.log")
-			}
+			log := l.WaitExit(vm, "/tmp/tose.log", 90*time.Second)
 			if !strings.Contains(log, "data transfers complete") || !strings.Contains(log, "EXIT 0") {
 				t.Errorf("ucmatose (server):\n%s", log)
 			}
@@ -300,55 +305,9 @@ func TestLabUdaddy(t *testing.T) {
 			defer cancel()
 			l.MustExec(t, vm, fmt.Sprintf("(timeout 140 udaddy -b %s; echo EXIT $?) > /tmp/udaddy.log 2>&1 &", theirs))
 			m := newMsgBufs(t, s.pd, toseCount, toseSize, grhLen)
-			var ec *rdmacm.EventChannel
-			var id *rdmacm.ID
-			var err error
-			for try := 0; try < 50; try++ { // until udaddy listens (SIDR_REP status: unsupported service)
-				ec = s.cm.CreateEventChannel()
-				if id, err = s.cm.CreateID(ec, rdmacm.PSUDP); err != nil {
-					t.Fatal(err)
-				}
-				err = func() error {
-					if err := id.ResolveAddr(netip.Addr{}, netip.AddrPortFrom(netip.MustParseAddr(theirs), 7174), 2*time.Second); err != nil {
-						return err
-					}
-					if e, err := ec.Get(ctx); err != nil || e.Type != rdmacm.EventAddrResolved {
-						return fmt.Errorf("%v %v", e, err)
-					}
-					if err := id.ResolveRoute(2 * time.Second); err != nil {
-						return err
-					}
-					if e, err := ec.Get(ctx); err != nil || e.Type != rdmacm.EventRouteResolved {
-						return fmt.Errorf("%v %v", e, err)
-					}
-					qp, err := id.CreateQP(s.pd, init)
-					if err != nil {
-						return err
-					}
-					if err := m.postRecvs(qp); err != nil {
-						return err
-					}
-					if err := id.Connect(rdmacm.ConnParam{}); err != nil {
-						return err
-					}
-					if e, err := ec.Get(ctx); err != nil || e.Type != rdmacm.EventEstablished {
-						return fmt.Errorf("%v %v", e, err)
-					}
-					return nil
-				}()
-				if err == nil {
-					break
-				}
-				id.Destroy()
-				ec.Close()
-				if !strings.Contains(err.Error(), "UNREACHABLE") {
-					t.Fatal(err)
-				}
-				time.Sleep(200 * time.Millisecond)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			// until udaddy listens (SIDR_REP status: unsupported service)
+			ec, id := connectWhenUp(ctx, t, s, rdmacm.PSUDP, netip.AddrPortFrom(netip.MustParseAddr(theirs), 7174), init, m,
+				rdmacm.ConnParam{}, "UNREACHABLE")
 			defer ec.Close()
 			defer id.Destroy()
 			ud := id.UD()
@@ -371,11 +330,7 @@ func TestLabUdaddy(t *testing.T) {
 					t.Errorf("reply: %d bytes, flags %v, imm %#x; want %d, WITH_IMM, %#x", w.ByteLen, w.Flags, w.ImmData, grhLen+toseSize, ud.QPNum)
 				}
 			}
-			var log string
-			for try := 0; try < 600 && !strings.Contains(log, "EXIT"); try++ { // up to a minute: a loaded VM is slow
-				time.Sleep(100 * time.Millisecond)
-				log, _, _ = l.Exec(vm, "cat /tmp/udaddy.log")
-			}
+			log := l.WaitExit(vm, "/tmp/udaddy.log", 90*time.Second)
 			if !strings.Contains(log, "data transfers complete") || !strings.Contains(log, "EXIT 0") {
 				t.Errorf("udaddy (server):\n%s", log)
 			}

@@ -145,11 +145,7 @@ func TestLabRDMAServerClient(t *testing.T) {
 				t.Errorf("after the exchange: %v, %v; want DISCONNECTED", e, err)
 			}
 			c.Close() // the DREP rdma_server's destroy waits for, as rping's rdma_disconnect sends it
-			var log string
-			for try := 0; try < 600 && !strings.Contains(log, "EXIT"); try++ { // up to a minute: a loaded VM is slow
-				time.Sleep(100 * time.Millisecond)
-				log, _, _ = l.Exec(vm, "cat /tmp/rs.log")
-			}
+			log := l.WaitExit(vm, "/tmp/rs.log", 90*time.Second)
 			if !strings.Contains(log, "EXIT 0") || !strings.Contains(log, "rdma_server: end 0") {
 				t.Errorf("rdma_server:\n%s", log)
 			}

@@ -161,6 +161,19 @@ func (l *Lab) MustExec(t testing.TB, vm VM, cmd string) string {
 	return out
 }
 
+// WaitExit reads the log at path in vm every 100 ms until it holds the
+// "EXIT <status>" line the tests' background commands end their logs with
+// ("(cmd; echo EXIT $?) > log &"), or within has passed, and returns the
+// log as last read. A loaded VM is slow: give it tens of seconds.
+func (l *Lab) WaitExit(vm VM, path string, within time.Duration) string {
+	var log string
+	for end := time.Now().Add(within); !strings.Contains(log, "EXIT") && time.Now().Before(end); {
+		time.Sleep(100 * time.Millisecond)
+		log, _, _ = l.Exec(vm, "cat "+path)
+	}
+	return log
+}
+
 // Counters reads rxe0's hw_counters in vm.
 func (l *Lab) Counters(t testing.TB, vm VM) map[string]uint64 {
 	t.Helper()

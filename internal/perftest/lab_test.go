@@ -108,10 +108,7 @@ func TestLabInterop(t *testing.T) {
 							t.Fatalf("goroce client: %v\n%s", err, out)
 						}
 						checkResult(t, "goroce client", res, tc.lat)
-						for try := 0; try < 150 && !strings.Contains(theirs, "EXIT"); try++ {
-							time.Sleep(100 * time.Millisecond)
-							theirs, _, _ = l.Exec(vm, "cat /tmp/perf.log")
-						}
+						theirs = l.WaitExit(vm, "/tmp/perf.log", 30*time.Second)
 						if !strings.Contains(theirs, "EXIT 0") {
 							t.Fatalf("%s server:\n%s\ngoroce client:\n%s", tc.tool, theirs, out)
 						}
@@ -265,10 +262,7 @@ func TestLabInteropRDMACM(t *testing.T) {
 						t.Fatalf("goroce client: %v\n%s\n%s server:\n%s", err, out, tc.tool, theirs)
 					}
 					checkResult(t, "goroce client", res, tc.lat)
-					for try := 0; try < 150 && !strings.Contains(theirs, "EXIT"); try++ {
-						time.Sleep(100 * time.Millisecond)
-						theirs, _, _ = l.Exec(vm, "cat /tmp/perf.log")
-					}
+					theirs = l.WaitExit(vm, "/tmp/perf.log", 30*time.Second)
 					if !strings.Contains(theirs, "EXIT 0") {
 						t.Fatalf("%s server:\n%s\ngoroce client:\n%s", tc.tool, theirs, out)
 					}

@@ -101,11 +101,7 @@ func TestLabInterop(t *testing.T) {
 							if err != nil {
 								t.Fatalf("goroce client: %v\n%s", err, c.Out)
 							}
-							var log string
-							for try := 0; try < 100 && !strings.Contains(log, "EXIT"); try++ {
-								time.Sleep(100 * time.Millisecond)
-								log, _, _ = l.Exec(vm, "cat /tmp/pp.log")
-							}
+							log := l.WaitExit(vm, "/tmp/pp.log", 20*time.Second)
 							if !strings.Contains(log, "EXIT 0") {
 								t.Fatalf("%s server:\n%s", tool, log)
 							}

@@ -85,11 +85,7 @@ func TestLabRping(t *testing.T) {
 				if want := pingLines("ping data: ", count, size); out.String() != want {
 					t.Errorf("goroce client printed\n%s\nwant\n%s", out.String(), want)
 				}
-				var log string
-				for try := 0; try < 600 && !strings.Contains(log, "EXIT"); try++ { // up to a minute: a loaded VM is slow
-					time.Sleep(100 * time.Millisecond)
-					log, _, _ = l.Exec(vm, "cat /tmp/rping.log")
-				}
+				log := l.WaitExit(vm, "/tmp/rping.log", 90*time.Second)
 				if !strings.Contains(log, pingLines("server ping data: ", count, size)) || !strings.Contains(log, "EXIT 0") {
 					stderr, _, _ := l.Exec(vm, "cat /tmp/rping.err")
 					t.Errorf("rping -s printed:\n%s\nand on stderr:\n%s", log, stderr)
