@@ -28,6 +28,15 @@ type Endpoint struct {
 	QP    verbs.QPInitAttr // Type RC if zero
 	Param ConnParam        // sent in the REQ (Dial) or REP (Listener.Accept)
 	Src   netip.Addr       // Dial: source address; zero picks one
+	// Prepare, if set, is called with the new QP (in INIT) before the
+	// connection is requested (Dial) or accepted (Listener.Accept): post
+	// receives here, as a librdmacm program does between rdma_create_qp
+	// and rdma_connect/rdma_accept. The peer may SEND as soon as it has
+	// the REP or the RTU, before Dial or Accept returns; a receive posted
+	// only then can be too late, and the SEND meets an RNR NAK (fatal to
+	// a peer whose rnr_retry is 0). An error from Prepare ends Dial, or
+	// rejects the request and ends Accept, with that error.
+	Prepare func(qp *verbs.QP) error
 }
 
 // Conn is a connection made by Dial or Listener.Accept.
@@ -95,6 +104,11 @@ func (cm *CM) Dial(ctx context.Context, dst netip.AddrPort, ep Endpoint) (*Conn,
 		if err != nil {
 			return nil, err
 		}
+		if ep.Prepare != nil {
+			if err := ep.Prepare(qp); err != nil {
+				return nil, err
+			}
+		}
 		if err := id.Connect(ep.Param); err != nil {
 			return nil, err
 		}
@@ -143,7 +157,8 @@ func (cm *CM) Listen(addr netip.AddrPort, ep Endpoint) (*Listener, error) {
 func (l *Listener) Addr() netip.AddrPort { return l.id.LocalAddr() }
 
 // Accept waits for a connection request, creates its QP on the listener's
-// PD and accepts it, returning once the RTU arrives. A request that cannot
+// PD, calls the Endpoint's Prepare and accepts it, returning once the RTU
+// arrives. A request that cannot
 // be served is rejected and Accept waits for the next.
 func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 	for {
@@ -162,6 +177,14 @@ func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 			init.Type = verbs.RC
 		}
 		qp, err := c.CreateQP(l.ep.PD, init)
+		if err == nil && l.ep.Prepare != nil {
+			if err := l.ep.Prepare(qp); err != nil {
+				c.Reject(nil)
+				c.Destroy()
+				ec.Close()
+				return nil, err
+			}
+		}
 		if err == nil {
 			err = c.Accept(l.ep.Param)
 		}

@@ -218,7 +218,8 @@ func TestLabCmatose(t *testing.T) {
 			defer cancel()
 			m := newMsgBufs(t, s.pd, toseCount, toseSize, 0)
 			ln, err := s.cm.Listen(netip.AddrPortFrom(netip.MustParseAddr(ours), 7471), rdmacm.Endpoint{PD: s.pd, QP: init,
-				Param: rdmacm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7}})
+				Param:   rdmacm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7},
+				Prepare: m.postRecvs}) // before accepting, as cmatose does
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -231,9 +232,6 @@ func TestLabCmatose(t *testing.T) {
 						return err
 					}
 					defer c.Close()
-					if err := m.postRecvs(c.QP); err != nil {
-						return err
-					}
 					if err := send(c.QP, m); err != nil { // "initiating data transfers"
 						return err
 					}

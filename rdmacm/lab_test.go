@@ -40,18 +40,21 @@ func openLab(t *testing.T, l *lab.Lab) *labSide {
 	return &labSide{dev: d, cm: cm, pd: pd, cq: cq}
 }
 
-// exchange posts a 16-byte receive, sends msg (16 bytes) and returns what
-// arrived: rdma_client's and rdma_server's traffic.
-func (s *labSide) exchange(ctx context.Context, qp *verbs.QP, msg string, sendFirst bool) (string, error) {
+// postRecv posts the 16-byte receive exchange completes, as a librdmacm
+// program does before it connects or accepts (Endpoint.Prepare).
+func (s *labSide) postRecv(qp *verbs.QP) ([]byte, error) {
 	rbuf := make([]byte, 16)
 	rmr, err := s.pd.RegMR(rbuf, verbs.AccessLocalWrite)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	defer rmr.Dereg()
-	if err := qp.PostRecv(verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{rmr.SGE(0, 16)}}); err != nil {
-		return "", err
-	}
+	return rbuf, qp.PostRecv(verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{rmr.SGE(0, 16)}})
+}
+
+// exchange sends msg (16 bytes), first or after the receive postRecv
+// posted into rbuf completes, and returns what arrived: rdma_client's and
+// rdma_server's traffic.
+func (s *labSide) exchange(ctx context.Context, qp *verbs.QP, rbuf []byte, msg string, sendFirst bool) (string, error) {
 	send := func() error {
 		return qp.PostSend(verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled | verbs.SendInline,
 			InlineData: []byte(fmt.Sprintf("%-16s", msg))})
@@ -123,8 +126,10 @@ func TestLabRDMAServerClient(t *testing.T) {
 			l.MustExec(t, vm, fmt.Sprintf("(timeout 140 rdma_server -s %s -p 7471; echo EXIT $?) > /tmp/rs.log 2>&1 &", theirs))
 			var c *rdmacm.Conn
 			var err error
+			var rbuf []byte
+			prepare := func(qp *verbs.QP) (err error) { rbuf, err = s.postRecv(qp); return err }
 			for try := 0; try < 50; try++ {
-				c, err = s.cm.Dial(ctx, netip.AddrPortFrom(netip.MustParseAddr(theirs), 7471), rdmacm.Endpoint{PD: s.pd, QP: qpInit})
+				c, err = s.cm.Dial(ctx, netip.AddrPortFrom(netip.MustParseAddr(theirs), 7471), rdmacm.Endpoint{PD: s.pd, QP: qpInit, Prepare: prepare})
 				if err == nil || !strings.Contains(err.Error(), "REJECTED") {
 					break
 				}
@@ -134,7 +139,7 @@ func TestLabRDMAServerClient(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			got, err := s.exchange(ctx, c.QP, "hello rxe", true)
+			got, err := s.exchange(ctx, c.QP, rbuf, "hello rxe", true)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -156,7 +161,14 @@ func TestLabRDMAServerClient(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 			defer cancel()
 			newCQ(t)
-			ln, err := s.cm.Listen(netip.AddrPortFrom(netip.MustParseAddr(ours), 7471), rdmacm.Endpoint{PD: s.pd, QP: qpInit})
+			// The receive is posted before the REP goes (Prepare), as
+			// rdma_server does: rdma_client sends as soon as it has the
+			// REP, and its QP takes the RNR retry count our REP gives
+			// (0 here), so one RNR NAK ends it (seen in CI when the
+			// receive was posted after Accept returned).
+			var rbuf []byte
+			ln, err := s.cm.Listen(netip.AddrPortFrom(netip.MustParseAddr(ours), 7471), rdmacm.Endpoint{PD: s.pd, QP: qpInit,
+				Prepare: func(qp *verbs.QP) (err error) { rbuf, err = s.postRecv(qp); return err }})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -185,7 +197,7 @@ func TestLabRDMAServerClient(t *testing.T) {
 						c.ID.Disconnect()
 					}
 				}()
-				got, err := s.exchange(ectx, c.QP, "hello goroce", false)
+				got, err := s.exchange(ectx, c.QP, rbuf, "hello goroce", false)
 				if err != nil && got != "" && strings.Contains(err.Error(), "IBV_WC_WR_FLUSH_ERR") {
 					t.Logf("the send was flushed by the disconnect before its ACK came: %v", err)
 					err = nil
