@@ -141,7 +141,13 @@ func TestLabInterop(t *testing.T) {
 						if r.err != nil {
 							t.Fatalf("goroce server: %v\n%s", r.err, out)
 						}
-						if !(tc.lat && tc.verb == perftest.Read) { // ib_read_lat's server prints no table
+						switch {
+						case tc.lat && tc.verb == perftest.Read: // ib_read_lat's server prints no table
+						case !tc.lat && tc.verb != perftest.Send && strings.Contains(theirs, clockFailed):
+							// The server of write/read/atomic_bw prints the client's report,
+							// and this client could not measure its clock.
+							t.Logf("%s could not measure its CPU clock; its report, which goroce prints: %+v", tc.tool, r.r.BW)
+						default:
 							checkResult(t, "goroce server", r.r, tc.lat)
 						}
 					}
@@ -164,6 +170,11 @@ func TestLabInterop(t *testing.T) {
 	}
 	t.Logf("goroce counters: %v", d.Counters().Snapshot())
 }
+
+// clockFailed is what perftest prints when its sampling of the CPU clock
+// fails (get_clock.c gives 0 MHz then); with -F it runs on, and in CI a
+// loaded TCG VM's ib_read_bw client that printed it reported 0.00 MB/s.
+const clockFailed = "Correlation coefficient r^2"
 
 func checkResult(t *testing.T, who string, r *perftest.Result, lat bool) {
 	t.Helper()
