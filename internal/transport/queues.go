@@ -18,14 +18,16 @@ type recvWQE struct {
 
 // recvQueue is a FIFO of receives, a QP's RQ or an SRQ's queue.
 type recvQueue struct {
-	ring   []recvWQE
+	ring   []recvWQE // grows on demand up to max (see initialQueueSlots)
 	head   int
 	n      int
+	max    int // max_recv_wr / max_wr
 	maxSGE int
 }
 
 func (q *recvQueue) init(maxWR, maxSGE int) {
-	q.ring = make([]recvWQE, maxWR)
+	q.ring = make([]recvWQE, min(maxWR, initialQueueSlots))
+	q.max = maxWR
 	q.maxSGE = maxSGE
 }
 
@@ -33,8 +35,15 @@ func (q *recvQueue) push(wr *RecvWR) error {
 	if len(wr.SGList) > q.maxSGE {
 		return fmt.Errorf("post_recv: wr %d has %d SGEs, max_recv_sge is %d: %w", wr.WRID, len(wr.SGList), q.maxSGE, syscall.EINVAL)
 	}
-	if q.n == len(q.ring) {
+	if q.n == q.max {
 		return fmt.Errorf("post_recv: receive queue full (%d WRs posted): %w", q.n, syscall.ENOMEM)
+	}
+	if q.n == len(q.ring) { // double the ring, the oldest receive first
+		r := make([]recvWQE, min(2*len(q.ring), q.max))
+		for i := range q.n {
+			r[i] = q.ring[(q.head+i)%len(q.ring)]
+		}
+		q.ring, q.head = r, 0
 	}
 	e := &q.ring[(q.head+q.n)%len(q.ring)]
 	e.wrID = wr.WRID
@@ -109,8 +118,8 @@ func (s *SRQ) PostRecv(wrs ...RecvWR) error {
 func (s *SRQ) Arm(limit int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if limit < 0 || limit > len(s.q.ring) {
-		return fmt.Errorf("modify_srq: srq_limit %d outside 0..%d: %w", limit, len(s.q.ring), syscall.EINVAL)
+	if limit < 0 || limit > s.q.max {
+		return fmt.Errorf("modify_srq: srq_limit %d outside 0..%d: %w", limit, s.q.max, syscall.EINVAL)
 	}
 	s.limit = limit
 	return nil

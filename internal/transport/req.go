@@ -36,13 +36,36 @@ type sendWQE struct {
 // [cur, tail) are not (fully) sent yet.
 type sendQueue struct {
 	ring            []sendWQE
+	max             int // max_send_wr: the ring grows up to this many slots
 	head, cur, tail uint64
 }
 
-func (s *sendQueue) init(n int)           { s.ring = make([]sendWQE, n) }
+// initialQueueSlots is how many slots a send or receive ring starts with.
+// Rings double, up to the QP's max_send_wr/max_recv_wr, when a post finds
+// them full, so an idle QP holds what it has ever had outstanding rather
+// than its limit: a 1,024-WR QP that never had more than 16 WRs posted
+// weighs what a 16-WR one does (bench/'s IdleQPs). Linux rxe allocates its
+// queues whole; the limits ibv_query_qp reports are the same either way.
+const initialQueueSlots = 16
+
+func (s *sendQueue) init(n int)           { s.max, s.ring = n, make([]sendWQE, min(n, initialQueueSlots)) }
 func (s *sendQueue) at(i uint64) *sendWQE { return &s.ring[i%uint64(len(s.ring))] }
-func (s *sendQueue) full() bool           { return s.tail-s.head == uint64(len(s.ring)) }
+func (s *sendQueue) full() bool           { return s.tail-s.head == uint64(s.max) }
 func (s *sendQueue) clear()               { s.head, s.cur, s.tail = 0, 0, 0 }
+
+// room makes a slot for the WQE at tail, doubling the ring (up to max)
+// when every slot is live. Indices are absolute, so each live WQE moves to
+// its index modulo the new length; no *sendWQE is kept across posts.
+func (s *sendQueue) room() {
+	if s.tail-s.head < uint64(len(s.ring)) || len(s.ring) >= s.max {
+		return
+	}
+	r := make([]sendWQE, min(2*len(s.ring), s.max))
+	for i := s.head; i < s.tail; i++ {
+		r[i%uint64(len(r))] = s.ring[i%uint64(len(s.ring))]
+	}
+	s.ring = r
+}
 
 // reqState is the requester's progress.
 type reqState struct {
@@ -152,8 +175,9 @@ func (q *QP) postOne(wr *SendWR) error {
 	}
 	if q.sq.full() {
 		return fmt.Errorf("post_send on QP %#x: send queue full (%d WRs outstanding, max_send_wr %d): %w",
-			q.num, q.sq.tail-q.sq.head, len(q.sq.ring), syscall.ENOMEM)
+			q.num, q.sq.tail-q.sq.head, q.sq.max, syscall.ENOMEM)
 	}
+	q.sq.room()
 	w := q.sq.at(q.sq.tail)
 	sge, inline := w.sge[:0], w.inline[:0]
 	*w = sendWQE{wr: *wr, length: length, signaled: q.sigAll || wr.Flags&SendSignaled != 0}
