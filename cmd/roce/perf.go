@@ -146,6 +146,7 @@ func newPerfVerbCmd(name string, verb perftest.Verb, bw, lat string) *cobra.Comm
 	f.IntVarP(&c.CQMod, "cq-mod", "Q", 0, "a CQE only every `n` completions (default 100)")
 	f.IntVarP(&c.OutReads, "outs", "o", 0, "outstanding reads/atomics (default the device maximum)")
 	f.IntVarP(&c.QPTimeout, "qp-timeout", "u", 14, "QP timeout: 4 usec * 2^timeout")
+	f.StringVarP(&c.Connection, "connection", "c", "RC", "connection type RC or UC (UC: write and send only; UD is not implemented)")
 	f.BoolVar(&c.ReportGbits, "report_gbits", false, "report BW in Gbit/sec instead of MiB/sec")
 	f.BoolVar(&c.OutJSON, "out_json", false, "also write the report to a file in perftest's format")
 	f.StringVar(&c.JSONFile, "out_json_file", "perftest_out.json", "the --out_json `file`")

@@ -76,17 +76,20 @@ type Config struct {
 	Iters  int    // -n; 0 = default (ib_write_bw 5000, others 1000)
 	// Duration (-D) runs for this long instead of Iters, measuring the
 	// middle half (perftest's margin, -f, is a quarter each side).
-	Duration    time.Duration
-	All         bool // -a: sizes 2 B to 8 MiB
-	GIDIndex    int  // -x; -1 picks as perftest does (IPv4 unless IPv6, RoCE v2 over v1)
-	IPv6        bool // --ipv6: prefer an IPv6 GID when picking
-	MTU         int  // -m in bytes; 0 = the port's active MTU
-	NumQPs      int  // -q, default 1
-	TxDepth     int  // -t; 0 = default (BW 128, latency 1)
-	RxDepth     int  // -r; 0 = default (SEND 512)
-	CQMod       int  // -Q; 0 = default (100)
-	OutReads    int  // -o; 0 = the device maximum (READ and atomics)
-	QPTimeout   int  // -u, default 14
+	Duration  time.Duration
+	All       bool // -a: sizes 2 B to 8 MiB
+	GIDIndex  int  // -x; -1 picks as perftest does (IPv4 unless IPv6, RoCE v2 over v1)
+	IPv6      bool // --ipv6: prefer an IPv6 GID when picking
+	MTU       int  // -m in bytes; 0 = the port's active MTU
+	NumQPs    int  // -q, default 1
+	TxDepth   int  // -t; 0 = default (BW 128, latency 1)
+	RxDepth   int  // -r; 0 = default (SEND 512)
+	CQMod     int  // -Q; 0 = default (100)
+	OutReads  int  // -o; 0 = the device maximum (READ and atomics)
+	QPTimeout int  // -u, default 14
+	// Connection is -c: "RC" (the default) or "UC" (SEND and RDMA WRITE
+	// only, and without -R). UD is not implemented.
+	Connection  string
 	ReportGbits bool // --report_gbits: Gb/sec instead of MB/sec (MiB)
 	OutJSON     bool // --out_json
 	JSONFile    string
@@ -203,6 +206,21 @@ func (c Config) resolve() (*params, error) {
 	}
 	if p.MTU != 0 && p.MTU != 256 && p.MTU != 512 && p.MTU != 1024 && p.MTU != 2048 && p.MTU != 4096 {
 		return nil, usage("-m %d: MTU must be 256, 512, 1024, 2048 or 4096", p.MTU)
+	}
+	switch p.Connection {
+	case "", "RC":
+		p.Connection = "RC"
+	case "UC":
+		if p.Verb != Send && p.Verb != Write {
+			return nil, usage("-c UC: %s needs a reliable connection (UC carries SEND and RDMA WRITE only); use -c RC", p.Verb)
+		}
+		if p.RDMACM {
+			return nil, usage("-c UC with -R: goroce's perf connects UC QPs through the TCP exchange only; drop -R")
+		}
+	case "UD":
+		return nil, usage("-c UD: not implemented by goroce's perf; connection types are RC and UC")
+	default:
+		return nil, usage("-c %s: connection type must be RC or UC (UD is not implemented)", p.Connection)
 	}
 	if p.QPTimeout == 0 {
 		p.QPTimeout = 14

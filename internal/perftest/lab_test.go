@@ -21,14 +21,19 @@ var labTools = []struct {
 	verb perftest.Verb
 	lat  bool
 	size int
+	uc   bool // -c UC
 }{
-	{"ib_write_bw", perftest.Write, false, 4096},
-	{"ib_read_bw", perftest.Read, false, 4096},
-	{"ib_send_bw", perftest.Send, false, 2048},
-	{"ib_atomic_bw", perftest.Atomic, false, 0},
-	{"ib_write_lat", perftest.Write, true, 64},
-	{"ib_send_lat", perftest.Send, true, 64},
-	{"ib_read_lat", perftest.Read, true, 64},
+	{"ib_write_bw", perftest.Write, false, 4096, false},
+	{"ib_read_bw", perftest.Read, false, 4096, false},
+	{"ib_send_bw", perftest.Send, false, 2048, false},
+	{"ib_atomic_bw", perftest.Atomic, false, 0, false},
+	{"ib_write_lat", perftest.Write, true, 64, false},
+	{"ib_send_lat", perftest.Send, true, 64, false},
+	{"ib_read_lat", perftest.Read, true, 64, false},
+	{"ib_write_bw", perftest.Write, false, 4096, true},
+	{"ib_send_bw", perftest.Send, false, 2048, true},
+	{"ib_write_lat", perftest.Write, true, 64, true},
+	{"ib_send_lat", perftest.Send, true, 64, true},
 }
 
 // labFamilies are the RoCE v2 GIDs the lab tests run over: goroce's -x
@@ -75,12 +80,20 @@ func TestLabInterop(t *testing.T) {
 		gOurs, gTheirs := lab.HostGIDIndex(t, d, ourIP), l.GIDIndex(t, vm, theirIP)
 		for _, tc := range labTools {
 			for _, role := range []string{"client", "server"} {
-				t.Run(fam.name+"/"+tc.tool+"/goroce-"+role, func(t *testing.T) {
+				name := fam.name + "/" + tc.tool
+				if tc.uc {
+					name += "-UC"
+				}
+				t.Run(name+"/goroce-"+role, func(t *testing.T) {
 					ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 					defer cancel()
 					out := &strings.Builder{}
 					c := perftest.Config{Verb: tc.verb, Lat: tc.lat, Size: tc.size, Iters: 5, GIDIndex: gOurs, Out: out}
 					args := fmt.Sprintf("-d rxe0 -x %d -n 5 -F", gTheirs)
+					if tc.uc {
+						c.Connection = "UC"
+						args += " -c UC"
+					}
 					if tc.size != 0 {
 						args += fmt.Sprintf(" -s %d", tc.size)
 					}
@@ -153,6 +166,9 @@ func TestLabInterop(t *testing.T) {
 					}
 					if !(tc.lat && tc.verb == perftest.Read && role == "client") && !perftestLine(theirs, tc.lat) { // ib_read_lat's server prints no table
 						t.Errorf("%s printed no result line:\n%s", tc.tool, theirs)
+					}
+					if tc.uc && (!strings.Contains(theirs, " Connection type : UC") || !strings.Contains(out.String(), " Connection type : UC")) {
+						t.Errorf("a banner does not say Connection type : UC:\n%s\n%s", out, theirs)
 					}
 					if !strings.Contains(out.String(), perftestGID(theirIP)) || !strings.Contains(theirs, perftestGID(ourIP)) {
 						t.Errorf("the address lines do not name %s and %s:\n%s\n%s", ourIP, theirIP, out, theirs)

@@ -3,6 +3,7 @@ package perftest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -96,6 +97,7 @@ type modeCase struct {
 	size   int
 	qps    int
 	all    bool
+	uc     bool // -c UC
 }
 
 func (m modeCase) name() string {
@@ -113,6 +115,9 @@ func (m modeCase) name() string {
 	}
 	if m.all {
 		s += "/all"
+	}
+	if m.uc {
+		s += "/uc"
 	}
 	return s
 }
@@ -132,6 +137,10 @@ var modes = []modeCase{
 	{verb: Atomic, lat: true},
 	{verb: Write, all: true},
 	{verb: Send, lat: true, all: true},
+	{verb: Write, size: 4096, uc: true},
+	{verb: Send, size: 2048, uc: true},
+	{verb: Write, lat: true, size: 64, uc: true},
+	{verb: Send, lat: true, size: 64, uc: true},
 }
 
 // Every mode, goroce against goroce on two devices of the in-memory
@@ -175,6 +184,9 @@ func runFabric(t *testing.T, m modeCase, rdmaCM bool) {
 	}
 	cfg := Config{Verb: m.verb, Lat: m.lat, Atomic: m.atomic, Size: m.size, NumQPs: m.qps, Iters: iters,
 		All: m.all, GIDIndex: -1, Verify: true, OutJSON: true}
+	if m.uc {
+		cfg.Connection = "UC"
+	}
 	var sout, cout bytes.Buffer
 	sc, cc := cfg, cfg
 	sc.Out, sc.JSONFile = &sout, filepath.Join(t.TempDir(), "s.json")
@@ -229,6 +241,15 @@ func runFabric(t *testing.T, m modeCase, rdmaCM bool) {
 		t.Fatalf("server: %v\n%s", s.err, sout.String())
 	}
 	t.Logf("server:\n%sclient:\n%s", sout.String(), cout.String())
+	conn := "RC"
+	if m.uc {
+		conn = "UC"
+	}
+	for who, out := range map[string]string{"server": sout.String(), "client": cout.String()} {
+		if !strings.Contains(out, " Connection type : "+conn+"\t") {
+			t.Errorf("the %s's banner does not say Connection type : %s", who, conn)
+		}
+	}
 	sizes := []int{m.size}
 	if m.verb == Atomic {
 		sizes = []int{8}
@@ -380,5 +401,32 @@ func TestPerfDurationStops(t *testing.T) {
 	}
 	if len(r.BW) != 1 || r.BW[0].Iters == 0 || r.BW[0].Iters >= 100_000_000 || !(r.BW[0].BWAvg > 0) {
 		t.Errorf("report %+v", r.BW)
+	}
+}
+
+// -c: RC (default) and UC for SEND and WRITE; everything else is refused
+// with ErrUsage and a message naming what is valid.
+func TestConnectionValidate(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want string // "" = valid
+	}{
+		{Config{Verb: Write}, ""},
+		{Config{Verb: Write, Connection: "RC"}, ""},
+		{Config{Verb: Write, Connection: "UC"}, ""},
+		{Config{Verb: Send, Lat: true, Connection: "UC"}, ""},
+		{Config{Verb: Read, Connection: "UC"}, "UC carries SEND and RDMA WRITE only"},
+		{Config{Verb: Atomic, Connection: "UC"}, "use -c RC"},
+		{Config{Verb: Write, Connection: "UC", RDMACM: true}, "drop -R"},
+		{Config{Verb: Send, Connection: "UD"}, "connection types are RC and UC"},
+		{Config{Verb: Send, Connection: "XRC"}, "must be RC or UC"},
+	} {
+		err := c.cfg.Validate()
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%+v: %v", c.cfg, err)
+		case c.want != "" && (err == nil || !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s %q: %v, want an ErrUsage containing %q", c.cfg.Verb, c.cfg.Connection, err, c.want)
+		}
 	}
 }

@@ -48,7 +48,7 @@ func (p *params) banner(w io.Writer, mtu, gidIndex, outReads int) {
 	fmt.Fprintf(w, "                    %s\n", p.title())
 	fmt.Fprintf(w, " Dual-port       : OFF\t\tDevice         : %s\n", p.Device)
 	fmt.Fprintf(w, " Number of qps   : %d\t\tTransport type : IB\n", p.NumQPs)
-	fmt.Fprintf(w, " Connection type : RC\t\tUsing SRQ      : OFF\n")
+	fmt.Fprintf(w, " Connection type : %s\t\tUsing SRQ      : OFF\n", p.Connection)
 	fmt.Fprintf(w, " PCIe relax order: Unsupported\n")
 	fmt.Fprintf(w, " ibv_wr* API     : OFF\n")
 	if p.client {

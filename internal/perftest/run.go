@@ -263,7 +263,11 @@ func (r *run) create(cycle, line int) error {
 }
 
 func (r *run) qpInit(q *qpRes) verbs.QPInitAttr {
-	return verbs.QPInitAttr{Type: verbs.RC, SendCQ: q.scq, RecvCQ: q.rcq,
+	typ := verbs.RC
+	if r.Connection == "UC" {
+		typ = verbs.UC
+	}
+	return verbs.QPInitAttr{Type: typ, SendCQ: q.scq, RecvCQ: q.rcq,
 		Cap: verbs.QPCap{MaxSendWR: r.TxDepth, MaxRecvWR: r.RxDepth, MaxSendSGE: 1, MaxRecvSGE: 1}}
 }
 
@@ -371,14 +375,18 @@ func (r *run) connect(q *qpRes) error {
 		GRH: verbs.GlobalRoute{DGID: q.rem.GID, SGIDIndex: uint8(r.gidIndex), HopLimit: 0xff}}
 	rtr := &verbs.QPAttr{State: verbs.QPSRTR, PathMTU: r.mtu, DestQPN: q.rem.QPN, RQPSN: wire.PSN(q.rem.PSN),
 		MaxDestRdAtomic: uint8(q.my.OutReads), MinRNRTimer: minRNRTimer, AH: ah}
-	if err := q.qp.Modify(rtr, verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|
-		verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer); err != nil {
-		return fmt.Errorf("Failed to modify QP %d to RTR: %w", q.qp.Num(), err)
-	}
+	rtrMask := verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN
 	rts := &verbs.QPAttr{State: verbs.QPSRTS, SQPSN: wire.PSN(q.my.PSN), Timeout: uint8(r.QPTimeout), RetryCnt: 7, RNRRetry: 7,
 		MaxRdAtomic: uint8(min(q.rem.OutReads, 255))}
-	if err := q.qp.Modify(rts, verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|
-		verbs.AttrMaxQPRdAtomic); err != nil {
+	rtsMask := verbs.AttrState | verbs.AttrSQPSN
+	if r.Connection == "RC" { // UC has no responder resources, RNR timer, timeout or retries
+		rtrMask |= verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer
+		rtsMask |= verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic
+	}
+	if err := q.qp.Modify(rtr, rtrMask); err != nil {
+		return fmt.Errorf("Failed to modify QP %d to RTR: %w", q.qp.Num(), err)
+	}
+	if err := q.qp.Modify(rts, rtsMask); err != nil {
 		return fmt.Errorf("Failed to modify QP to RTS: %w", err)
 	}
 	return nil
