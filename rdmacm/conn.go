@@ -158,8 +158,8 @@ func (l *Listener) Addr() netip.AddrPort { return l.id.LocalAddr() }
 
 // Accept waits for a connection request, creates its QP on the listener's
 // PD, calls the Endpoint's Prepare and accepts it, returning once the RTU
-// arrives. A request that cannot
-// be served is rejected and Accept waits for the next.
+// arrives. A request that cannot be served is rejected and Accept waits
+// for the next.
 func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 	for {
 		e, err := l.ec.Get(ctx)
