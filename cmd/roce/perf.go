@@ -37,6 +37,7 @@ address, and the devices are found by address (-d picks one).`,
   roce perf write -d rxe0 -x 1 198.51.100.11        # client
   roce perf send --lat -d rxe0 -a 198.51.100.11     # ib_send_lat, all sizes
   roce perf read -d rxe0 -q 4 -D 10 198.51.100.11   # 4 QPs for 10 seconds
+  roce perf send -d rxe0 -b 198.51.100.11           # both ways (server with -b too)
   roce perf write -R                                # server (ib_write_bw -R)
   roce perf write -R 192.0.2.11                     # client, through RDMA CM`,
 		Args: unknownCommand,
@@ -137,6 +138,7 @@ func newPerfVerbCmd(name string, verb perftest.Verb, bw, lat string) *cobra.Comm
 	f.IntVarP(&c.Iters, "iters", "n", 0, "number of exchanges, at least 5 (default 1000, ib_write_bw 5000)")
 	f.IntVarP(&duration, "duration", "D", 0, "run for `seconds` instead of -n (a progress line a second on stderr)")
 	f.BoolVarP(&c.All, "all", "a", false, "run sizes from 2 till 2^23")
+	f.BoolVarP(&c.Bidirectional, "bidirectional", "b", false, "measure bidirectional bandwidth (default unidirectional); BW tests only, on both sides")
 	f.IntVarP(&c.GIDIndex, "gid-index", "x", -1, "use the GID with `index` (default: an IPv4 RoCE v2 GID, as perftest picks)")
 	f.BoolVar(&c.IPv6, "ipv6", false, "pick an IPv6 GID when -x is not given")
 	f.IntVarP(&mtu, "mtu", "m", 0, "path MTU: 256 - 4096 (default port MTU)")

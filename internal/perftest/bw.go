@@ -117,9 +117,12 @@ func (p *params) unit() string {
 
 // rdmaBW is ib_write_bw, ib_read_bw and ib_atomic_bw after the connection:
 // the client runs and reports; the server waits and prints the client's
-// report.
+// report. With -b both run (rdmaBWDuplex).
 func (r *run) rdmaBW(ctx context.Context) error {
 	r.bwHeader(r.out)
+	if r.Bidirectional {
+		return r.rdmaBWDuplex(ctx)
+	}
 	if !r.client {
 		if err := r.hs(); err != nil {
 			return err
@@ -133,24 +136,8 @@ func (r *run) rdmaBW(ctx context.Context) error {
 			return err
 		}
 		if r.Verify && r.Duration == 0 {
-			r.dev.Barrier()
-			for i, q := range r.qps {
-				var err error
-				switch r.Verb {
-				case Write:
-					err = checkData(fmt.Sprintf("QP %d: RDMA_Write target", i), q.recvRegion(int(rem.Size)), patternA)
-				case Atomic:
-					want := uint64(0)
-					if r.atomicFA {
-						want = uint64(r.Iters) * atomicAdd
-					}
-					if got := binary.LittleEndian.Uint64(q.recvRegion(8)); got != want {
-						err = fmt.Errorf("data check failed: QP %d: %s target holds %d after %d operations, want %d", i, r.Atomic, got, r.Iters, want)
-					}
-				}
-				if err != nil {
-					return err
-				}
+			if err := r.checkTarget(int(rem.Size)); err != nil {
+				return err
 			}
 		}
 		err = r.cm.closeConn(r.qps[0].my)
@@ -169,11 +156,8 @@ func (r *run) rdmaBW(ctx context.Context) error {
 			return err
 		}
 		if r.Verify && r.Verb == Read && r.Duration == 0 {
-			for i, q := range r.qps {
-				if err := checkData(fmt.Sprintf("QP %d: RDMA_Read result", i), q.sendRegion(size), patternB); err != nil {
-					return err
-				}
-				copy(q.sendRegion(size), make([]byte, size)) // the next size must read it again
+			if err := r.checkReadResult(size); err != nil {
+				return err
 			}
 		}
 	}
@@ -187,14 +171,123 @@ func (r *run) rdmaBW(ctx context.Context) error {
 	return r.cm.closeConn(r.qps[0].my)
 }
 
+// rdmaBWDuplex is ib_write_bw, ib_read_bw and ib_atomic_bw with -b: per
+// size a handshake, then both sides run as the client does (with -a
+// another handshake after the run, which perftest has from 4.6 on), then
+// they exchange their reports and each prints the sum. No handshake and
+// exchange of the client's report follow at the end: the server is not
+// waiting for one.
+func (r *run) rdmaBWDuplex(ctx context.Context) error {
+	for _, size := range r.sizes() {
+		if err := r.hs(); err != nil {
+			return fmt.Errorf("Failed to sync between server and client between different msg sizes: %w", err)
+		}
+		s, err := r.runBWClient(ctx, size)
+		if err != nil {
+			return err
+		}
+		if r.All {
+			if err := r.hs(); err != nil {
+				return fmt.Errorf("Failed to sync between server and client between different msg sizes: %w", err)
+			}
+		}
+		if err := r.printDuplex(r.bwReport(size, s)); err != nil {
+			return err
+		}
+		// The peer sent its report after its last completion: what it wrote
+		// or added here is in place, and it starts the next size only after
+		// the next handshake.
+		if r.Verify && r.Duration == 0 {
+			if r.Verb == Read {
+				err = r.checkReadResult(size)
+			} else {
+				err = r.checkTarget(size)
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	fmt.Fprint(r.out, resultLine)
+	return r.cm.closeConn(r.qps[0].my)
+}
+
+// printDuplex exchanges this side's report for the peer's
+// (xchg_bw_reports) and prints their sum (print_full_bw_report with both).
+func (r *run) printDuplex(my BWReport) error {
+	rem, err := r.cm.xchgReports(my)
+	if err != nil {
+		return fmt.Errorf("Failed to exchange data between server and clients: %w", err)
+	}
+	r.res.Local = append(r.res.Local, my)
+	r.res.BW = append(r.res.BW, sumBW(my, rem))
+	return r.printBWSum(r.out, my, rem, r.mtu.Bytes(), r.gidIndex, r.outReads)
+}
+
+// checkTarget is Verify's check of what the peer's WRITEs or atomics left
+// in this side's target; an RC WRITE target is cleared for the next size.
+// A UC WRITE completes once it is sent, so the peer's report can overtake
+// its last packets: the check waits for the data, reading it while the
+// device's receive path stands still, and leaves it (a packet still on its
+// way would write it again).
+func (r *run) checkTarget(size int) error {
+	r.dev.Barrier()
+	for i, q := range r.qps {
+		switch r.Verb {
+		case Write:
+			what := fmt.Sprintf("QP %d: RDMA_Write target", i)
+			if r.Connection == "UC" {
+				var err error
+				for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+					r.dev.Observe(func() { err = checkData(what, q.recvRegion(size), patternA) })
+					if err == nil || time.Now().After(deadline) {
+						break
+					}
+				}
+				if err != nil {
+					return err
+				}
+				continue
+			}
+			if err := checkData(what, q.recvRegion(size), patternA); err != nil {
+				return err
+			}
+			clear(q.recvRegion(size))
+		case Atomic:
+			want := uint64(0)
+			if r.atomicFA {
+				want = uint64(r.Iters) * atomicAdd
+			}
+			if got := binary.LittleEndian.Uint64(q.recvRegion(8)); got != want {
+				return fmt.Errorf("data check failed: QP %d: %s target holds %d after %d operations, want %d", i, r.Atomic, got, r.Iters, want)
+			}
+		}
+	}
+	return nil
+}
+
+// checkReadResult is Verify's check of what this side's READs brought
+// back, cleared for the next size, which must read it again.
+func (r *run) checkReadResult(size int) error {
+	for i, q := range r.qps {
+		if err := checkData(fmt.Sprintf("QP %d: RDMA_Read result", i), q.sendRegion(size), patternB); err != nil {
+			return err
+		}
+		clear(q.sendRegion(size))
+	}
+	return nil
+}
+
 // sendBW is ib_send_bw: per size the server posts its receives, both
 // sides handshake, the client sends and the server receives, and each
-// prints its own report.
+// prints its own report. With -b both post receives and both send and
+// receive (runBWDuplex); they exchange their reports and each prints the
+// sum, except with -D, where each prints its own.
 func (r *run) sendBW(ctx context.Context) error {
 	r.bwHeader(r.out)
 	for _, size := range r.sizes() {
 		var s *bwSamples
-		if !r.client {
+		if r.receives() {
 			for _, q := range r.qps {
 				q.posted = 0
 				if err := r.postRecvs(q, size, r.RxDepth); err != nil {
@@ -206,26 +299,37 @@ func (r *run) sendBW(ctx context.Context) error {
 			return err
 		}
 		var err error
-		if r.client {
+		switch {
+		case r.Bidirectional:
+			s, err = r.runBWDuplex(ctx, size)
+		case r.client:
 			s, err = r.runBWClient(ctx, size)
-		} else {
+		default:
 			s, err = r.runBWServer(ctx, size)
 		}
 		if err != nil {
 			return err
 		}
 		rep := r.bwReport(size, s)
-		r.res.BW = append(r.res.BW, rep)
-		if err := r.printBW(r.out, rep, r.mtu.Bytes(), r.gidIndex, r.outReads); err != nil {
+		if r.Bidirectional && r.Duration == 0 {
+			err = r.printDuplex(rep)
+		} else {
+			if r.Bidirectional {
+				r.res.Local = append(r.res.Local, rep)
+			}
+			r.res.BW = append(r.res.BW, rep)
+			err = r.printBW(r.out, rep, r.mtu.Bytes(), r.gidIndex, r.outReads)
+		}
+		if err != nil {
 			return err
 		}
-		if r.Verify && !r.client && r.Duration == 0 {
+		if r.Verify && r.receives() && r.Duration == 0 {
 			r.dev.Barrier()
 			for i, q := range r.qps {
 				if err := checkData(fmt.Sprintf("QP %d: received message", i), q.recvRegion(size), patternA); err != nil {
 					return err
 				}
-				copy(q.recvRegion(size), make([]byte, size))
+				clear(q.recvRegion(size))
 			}
 		}
 		if r.All {
@@ -267,7 +371,7 @@ func (r *run) runBWClient(ctx context.Context, size int) (*bwSamples, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = r.bwClientQP(ctx, q, size, clk, win, &per[i], &count)
+			errs[i] = r.bwClientQP(ctx, q, size, clk, win, true, &per[i], &count)
 		}()
 	}
 	wg.Wait()
@@ -279,7 +383,12 @@ func (r *run) runBWClient(ctx context.Context, size int) (*bwSamples, error) {
 	return r.merge(per, win), nil
 }
 
-func (r *run) bwClientQP(ctx context.Context, q *qpRes, size int, clk clock, win window, s *qpSamples, count *atomic.Uint64) error {
+// bwClientQP posts and completes one QP's messages. With -D and drain it
+// stops at the end on a signaled boundary and waits for what it posted, so
+// that its last completion accounts for every message; without drain (SEND
+// with -b, whose peer stops taking receives at its own end) it stops at
+// the end and leaves what is outstanding, as perftest does.
+func (r *run) bwClientQP(ctx context.Context, q *qpRes, size int, clk clock, win window, drain bool, s *qpSamples, count *atomic.Uint64) error {
 	tmpl := r.sendWR(q, size)
 	iters := uint64(r.Iters)
 	txDepth, cqMod := uint64(r.TxDepth), uint64(r.CQMod)
@@ -294,10 +403,10 @@ func (r *run) bwClientQP(ctx context.Context, q *qpRes, size int, clk clock, win
 		if win.on {
 			// Stop posting at the end, on a signaled boundary so that the
 			// last completion accounts for every message.
-			if !stopped && clk.now() >= win.end && scnt%cqMod == 0 {
+			if !stopped && clk.now() >= win.end && (scnt%cqMod == 0 || !drain) {
 				stopped = true
 			}
-			if stopped && ccnt == scnt {
+			if stopped && (ccnt == scnt || !drain) {
 				break
 			}
 		} else if ccnt >= iters {
@@ -465,9 +574,13 @@ func (r *run) bwServerQP(ctx context.Context, q *qpRes, size int, clk clock, fir
 				return nil
 			}
 			deadline = clk.base.Add(time.Duration(win.end))
-		} else if r.Duration > 0 && rcnt > 0 {
-			win = r.window(clk, first(0))
-			continue
+		} else if r.Duration > 0 {
+			// The window is the run's, from its first receive on any QP
+			// (with -b, on the client, from its start).
+			if f := first(0); f != 0 {
+				win = r.window(clk, f)
+				continue
+			}
 		}
 		if r.Duration > 0 && !win.on {
 			deadline = time.Now().Add(100 * time.Millisecond)
@@ -497,4 +610,84 @@ func (r *run) bwServerQP(ctx context.Context, q *qpRes, size int, clk clock, fir
 			}
 		}
 	}
+}
+
+// runBWDuplex is run_iter_bi, ib_send_bw with -b: per QP one goroutine
+// sends as the client does and one takes receives as the server does, from
+// the receives posted before the handshake. The server sends nothing
+// before its first receive (on any QP), so that it does not start before
+// the client has. Without -D the report is of what this side sent, timed
+// as the client's (with no peak measured, from the start of the run to
+// the last completion either way); with -D it counts both what this side
+// sent and what it received in the middle half of a run that starts on
+// the client at once and on the server at its first receive, and neither
+// side waits at the end for what it has outstanding.
+func (r *run) runBWDuplex(ctx context.Context, size int) (*bwSamples, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	clk := clock{base: time.Now()}
+	start := clk.now()
+	var count atomic.Uint64
+	prog := r.startProgress(&count, size, r.unit())
+	defer prog.stop()
+	// began is closed, and beganAt set, when this side may send.
+	began := make(chan struct{})
+	var once sync.Once
+	var beganAt int64
+	begin := func(t int64) { once.Do(func() { beganAt = t; close(began) }) }
+	if r.client {
+		begin(start)
+	}
+	first := func(t int64) int64 {
+		if t != 0 {
+			begin(t)
+		}
+		select {
+		case <-began:
+			return beganAt
+		default:
+			return 0
+		}
+	}
+	sent := make([]qpSamples, len(r.qps))
+	rcvd := make([]qpSamples, len(r.qps))
+	fail := func(err error) {
+		if err != nil {
+			cancel(err)
+		}
+	}
+	var wg sync.WaitGroup
+	for i, q := range r.qps {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			select {
+			case <-began:
+			case <-ctx.Done():
+				return
+			}
+			fail(r.bwClientQP(ctx, q, size, clk, r.window(clk, beganAt), r.Duration == 0, &sent[i], &count))
+		}()
+		go func() {
+			defer wg.Done()
+			fail(r.bwServerQP(ctx, q, size, clk, first, &rcvd[i], &count))
+		}()
+	}
+	wg.Wait()
+	end := clk.now()
+	if err := context.Cause(ctx); err != nil {
+		return nil, err
+	}
+	if r.Duration > 0 {
+		s := r.merge(sent, r.window(clk, beganAt))
+		for _, p := range rcvd {
+			s.iters += p.count
+		}
+		return s, nil
+	}
+	s := r.merge(sent, window{})
+	if r.noPeak {
+		s.start, s.end = time.Time{}.Add(time.Duration(start)), time.Time{}.Add(time.Duration(end))
+	}
+	return s, nil
 }

@@ -96,6 +96,12 @@ type Config struct {
 	Device      string    // the device name for the banner
 	Out         io.Writer // the tool's output (stdout)
 	Progress    io.Writer // a progress line per second in -D runs (stderr)
+	// Bidirectional is -b (perftest's duplex), for the BW tests only: both
+	// sides post the verb at each other at once, exchange their reports
+	// and each prints one line with the two sides' bandwidths and message
+	// rates added up. With SEND both sides post receives too, and with -D
+	// each prints its own line counting what it sent and received.
+	Bidirectional bool
 	// Dial, if set, opens the client's TCP connection; otherwise net.Dialer.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Listener, if set, is the server's listening socket; otherwise the
@@ -156,6 +162,9 @@ func (c Config) resolve() (*params, error) {
 	}
 	if p.NumQPs < 1 || p.NumQPs > 1024 {
 		return nil, usage("-q %d: number of QPs must be 1-1024", p.NumQPs)
+	}
+	if p.Lat && p.Bidirectional {
+		return nil, usage("-b: Bidirectional is only available in BW tests (write, read, send and atomic without --lat); drop -b or --lat")
 	}
 	if p.Lat && p.NumQPs > 1 {
 		return nil, usage("-q %d: latency tests run on one QP", p.NumQPs)
@@ -269,7 +278,9 @@ func (c Config) resolve() (*params, error) {
 	if p.All {
 		p.Size = maxSize
 	}
-	if !p.Lat && (p.Iters > maxPeakIters || p.Verb == Send && !p.client) {
+	// A SEND server measures no peak: it only receives. With -b it sends
+	// too, and measures its sending as a client does.
+	if !p.Lat && (p.Iters > maxPeakIters || p.Verb == Send && !p.client && !p.Bidirectional) {
 		p.noPeak = true
 	}
 	if p.OutReads < 0 {

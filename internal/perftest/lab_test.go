@@ -17,23 +17,28 @@ import (
 )
 
 var labTools = []struct {
-	tool string
-	verb perftest.Verb
-	lat  bool
-	size int
-	uc   bool // -c UC
+	tool  string
+	verb  perftest.Verb
+	lat   bool
+	size  int
+	uc    bool // -c UC
+	bidir bool // -b
 }{
-	{"ib_write_bw", perftest.Write, false, 4096, false},
-	{"ib_read_bw", perftest.Read, false, 4096, false},
-	{"ib_send_bw", perftest.Send, false, 2048, false},
-	{"ib_atomic_bw", perftest.Atomic, false, 0, false},
-	{"ib_write_lat", perftest.Write, true, 64, false},
-	{"ib_send_lat", perftest.Send, true, 64, false},
-	{"ib_read_lat", perftest.Read, true, 64, false},
-	{"ib_write_bw", perftest.Write, false, 4096, true},
-	{"ib_send_bw", perftest.Send, false, 2048, true},
-	{"ib_write_lat", perftest.Write, true, 64, true},
-	{"ib_send_lat", perftest.Send, true, 64, true},
+	{"ib_write_bw", perftest.Write, false, 4096, false, false},
+	{"ib_read_bw", perftest.Read, false, 4096, false, false},
+	{"ib_send_bw", perftest.Send, false, 2048, false, false},
+	{"ib_atomic_bw", perftest.Atomic, false, 0, false, false},
+	{"ib_write_lat", perftest.Write, true, 64, false, false},
+	{"ib_send_lat", perftest.Send, true, 64, false, false},
+	{"ib_read_lat", perftest.Read, true, 64, false, false},
+	{"ib_write_bw", perftest.Write, false, 4096, true, false},
+	{"ib_send_bw", perftest.Send, false, 2048, true, false},
+	{"ib_write_lat", perftest.Write, true, 64, true, false},
+	{"ib_send_lat", perftest.Send, true, 64, true, false},
+	{"ib_write_bw", perftest.Write, false, 4096, false, true},
+	{"ib_read_bw", perftest.Read, false, 4096, false, true},
+	{"ib_send_bw", perftest.Send, false, 2048, false, true},
+	{"ib_atomic_bw", perftest.Atomic, false, 0, false, true},
 }
 
 // labFamilies are the RoCE v2 GIDs the lab tests run over: goroce's -x
@@ -67,7 +72,8 @@ func perftestGID(ip string) string {
 // every BW and latency tool, 5 iterations each, over the IPv4 and then
 // the IPv6 RoCE v2 GID: both sides succeed, both print a table line with
 // a positive bandwidth or latency, and each names the other's GID of that
-// family in its remote address line.
+// family in its remote address line. With -b (the BW tools) both print
+// the same line: each side's report plus the other's.
 func TestLabInterop(t *testing.T) {
 	l := lab.Start(t)
 	d := l.OpenDevice(t, host.VersionsV2)
@@ -84,6 +90,9 @@ func TestLabInterop(t *testing.T) {
 				if tc.uc {
 					name += "-UC"
 				}
+				if tc.bidir {
+					name += "-b"
+				}
 				t.Run(name+"/goroce-"+role, func(t *testing.T) {
 					ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 					defer cancel()
@@ -93,6 +102,10 @@ func TestLabInterop(t *testing.T) {
 					if tc.uc {
 						c.Connection = "UC"
 						args += " -c UC"
+					}
+					if tc.bidir {
+						c.Bidirectional = true
+						args += " -b"
 					}
 					if tc.size != 0 {
 						args += fmt.Sprintf(" -s %d", tc.size)
@@ -156,7 +169,7 @@ func TestLabInterop(t *testing.T) {
 						}
 						switch {
 						case tc.lat && tc.verb == perftest.Read: // ib_read_lat's server prints no table
-						case !tc.lat && tc.verb != perftest.Send && strings.Contains(theirs, clockFailed):
+						case !tc.lat && tc.verb != perftest.Send && !tc.bidir && strings.Contains(theirs, clockFailed):
 							// The server of write/read/atomic_bw prints the client's report,
 							// and this client could not measure its clock.
 							t.Logf("%s could not measure its CPU clock; its report, which goroce prints: %+v", tc.tool, r.r.BW)
@@ -169,6 +182,9 @@ func TestLabInterop(t *testing.T) {
 					}
 					if tc.uc && (!strings.Contains(theirs, " Connection type : UC") || !strings.Contains(out.String(), " Connection type : UC")) {
 						t.Errorf("a banner does not say Connection type : UC:\n%s\n%s", out, theirs)
+					}
+					if tc.bidir {
+						checkDuplexInterop(t, out.String(), theirs)
 					}
 					if !strings.Contains(out.String(), perftestGID(theirIP)) || !strings.Contains(theirs, perftestGID(ourIP)) {
 						t.Errorf("the address lines do not name %s and %s:\n%s\n%s", ourIP, theirIP, out, theirs)
@@ -185,6 +201,33 @@ func TestLabInterop(t *testing.T) {
 		}
 	}
 	t.Logf("goroce counters: %v", d.Counters().Snapshot())
+}
+
+// checkDuplexInterop checks a -b run of goroce against perftest: both
+// banners say Bidirectional, and both sides print the same table line, each
+// its own report plus the other's (print_full_bw_report with both).
+func checkDuplexInterop(t *testing.T, ours, theirs string) {
+	t.Helper()
+	for who, out := range map[string]string{"goroce": ours, "perftest": theirs} {
+		if !strings.Contains(out, " Bidirectional BW Test\n") || !strings.Contains(out, " TX depth        : ") {
+			t.Errorf("%s's banner does not say Bidirectional BW Test with a TX depth:\n%s", who, out)
+		}
+	}
+	o, p := tableRow(ours), tableRow(theirs)
+	if len(o) != 5 || strings.Join(o, " ") != strings.Join(p, " ") {
+		t.Errorf("goroce printed %q, perftest %q: want the same sum of both sides' reports", o, p)
+	}
+}
+
+// tableRow returns the fields of the first row of a BW table.
+func tableRow(out string) []string {
+	lines := strings.Split(out, "\n")
+	for i, l := range lines {
+		if strings.Contains(l, "#bytes") && i+1 < len(lines) {
+			return strings.Fields(lines[i+1])
+		}
+	}
+	return nil
 }
 
 // clockFailed is what perftest prints when its sampling of the CPU clock
@@ -221,18 +264,22 @@ func perftestLine(out string, lat bool) bool {
 
 // labRDMACMTools are the tools run with -R against perftest.
 var labRDMACMTools = []struct {
-	tool string
-	verb perftest.Verb
-	lat  bool
-	size int
+	tool  string
+	verb  perftest.Verb
+	lat   bool
+	size  int
+	bidir bool // -b
 }{
-	{"ib_write_bw", perftest.Write, false, 4096},
-	{"ib_read_bw", perftest.Read, false, 4096},
-	{"ib_send_bw", perftest.Send, false, 2048},
-	{"ib_atomic_bw", perftest.Atomic, false, 0},
-	{"ib_write_lat", perftest.Write, true, 64},
-	{"ib_send_lat", perftest.Send, true, 64},
-	{"ib_read_lat", perftest.Read, true, 64},
+	{"ib_write_bw", perftest.Write, false, 4096, false},
+	{"ib_read_bw", perftest.Read, false, 4096, false},
+	{"ib_send_bw", perftest.Send, false, 2048, false},
+	{"ib_atomic_bw", perftest.Atomic, false, 0, false},
+	{"ib_write_lat", perftest.Write, true, 64, false},
+	{"ib_send_lat", perftest.Send, true, 64, false},
+	{"ib_read_lat", perftest.Read, true, 64, false},
+	{"ib_write_bw", perftest.Write, false, 4096, true},
+	{"ib_read_bw", perftest.Read, false, 4096, true},
+	{"ib_send_bw", perftest.Send, false, 2048, true},
 }
 
 // TestLabInteropRDMACM runs goroce's perf -R against perftest 6.06's -R
@@ -263,13 +310,20 @@ func TestLabInteropRDMACM(t *testing.T) {
 	before := l.Counters(t, vm)
 	for _, tc := range labRDMACMTools {
 		for _, role := range []string{"client", "server"} {
-			t.Run(tc.tool+"/goroce-"+role, func(t *testing.T) {
+			name := tc.tool
+			if tc.bidir {
+				name += "-b"
+			}
+			t.Run(name+"/goroce-"+role, func(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 				defer cancel()
 				out := &syncBuilder{}
 				c := perftest.Config{Verb: tc.verb, Lat: tc.lat, Size: tc.size, Iters: 5, GIDIndex: gOurs, Out: out,
-					RDMACM: true, CM: cm}
+					RDMACM: true, CM: cm, Bidirectional: tc.bidir}
 				args := fmt.Sprintf("-R -d rxe0 -x %d -n 5 -F", gTheirs)
+				if tc.bidir {
+					args += " -b"
+				}
 				if tc.size != 0 {
 					args += fmt.Sprintf(" -s %d", tc.size)
 				}
@@ -330,6 +384,9 @@ func TestLabInteropRDMACM(t *testing.T) {
 				}
 				if !strings.Contains(theirs, "Data ex. method : rdma_cm") || !strings.Contains(out.String(), "Data ex. method : rdma_cm") {
 					t.Errorf("a banner does not say rdma_cm:\n%s\n%s", out, theirs)
+				}
+				if tc.bidir {
+					checkDuplexInterop(t, out.String(), theirs)
 				}
 				t.Logf("goroce %s:\n%s%s:\n%s", role, out, tc.tool, theirs)
 			})

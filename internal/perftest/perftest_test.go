@@ -98,6 +98,7 @@ type modeCase struct {
 	qps    int
 	all    bool
 	uc     bool // -c UC
+	bidir  bool // -b
 }
 
 func (m modeCase) name() string {
@@ -118,6 +119,9 @@ func (m modeCase) name() string {
 	}
 	if m.uc {
 		s += "/uc"
+	}
+	if m.bidir {
+		s += "/bidir"
 	}
 	return s
 }
@@ -141,6 +145,19 @@ var modes = []modeCase{
 	{verb: Send, size: 2048, uc: true},
 	{verb: Write, lat: true, size: 64, uc: true},
 	{verb: Send, lat: true, size: 64, uc: true},
+	{verb: Write, size: 4096, bidir: true},
+	{verb: Write, size: 65536, qps: 2, bidir: true},
+	{verb: Read, size: 4096, bidir: true},
+	{verb: Read, size: 3000, qps: 2, bidir: true},
+	{verb: Send, size: 2048, bidir: true},
+	{verb: Send, size: 1024, qps: 2, bidir: true},
+	{verb: Atomic, bidir: true},
+	{verb: Atomic, atomic: CmpAndSwap, bidir: true},
+	{verb: Write, all: true, bidir: true},
+	{verb: Read, all: true, bidir: true},
+	{verb: Send, all: true, bidir: true},
+	{verb: Write, size: 4096, uc: true, bidir: true},
+	{verb: Send, size: 2048, uc: true, bidir: true},
 }
 
 // Every mode, goroce against goroce on two devices of the in-memory
@@ -164,6 +181,10 @@ var rdmaCMModes = []modeCase{
 	{verb: Read, lat: true, size: 64},
 	{verb: Send, lat: true, size: 64},
 	{verb: Send, lat: true, all: true},
+	{verb: Write, size: 4096, bidir: true},
+	{verb: Read, size: 4096, bidir: true},
+	{verb: Send, size: 1024, qps: 2, bidir: true},
+	{verb: Atomic, bidir: true},
 }
 
 // The same with -R: the exchange over an RDMA CM connection and the QPs
@@ -183,7 +204,7 @@ func runFabric(t *testing.T, m modeCase, rdmaCM bool) {
 		iters = 5
 	}
 	cfg := Config{Verb: m.verb, Lat: m.lat, Atomic: m.atomic, Size: m.size, NumQPs: m.qps, Iters: iters,
-		All: m.all, GIDIndex: -1, Verify: true, OutJSON: true}
+		All: m.all, GIDIndex: -1, Verify: true, OutJSON: true, Bidirectional: m.bidir}
 	if m.uc {
 		cfg.Connection = "UC"
 	}
@@ -264,8 +285,11 @@ func runFabric(t *testing.T, m modeCase, rdmaCM bool) {
 	if len(cr.BW)+len(cr.Lat) != len(sizes) {
 		t.Errorf("client result: %+v", cr)
 	}
+	if m.bidir {
+		checkDuplex(t, cout.String(), sout.String(), cr, s.r, m, len(sizes))
+	}
 	if !(m.lat && (m.verb == Read || m.verb == Atomic)) { // their server prints no table
-		if !m.lat && m.verb != Send {
+		if !m.lat && m.verb != Send && !m.bidir {
 			sizes = sizes[len(sizes)-1:] // the server prints the client's last report
 		}
 		checkTable(t, "server", sout.String(), m, sizes, iters)
@@ -283,6 +307,79 @@ func runFabric(t *testing.T, m modeCase, rdmaCM bool) {
 	if err != nil || !strings.Contains(string(js), "results: {") || !strings.Contains(string(js), "Device: \"") {
 		t.Errorf("--out_json: %v\n%s", err, js)
 	}
+	if m.bidir && !strings.Contains(string(js), "test: "+strings.ReplaceAll(duplexTitle(t, m), " ", "_")+",\n") {
+		t.Errorf("--out_json does not name the bidirectional test:\n%s", js)
+	}
+}
+
+// checkDuplex checks a -b run as perftest prints it: both banners say
+// Bidirectional and show the TX depth (and, for SEND, the RX depth); each
+// side's line is its own report plus the peer's, so that both sides print
+// the same numbers; and each side's own report measured something.
+func checkDuplex(t *testing.T, cout, sout string, cr, sr *Result, m modeCase, lines int) {
+	t.Helper()
+	title := duplexTitle(t, m)
+	for who, out := range map[string]string{"client": cout, "server": sout} {
+		want := []string{"                    " + title + "\n", " TX depth        : "}
+		if m.verb == Send {
+			want = append(want, " RX depth        : ")
+		}
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				t.Errorf("the %s's banner lacks %q:\n%s", who, w, out)
+			}
+		}
+	}
+	if len(cr.BW) != lines || len(sr.BW) != lines || len(cr.Local) != lines || len(sr.Local) != lines {
+		t.Fatalf("-b results: client %+v, server %+v; want %d lines each", cr, sr, lines)
+	}
+	for i := range lines {
+		c, s := cr.Local[i], sr.Local[i]
+		if !(c.BWAvg > 0 && s.BWAvg > 0 && c.MsgRate > 0 && s.MsgRate > 0) {
+			t.Errorf("line %d: a side measured nothing: client %+v, server %+v", i, c, s)
+		}
+		if got, want := cr.BW[i], sumBW(c, s); got != want {
+			t.Errorf("line %d: the client printed %+v, want its own and the server's added: %+v", i, got, want)
+		}
+		if got, want := sr.BW[i], sumBW(s, c); got != want {
+			t.Errorf("line %d: the server printed %+v, want its own and the client's added: %+v", i, got, want)
+		}
+	}
+	if cRows, sRows := bwRows(cout), bwRows(sout); strings.Join(cRows, "\n") != strings.Join(sRows, "\n") || len(cRows) != lines {
+		t.Errorf("the two sides' tables differ (or do not have %d lines):\n%s\n%s", lines, strings.Join(cRows, "\n"), strings.Join(sRows, "\n"))
+	}
+}
+
+// duplexTitle is the banner's title of m's test with -b, as perftest's
+// ctx_print_test_info puts it: "RDMA_Write Bidirectional BW Test".
+func duplexTitle(t *testing.T, m modeCase) string {
+	t.Helper()
+	p, err := Config{Verb: m.verb, Atomic: m.atomic, Bidirectional: true}.resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	title := p.title()
+	if want := m.verb.String() + " "; !strings.HasPrefix(title, want) || !strings.HasSuffix(title, " Bidirectional BW Test") {
+		t.Fatalf("title %q", title)
+	}
+	return title
+}
+
+// bwRows returns the rows of a BW table, each as its fields joined by one
+// space.
+func bwRows(out string) []string {
+	i := strings.Index(out, resultFmt+"\n")
+	if i < 0 {
+		return nil
+	}
+	var rows []string
+	for _, l := range strings.Split(out[i+len(resultFmt)+1:], "\n") {
+		if strings.HasPrefix(l, "---") || l == "" {
+			break
+		}
+		rows = append(rows, strings.Join(strings.Fields(l), " "))
+	}
+	return rows
 }
 
 // signalWriter closes ch once what it has written contains on.
@@ -428,5 +525,90 @@ func TestConnectionValidate(t *testing.T) {
 		case c.want != "" && (err == nil || !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), c.want)):
 			t.Errorf("%s %q: %v, want an ErrUsage containing %q", c.cfg.Verb, c.cfg.Connection, err, c.want)
 		}
+	}
+}
+
+// -b is for the BW tests: perftest's parser refuses it with a latency test
+// ("Bidirectional is only available in BW test"), and so does Validate.
+func TestBidirectionalValidate(t *testing.T) {
+	for _, v := range []Verb{Write, Read, Send, Atomic} {
+		if err := (Config{Verb: v, Bidirectional: true}).Validate(); err != nil {
+			t.Errorf("%s -b: %v", v, err)
+		}
+		err := Config{Verb: v, Lat: true, Bidirectional: true}.Validate()
+		if err == nil || !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "only available in BW tests") {
+			t.Errorf("%s --lat -b: %v, want an ErrUsage naming the BW tests", v, err)
+		}
+	}
+	for _, c := range []Config{{Verb: Send, Bidirectional: true}, {Verb: Send, Bidirectional: true, Server: "192.0.2.1"}} {
+		p, err := c.resolve()
+		if err != nil || p.noPeak {
+			t.Errorf("%+v: noPeak %v, %v: with -b both sides send and measure a peak", c, p != nil && p.noPeak, err)
+		}
+	}
+}
+
+// -b with -D over the fabric: WRITE exchanges the reports and prints their
+// sum; SEND does not, each side printing what it sent and received in its
+// own window, and neither side waits at the end for what it has
+// outstanding (its peer may already have stopped taking receives).
+func TestPerfBidirDuration(t *testing.T) {
+	for _, v := range []Verb{Write, Send} {
+		t.Run(v.String(), func(t *testing.T) {
+			pair := verbstest.NewPair(t, verbstest.Options{NoConnect: true})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := Config{Verb: v, Size: 4096, Duration: time.Second, GIDIndex: -1, Bidirectional: true}
+			sc, cc := cfg, cfg
+			var sout, cout bytes.Buffer
+			sc.Out, sc.Listener = &sout, ln
+			cc.Out, cc.Server, cc.Port = &cout, "127.0.0.1", ln.Addr().(*net.TCPAddr).Port
+			type ret struct {
+				r   *Result
+				err error
+			}
+			sret := make(chan ret, 1)
+			go func() {
+				r, err := Run(ctx, pair.A.Dev, sc)
+				sret <- ret{r, err}
+			}()
+			start := time.Now()
+			cr, err := Run(ctx, pair.B.Dev, cc)
+			took := time.Since(start)
+			if err != nil {
+				cancel()
+				t.Fatalf("client: %v\n%s", err, cout.String())
+			}
+			s := <-sret
+			if s.err != nil {
+				t.Fatalf("server: %v\n%s", s.err, sout.String())
+			}
+			t.Logf("client ran %v:\n%s\nserver:\n%s", took, cout.String(), sout.String())
+			if took > 10*time.Second {
+				t.Errorf("a 1-second run took %v", took)
+			}
+			sr := s.r
+			if len(cr.BW) != 1 || len(sr.BW) != 1 || len(cr.Local) != 1 || len(sr.Local) != 1 {
+				t.Fatalf("results: client %+v, server %+v", cr, sr)
+			}
+			for who, r := range map[string]*Result{"client": cr, "server": sr} {
+				if l := r.Local[0]; l.Iters == 0 || !(l.BWAvg > 0) || l.BWPeak != 0 {
+					t.Errorf("%s's own report %+v: want messages, a bandwidth and no peak", who, l)
+				}
+			}
+			if v == Send {
+				if cr.BW[0] != cr.Local[0] || sr.BW[0] != sr.Local[0] {
+					t.Errorf("SEND -b -D: each side prints its own report: client %+v, server %+v", cr, sr)
+				}
+				return
+			}
+			if cr.BW[0] != sumBW(cr.Local[0], sr.Local[0]) || sr.BW[0] != sumBW(sr.Local[0], cr.Local[0]) {
+				t.Errorf("WRITE -b -D: each side prints both reports added: client %+v, server %+v", cr, sr)
+			}
+		})
 	}
 }

@@ -34,13 +34,24 @@ func (p *params) title() string {
 	if p.Verb == Atomic {
 		s += p.Atomic + " "
 	}
-	if p.Lat {
+	switch {
+	case p.Lat:
 		s += "Latency "
-	} else {
+	case p.Bidirectional:
+		s += "Bidirectional BW "
+	default:
 		s += "BW "
 	}
 	return s + "Test"
 }
+
+// sends reports whether this side posts the verb: the client, and with -b
+// the server too.
+func (p *params) sends() bool { return p.client || p.Bidirectional }
+
+// receives reports whether this side posts receives for SEND: the server,
+// and with -b the client too.
+func (p *params) receives() bool { return p.Verb == Send && (!p.client || p.Bidirectional) }
 
 // banner is ctx_print_test_info.
 func (p *params) banner(w io.Writer, mtu, gidIndex, outReads int) {
@@ -51,10 +62,10 @@ func (p *params) banner(w io.Writer, mtu, gidIndex, outReads int) {
 	fmt.Fprintf(w, " Connection type : %s\t\tUsing SRQ      : OFF\n", p.Connection)
 	fmt.Fprintf(w, " PCIe relax order: Unsupported\n")
 	fmt.Fprintf(w, " ibv_wr* API     : OFF\n")
-	if p.client {
+	if p.sends() {
 		fmt.Fprintf(w, " TX depth        : %d\n", p.TxDepth)
 	}
-	if p.Verb == Send && !p.client {
+	if p.receives() {
 		fmt.Fprintf(w, " RX depth        : %d\n", p.RxDepth)
 	}
 	if !p.Lat {
@@ -178,7 +189,23 @@ func (p *params) bwReport(size int, s *bwSamples) BWReport {
 
 // printBW is print_full_bw_report's table line (and --out_json).
 func (p *params) printBW(w io.Writer, r BWReport, mtu, gidIndex, outReads int) error {
-	inc := r.BWAvg < 0.1 && p.ReportGbits
+	return p.printBWLine(w, r, r.BWAvg < 0.1 && p.ReportGbits, mtu, gidIndex, outReads)
+}
+
+// sumBW is the line print_full_bw_report prints with -b: this side's size
+// and iterations, the two sides' peaks, averages and message rates added.
+func sumBW(my, rem BWReport) BWReport {
+	return BWReport{Size: my.Size, Iters: my.Iters, BWPeak: my.BWPeak + rem.BWPeak, BWAvg: my.BWAvg + rem.BWAvg,
+		MsgRate: my.MsgRate + rem.MsgRate}
+}
+
+// printBWSum prints sumBW(my, rem); whether the line gets more decimals is
+// decided on this side's average alone, as perftest decides it.
+func (p *params) printBWSum(w io.Writer, my, rem BWReport, mtu, gidIndex, outReads int) error {
+	return p.printBWLine(w, sumBW(my, rem), my.BWAvg < 0.1 && p.ReportGbits, mtu, gidIndex, outReads)
+}
+
+func (p *params) printBWLine(w io.Writer, r BWReport, inc bool, mtu, gidIndex, outReads int) error {
 	if inc {
 		fmt.Fprintf(w, " %-7d    %d           %-7.6f            %-7.6f            %-7.6f\n", r.Size, r.Iters, r.BWPeak, r.BWAvg, r.MsgRate)
 	} else {
@@ -295,11 +322,11 @@ func (p *params) jsonInfo(sb *strings.Builder, mtu, gidIndex, outReads int) {
 	sb.WriteString("test: " + strings.ReplaceAll(p.title(), " ", "_") + ",\n")
 	fmt.Fprintf(sb, "Dual_port: OFF,\nDevice: %q,\n", p.Device)
 	fmt.Fprintf(sb, "Number_of_qps: %d,\nTransport_type: IB,\n", p.NumQPs)
-	sb.WriteString("Connection_type: RC,\nUsing_SRQ: OFF,\n PCIe_relax_order: Unsupported,\nibv_wr_API: OFF,\n")
-	if p.client {
+	fmt.Fprintf(sb, "Connection_type: %s,\nUsing_SRQ: OFF,\n PCIe_relax_order: Unsupported,\nibv_wr_API: OFF,\n", p.Connection)
+	if p.sends() {
 		fmt.Fprintf(sb, "TX_depth : %d,\n", p.TxDepth)
 	}
-	if p.Verb == Send && !p.client {
+	if p.receives() {
 		fmt.Fprintf(sb, "RX_depth: %d,\n", p.RxDepth)
 	}
 	if !p.Lat {

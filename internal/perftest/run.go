@@ -14,10 +14,13 @@ import (
 )
 
 // Result holds the table lines a run printed: a BW server of WRITE, READ
-// and atomics prints the client's report, as perftest does.
+// and atomics prints the client's report, as perftest does. With -b each
+// line of BW is the sum of both sides' reports (but for SEND with -D) and
+// Local holds this side's own report of each.
 type Result struct {
-	BW  []BWReport
-	Lat []LatReport
+	BW    []BWReport
+	Lat   []LatReport
+	Local []BWReport
 }
 
 // qpRes is one QP with its buffer: the first half is what this side sends
