@@ -208,7 +208,7 @@ func TestLabCmatose(t *testing.T) {
 				t.Errorf("want DISCONNECTED from ucmatose, got %v %v", e, err)
 			}
 			id.Disconnect() // the DREP
-			log := l.WaitExit(vm, "/tmp/tose.log", 90*time.Second)
+			log := l.WaitExit(vm, "/tmp/tose.log", 600)
 			if !strings.Contains(log, "data transfers complete") || !strings.Contains(log, "EXIT 0") {
 				t.Errorf("ucmatose (server):\n%s", log)
 			}
@@ -328,7 +328,7 @@ func TestLabUdaddy(t *testing.T) {
 					t.Errorf("reply: %d bytes, flags %v, imm %#x; want %d, WITH_IMM, %#x", w.ByteLen, w.Flags, w.ImmData, grhLen+toseSize, ud.QPNum)
 				}
 			}
-			log := l.WaitExit(vm, "/tmp/udaddy.log", 90*time.Second)
+			log := l.WaitExit(vm, "/tmp/udaddy.log", 600)
 			if !strings.Contains(log, "data transfers complete") || !strings.Contains(log, "EXIT 0") {
 				t.Errorf("udaddy (server):\n%s", log)
 			}

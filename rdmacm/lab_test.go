@@ -150,7 +150,7 @@ func TestLabRDMAServerClient(t *testing.T) {
 				t.Errorf("after the exchange: %v, %v; want DISCONNECTED", e, err)
 			}
 			c.Close() // the DREP rdma_server's destroy waits for, as rping's rdma_disconnect sends it
-			log := l.WaitExit(vm, "/tmp/rs.log", 90*time.Second)
+			log := l.WaitExit(vm, "/tmp/rs.log", 600)
 			if !strings.Contains(log, "EXIT 0") || !strings.Contains(log, "rdma_server: end 0") {
 				t.Errorf("rdma_server:\n%s", log)
 			}

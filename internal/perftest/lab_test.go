@@ -134,7 +134,7 @@ func TestLabInterop(t *testing.T) {
 							t.Fatalf("goroce client: %v\n%s", err, out)
 						}
 						checkResult(t, "goroce client", res, tc.lat)
-						theirs = l.WaitExit(vm, "/tmp/perf.log", 30*time.Second)
+						theirs = l.WaitExit(vm, "/tmp/perf.log", 150)
 						if !strings.Contains(theirs, "EXIT 0") {
 							t.Fatalf("%s server:\n%s\ngoroce client:\n%s", tc.tool, theirs, out)
 						}
@@ -343,7 +343,7 @@ func TestLabInteropRDMACM(t *testing.T) {
 						t.Fatalf("goroce client: %v\n%s\n%s server:\n%s", err, out, tc.tool, theirs)
 					}
 					checkResult(t, "goroce client", res, tc.lat)
-					theirs = l.WaitExit(vm, "/tmp/perf.log", 30*time.Second)
+					theirs = l.WaitExit(vm, "/tmp/perf.log", 150)
 					if !strings.Contains(theirs, "EXIT 0") {
 						t.Fatalf("%s server:\n%s\ngoroce client:\n%s", tc.tool, theirs, out)
 					}

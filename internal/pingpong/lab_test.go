@@ -101,7 +101,7 @@ func TestLabInterop(t *testing.T) {
 							if err != nil {
 								t.Fatalf("goroce client: %v\n%s", err, c.Out)
 							}
-							log := l.WaitExit(vm, "/tmp/pp.log", 20*time.Second)
+							log := l.WaitExit(vm, "/tmp/pp.log", 100)
 							if !strings.Contains(log, "EXIT 0") {
 								t.Fatalf("%s server:\n%s", tool, log)
 							}

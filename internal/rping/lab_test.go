@@ -85,7 +85,7 @@ func TestLabRping(t *testing.T) {
 				if want := pingLines("ping data: ", count, size); out.String() != want {
 					t.Errorf("goroce client printed\n%s\nwant\n%s", out.String(), want)
 				}
-				log := l.WaitExit(vm, "/tmp/rping.log", 90*time.Second)
+				log := l.WaitExit(vm, "/tmp/rping.log", 600)
 				if !strings.Contains(log, pingLines("server ping data: ", count, size)) || !strings.Contains(log, "EXIT 0") {
 					stderr, _, _ := l.Exec(vm, "cat /tmp/rping.err")
 					t.Errorf("rping -s printed:\n%s\nand on stderr:\n%s", log, stderr)
