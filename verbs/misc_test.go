@@ -321,3 +321,43 @@ func TestCounters(t *testing.T) {
 		}
 	}
 }
+
+// TestCountersFromUpperPSN: a QP whose first PSN lies in the upper half of
+// the 24-bit space (as ibv_rc_pingpong's random PSNs do half the time)
+// counts its first SEND in rdma_sends, not as a retransmission, and a
+// run that wraps the PSN retransmits nothing.
+func TestCountersFromUpperPSN(t *testing.T) {
+	for _, typ := range []verbs.QPType{verbs.RC, verbs.UC, verbs.UD} {
+		t.Run(typ.String(), func(t *testing.T) {
+			p := verbstest.NewPair(t, verbstest.Options{Type: typ, Tune: func(rtr, rts *verbs.QPAttr) {
+				rtr.RQPSN, rts.SQPSN = 0xfffff0, 0xfffff0
+			}})
+			const n = 32
+			slot := 64
+			if typ == verbs.UD {
+				slot += 40 // the GRH in front
+			}
+			dst := newCanary(t, p.B.PD, slot*n, verbs.AccessLocalWrite)
+			src := source(t, p.A.PD, randBytes(64, 3))
+			for i := range n {
+				mustPostRecv(t, p.B.QP, verbs.RecvWR{WRID: uint64(i), SGList: []verbs.SGE{dst.mr.SGE(slot*i, slot)}})
+			}
+			for i := range n {
+				wr := verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: sgl(src, 64)}
+				if typ == verbs.UD {
+					wr = udTo(t, p, wr)
+				}
+				mustPostSend(t, p.A.QP, wr)
+				wantOK(t, p.A.CQ, uint64(i), verbs.WCSend)
+				wantOK(t, p.B.RCQ, uint64(i), verbs.WCRecv)
+			}
+			c := p.A.QP.Counters()
+			if got := counterOf(c, "rdma_sends"); got != n {
+				t.Errorf("rdma_sends %d, want %d", got, n)
+			}
+			if got := counterOf(c, "retrans_pkts"); got != 0 {
+				t.Errorf("retrans_pkts %d, want 0 (nothing was lost)", got)
+			}
+		})
+	}
+}

@@ -442,7 +442,7 @@ func (q *QP) sendPacket(w *sendWQE, out *txBatch) (done, ok bool) {
 	} else {
 		pk.Addr = addrOf(&q.path, q.sport)
 	}
-	retrans := q.req.psn.Before(q.req.maxSent) || q.req.psn == q.req.maxSent && q.req.sentAny
+	retrans := q.req.sentAny && !q.req.psn.After(q.req.maxSent) // maxSent is meaningless before the first packet
 	if retrans {
 		q.count(RetransPkts)
 	} else if done && (op == WRSend || op == WRSendWithImm || op == WRSendWithInv) {
