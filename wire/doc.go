@@ -7,8 +7,10 @@
 // Headers are views: a named []byte type (for example BTH) whose accessors
 // read and setters write the bytes in place. A view's length is checked once,
 // when it is made by its Parse function; accessors never check again and
-// never allocate. Encoders append: each header has a Fields struct whose
-// Append method writes the header at the end of a caller's slice.
+// never allocate. Encoders append at the end of a caller's slice: a header
+// of several fields has a Fields struct with an Append method, and the
+// one-value headers have an Append function: AppendAETH, AppendAtomicAckETH,
+// AppendWord24 (RDETH, XRCETH), AppendWord32 (ImmDt, IETH) and AppendFETH.
 //
 // The opcode table (Opcodes) is data: for every opcode it names the headers
 // the packet carries and their offsets, and the same table drives parsing,

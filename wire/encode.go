@@ -126,7 +126,7 @@ func (f *PacketFields) AppendTransport(b []byte) []byte {
 		case HdrXRCETH:
 			b = AppendWord24(b, 0, x.XRCETH)
 		case HdrFETH:
-			b = append(b, byte(x.FETH>>24), byte(x.FETH>>16), byte(x.FETH>>8), byte(x.FETH))
+			b = AppendFETH(b, x.FETH)
 		case HdrRETH:
 			b = x.RETH.Append(b)
 		case HdrAtomicETH:
@@ -136,9 +136,9 @@ func (f *PacketFields) AppendTransport(b []byte) []byte {
 		case HdrAtomicAckETH:
 			b = AppendAtomicAckETH(b, x.AtomicAck)
 		case HdrImmDt:
-			b = append(b, byte(x.ImmDt>>24), byte(x.ImmDt>>16), byte(x.ImmDt>>8), byte(x.ImmDt))
+			b = AppendWord32(b, x.ImmDt)
 		case HdrIETH:
-			b = append(b, byte(x.IETH>>24), byte(x.IETH>>16), byte(x.IETH>>8), byte(x.IETH))
+			b = AppendWord32(b, x.IETH)
 		case HdrCNPReserved:
 			b = append(b, x.CNPReserved[:]...)
 		}

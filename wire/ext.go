@@ -189,6 +189,16 @@ func ParseWord32(layer string, b []byte) (Word32, error) {
 func (h Word32) Value() uint32     { return binary.BigEndian.Uint32(h) }
 func (h Word32) SetValue(v uint32) { binary.BigEndian.PutUint32(h, v) }
 
+// ImmDt is the Immediate Data header; Value is the immediate data.
+type ImmDt = Word32
+
+// IETH is the Invalidate ETH; Value is the R_Key to invalidate.
+type IETH = Word32
+
+// AppendWord32 appends a 32-bit value: an ImmDt carrying immediate data v
+// or an IETH carrying the R_Key v to invalidate.
+func AppendWord32(b []byte, v uint32) []byte { return binary.BigEndian.AppendUint32(b, v) }
+
 // FETH is the FLUSH Extended Transport Header (IBTA 1.5 Memory Placement
 // Extensions; rxe_hdr.h): selectivity level in bits 5-4, placement type in
 // bits 3-0 of a 32-bit word.
@@ -216,6 +226,10 @@ func (h FETH) SetWord(w uint32)     { binary.BigEndian.PutUint32(h, w) }
 
 // FETHWord builds a FETH word from a selectivity level and placement type.
 func FETHWord(sel, placement uint8) uint32 { return uint32(sel&3)<<4 | uint32(placement&0xF) }
+
+// AppendFETH appends a FETH holding word w (see FETHWord); its reserved
+// bits are written as given.
+func AppendFETH(b []byte, w uint32) []byte { return binary.BigEndian.AppendUint32(b, w) }
 
 // AETH is the ACK Extended Transport Header (§9.3.5? Figure 36): an 8-bit
 // syndrome and a 24-bit MSN.

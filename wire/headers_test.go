@@ -377,9 +377,12 @@ func TestWord32(t *testing.T) {
 		{"ImmDt", "ImmDt", 0xDEADBEEF, "deadbeef"},
 		{"IETH", "IETH", 0x00C0FFEE, "00c0ffee"},
 		{"zero", "ImmDt", 0, "00000000"},
+		{"max", "IETH", 0xFFFFFFFF, "ffffffff"},
+		{"big-endian byte order", "ImmDt", 0x01020304, "01020304"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			want := hexBytes(t, tc.hex)
+			checkAppend(t, func(b []byte) []byte { return wire.AppendWord32(b, tc.value) }, want)
 			h, err := wire.ParseWord32(tc.layer, append(bytes.Clone(want), 1, 2))
 			if err != nil {
 				t.Fatal(err)
@@ -387,11 +390,17 @@ func TestWord32(t *testing.T) {
 			if len(h) != 4 || h.Value() != tc.value {
 				t.Errorf("view %x: value %#x, want %#x", []byte(h), h.Value(), tc.value)
 			}
+			var imm wire.ImmDt = h // the aliases are the same view
+			var ieth wire.IETH = h
+			if imm.Value() != tc.value || ieth.Value() != tc.value {
+				t.Error("ImmDt/IETH aliases disagree")
+			}
 			s := wire.Word32{0x55, 0x55, 0x55, 0x55}
 			s.SetValue(tc.value)
 			if !bytes.Equal(s, want) {
 				t.Errorf("SetValue: got %x, want %x", []byte(s), want)
 			}
+			checkAppend(t, func(b []byte) []byte { return wire.AppendWord32(b, h.Value()) }, want)
 			if _, err := wire.ParseWord32(tc.layer, want[:3]); err == nil {
 				t.Error("3 bytes parsed")
 			} else {
@@ -435,13 +444,23 @@ func TestFETH(t *testing.T) {
 			if !bytes.Equal(s, want) {
 				t.Errorf("SetWord: got %x, want %x", []byte(s), want)
 			}
+			checkAppend(t, func(b []byte) []byte { return wire.AppendFETH(b, tc.word) }, want)
+			checkAppend(t, func(b []byte) []byte { return wire.AppendFETH(b, h.Word()) }, want)
+			if _, err := wire.ParseFETH(want[:3]); err == nil {
+				t.Error("3 bytes parsed")
+			} else {
+				wantParseError(t, err, "FETH", "truncated")
+			}
 		})
 	}
-	// Bits above 5 are reserved; the accessors ignore them.
-	h := wire.FETH(hexBytes(t, "ffffffc6"))
+	// Bits above 5 are reserved; the accessors ignore them, and the
+	// encoder writes them as given so that a parsed FETH re-encodes exactly.
+	want := hexBytes(t, "ffffffc6")
+	h := wire.FETH(want)
 	if h.Selectivity() != 0 || h.PlacementType() != 6 {
 		t.Errorf("reserved bits leak: selectivity %d placement %d", h.Selectivity(), h.PlacementType())
 	}
+	checkAppend(t, func(b []byte) []byte { return wire.AppendFETH(b, h.Word()) }, want)
 }
 
 func TestAETH(t *testing.T) {

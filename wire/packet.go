@@ -293,10 +293,10 @@ func (p *Packet) RDETH() RDETH { return RDETH(p.Header(HdrRDETH)) }
 func (p *Packet) XRCETH() XRCETH { return XRCETH(p.Header(HdrXRCETH)) }
 
 // ImmDt returns the immediate data header, or nil.
-func (p *Packet) ImmDt() Word32 { return Word32(p.Header(HdrImmDt)) }
+func (p *Packet) ImmDt() ImmDt { return ImmDt(p.Header(HdrImmDt)) }
 
 // IETH returns the invalidate header, or nil.
-func (p *Packet) IETH() Word32 { return Word32(p.Header(HdrIETH)) }
+func (p *Packet) IETH() IETH { return IETH(p.Header(HdrIETH)) }
 
 // Payload returns the payload, without pad bytes.
 func (p *Packet) Payload() []byte { return p.Bytes[p.payload : p.icrc-p.BTH().PadCount()] }
