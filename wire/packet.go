@@ -84,7 +84,9 @@ func (p *Packet) ParseIP(b []byte, udpPort uint16) error {
 
 // ParseTransport parses an IBA transport packet, from the BTH up to and
 // including the ICRC, as a UDP socket delivers RoCE v2. Without the IP
-// header the ICRC cannot be computed; see ICRCWithIP.
+// header the ICRC cannot be computed (ComputeICRC and VerifyICRC fail);
+// compute it with [ICRC] over the IP header and the transport packet
+// together.
 func (p *Packet) ParseTransport(b []byte, v Version) error {
 	p.reset(b)
 	p.Version = v

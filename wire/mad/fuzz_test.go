@@ -3,9 +3,10 @@ package mad
 import (
 	"bytes"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/goroce/goroce/internal/testenv"
 )
 
 // FuzzParseMAD feeds arbitrary bytes to Parse. It must never panic; where it
@@ -136,10 +137,12 @@ func reservedSet(fvs []fieldValue) bool {
 // traceMADsIfPresent returns the trace MADs for seeding, or none when the
 // traces are missing: the fuzz target still runs on the encoder's seeds.
 func traceMADsIfPresent(tb testing.TB) []traceMAD {
-	files, _ := filepath.Glob(filepath.Join(tracesDir, "*.pcap"))
+	tb.Helper()
+	dir := filepath.Join(filepath.Dir(testenv.RepoRoot(tb)), "shared", "traces")
+	files, _ := filepath.Glob(filepath.Join(dir, "*.pcap"))
 	if len(files) == 0 {
-		if os.Getenv("CI") == "true" {
-			tb.Fatalf("rxe traces missing in %s (the repo root's ../shared/traces)", tracesDir)
+		if testenv.InCI() {
+			tb.Fatalf("rxe traces missing in %s (the repo root's ../shared/traces)", dir)
 		}
 		return nil
 	}

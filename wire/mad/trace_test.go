@@ -2,19 +2,15 @@ package mad
 
 import (
 	"encoding/binary"
-	"errors"
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"testing"
 
 	"github.com/google/gopacket/pcapgo"
-)
 
-// tracesDir is /work/shared/traces seen from this package: the repository
-// root's ../shared/traces.
-const tracesDir = "../../../shared/traces"
+	"github.com/goroce/goroce/internal/testenv"
+)
 
 // traceMAD is one CM MAD found in a capture.
 type traceMAD struct {
@@ -23,22 +19,12 @@ type traceMAD struct {
 	mad   []byte // 256 bytes
 }
 
-// findTraces returns the pcap files of the shared traces. Without them it
-// skips the test, or fails it when CI=true.
+// findTraces returns the pcap files of the shared traces (the repository
+// root's ../shared/traces). Without them it skips the test, or fails it
+// when CI=true.
 func findTraces(t testing.TB) []string {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(tracesDir, "*.pcap"))
-	if err == nil && len(files) == 0 {
-		err = errors.New("no *.pcap files")
-	}
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("rxe traces missing in %s (the repo root's ../shared/traces): %v", tracesDir, err)
-		}
-		t.Skipf("rxe traces missing in %s (the repo root's ../shared/traces): %v", tracesDir, err)
-	}
-	sort.Strings(files)
-	return files
+	return testenv.Traces(t)
 }
 
 // traceMADs extracts every CM MAD from the shared traces: RoCE v2 frames
