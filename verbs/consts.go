@@ -47,6 +47,14 @@ const (
 	AttrPathMigState     = transport.AttrPathMigState
 	AttrCap              = transport.AttrCap
 	AttrDestQPN          = transport.AttrDestQPN
+	AttrRateLimit        = transport.AttrRateLimit
+)
+
+// Rate limits (QPAttr.RateLimit, kb/s), as ibv_query_device_ex's
+// packet_pacing_caps report them.
+const (
+	RateLimitMinKbps = transport.RateLimitMinKbps
+	RateLimitMaxKbps = transport.RateLimitMaxKbps
 )
 
 // Path MTUs.

@@ -65,4 +65,5 @@ type (
 	EventType    = transport.EventType
 	Counters     = transport.Counters
 	Counter      = transport.Counter
+	Pacer        = transport.Pacer
 )

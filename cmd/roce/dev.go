@@ -268,7 +268,11 @@ func writeDevinfo(w io.Writer, name string, a verbs.DeviceAttr, p verbs.PortAttr
 		pf("\t\trx_hash_function:\t\t\t\t0x0\n")
 		pf("\t\trx_hash_fields_mask:\t\t\t\t0x0\n")
 		pf("\tmax_wq_type_rq:\t\t\t0\n")
-		pf("\tpacket_pacing_caps:\n\t\tqp_rate_limit_min:\t0kbps\n\t\tqp_rate_limit_max:\t0kbps\n")
+		// ibv_devinfo names UD and raw-packet QPs and prints the rest of
+		// supported_qpts as unknown flags: here RC and UC (1<<2 | 1<<3).
+		pf("\tpacket_pacing_caps:\n\t\tqp_rate_limit_min:\t%dkbps\n\t\tqp_rate_limit_max:\t%dkbps\n",
+			verbs.RateLimitMinKbps, verbs.RateLimitMaxKbps)
+		pf("\t\tsupported_qp:\n\t\t\t\t\tSUPPORT_UD\n\t\t\t\t\tUnknown flags: 0xC\n")
 		pf("\ttag matching not supported\n")
 		pf("\tnum_comp_vectors:\t\t%d\n", 1)
 	}

@@ -58,13 +58,15 @@ const (
 	AttrPathMigState     QPAttrMask = 1 << 18
 	AttrCap              QPAttrMask = 1 << 19
 	AttrDestQPN          QPAttrMask = 1 << 20
+	AttrRateLimit        QPAttrMask = 1 << 25 // IBV_QP_RATE_LIMIT
 )
 
 var maskNames = []string{"IBV_QP_STATE", "IBV_QP_CUR_STATE", "IBV_QP_EN_SQD_ASYNC_NOTIFY",
 	"IBV_QP_ACCESS_FLAGS", "IBV_QP_PKEY_INDEX", "IBV_QP_PORT", "IBV_QP_QKEY", "IBV_QP_AV",
 	"IBV_QP_PATH_MTU", "IBV_QP_TIMEOUT", "IBV_QP_RETRY_CNT", "IBV_QP_RNR_RETRY", "IBV_QP_RQ_PSN",
 	"IBV_QP_MAX_QP_RD_ATOMIC", "IBV_QP_ALT_PATH", "IBV_QP_MIN_RNR_TIMER", "IBV_QP_SQ_PSN",
-	"IBV_QP_MAX_DEST_RD_ATOMIC", "IBV_QP_PATH_MIG_STATE", "IBV_QP_CAP", "IBV_QP_DEST_QPN"}
+	"IBV_QP_MAX_DEST_RD_ATOMIC", "IBV_QP_PATH_MIG_STATE", "IBV_QP_CAP", "IBV_QP_DEST_QPN",
+	"bit 21", "bit 22", "bit 23", "bit 24", "IBV_QP_RATE_LIMIT"}
 
 func (m QPAttrMask) String() string {
 	var parts []string
@@ -101,6 +103,10 @@ type QPAttr struct {
 	Timeout          uint8 // local ACK timeout: 4.096 µs × 2^timeout, 0 = infinite
 	RetryCnt         uint8 // 0-7
 	RNRRetry         uint8 // 0-7; 7 = infinite
+	// RateLimit paces the QP's requester to this many kb/s (1 kb = 1000
+	// bits; the transport packets, BTH to ICRC), as ibverbs' rate_limit;
+	// 0: no limit.
+	RateLimit uint32
 }
 
 // QP is a queue pair.
@@ -131,6 +137,8 @@ type QP struct {
 	resp      respState   // guarded by mu
 	retrans   *time.Timer // guarded by mu
 	rnrTimer  *time.Timer // guarded by mu
+	pacer     Pacer       // guarded by mu: nil, or the rate limit's (or SetPacer's)
+	paceTimer *time.Timer // guarded by mu
 }
 
 // CreateQP creates a queue pair in RESET (GSI: QP1).
@@ -265,6 +273,9 @@ func (q *QP) stopTimers() {
 	if q.rnrTimer != nil {
 		q.rnrTimer.Stop()
 	}
+	if q.paceTimer != nil {
+		q.paceTimer.Stop()
+	}
 	q.comp.timerArmed = false
 	q.comp.rnrWait = false
 }
@@ -310,14 +321,14 @@ var transitions = map[[2]QPState][3]*transition{
 	},
 	{QPSRTR, QPSRTS}: {
 		classRC: {req: AttrSQPSN | AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxQPRdAtomic,
-			opt: AttrCurState | AttrAltPath | AttrAccessFlags | AttrMinRNRTimer | AttrPathMigState},
-		classUC: {req: AttrSQPSN, opt: AttrCurState | AttrAltPath | AttrAccessFlags | AttrPathMigState},
-		classUD: {req: AttrSQPSN, opt: AttrCurState | AttrQKey},
+			opt: AttrCurState | AttrAltPath | AttrAccessFlags | AttrMinRNRTimer | AttrPathMigState | AttrRateLimit},
+		classUC: {req: AttrSQPSN, opt: AttrCurState | AttrAltPath | AttrAccessFlags | AttrPathMigState | AttrRateLimit},
+		classUD: {req: AttrSQPSN, opt: AttrCurState | AttrQKey | AttrRateLimit},
 	},
 	{QPSRTS, QPSRTS}: {
-		classRC: {opt: AttrCurState | AttrAccessFlags | AttrAltPath | AttrPathMigState | AttrMinRNRTimer},
-		classUC: {opt: AttrCurState | AttrAccessFlags | AttrAltPath | AttrPathMigState},
-		classUD: {opt: AttrCurState | AttrQKey},
+		classRC: {opt: AttrCurState | AttrAccessFlags | AttrAltPath | AttrPathMigState | AttrMinRNRTimer | AttrRateLimit},
+		classUC: {opt: AttrCurState | AttrAccessFlags | AttrAltPath | AttrPathMigState | AttrRateLimit},
+		classUD: {opt: AttrCurState | AttrQKey | AttrRateLimit},
 	},
 	{QPSRTS, QPSSQD}: {
 		classRC: {opt: AttrEnSQDAsyncNotify}, classUC: {opt: AttrEnSQDAsyncNotify}, classUD: {opt: AttrEnSQDAsyncNotify},
@@ -469,6 +480,12 @@ func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 		}
 		a.RNRRetry = attr.RNRRetry
 	}
+	if mask&AttrRateLimit != 0 {
+		if r := attr.RateLimit; r != 0 && (r < RateLimitMinKbps || r > RateLimitMaxKbps) {
+			return bad("rate_limit %d kbps outside %d..%d (0 = no limit)", r, RateLimitMinKbps, RateLimitMaxKbps)
+		}
+		a.RateLimit = attr.RateLimit
+	}
 	if mask&AttrEnSQDAsyncNotify != 0 {
 		a.EnSQDAsyncNotify = attr.EnSQDAsyncNotify
 	}
@@ -502,6 +519,9 @@ func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	}
 	if mask&AttrRNRRetry != 0 {
 		q.comp.rnrLeft = int(a.RNRRetry)
+	}
+	if mask&AttrRateLimit != 0 {
+		q.setRateLimit(a.RateLimit)
 	}
 	if q.typ == QPTypeUD || q.typ == QPTypeGSI {
 		q.pmtu = q.dev.activeMTU.Bytes()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"syscall"
+	"time"
 
 	"github.com/goroce/goroce/internal/mem"
 	"github.com/goroce/goroce/wire"
@@ -238,8 +239,8 @@ func (q *QP) gather(dst []byte, w *sendWQE, off uint64, n int) ([]byte, error) {
 }
 
 // reqRun sends what the send queue allows: it runs until the queue is
-// empty or the window, the outstanding-READ/ATOMIC limit or a fence stops
-// it. Called with q.mu held.
+// empty or the window, the outstanding-READ/ATOMIC limit, a fence or the
+// pacer (the rate limit) stops it. Called with q.mu held.
 func (q *QP) reqRun(out *txBatch) {
 	if q.state != QPSRTS && q.state != QPSSQD {
 		return
@@ -264,6 +265,9 @@ func (q *QP) reqRun(out *txBatch) {
 		}
 		if q.rnrWaiting() {
 			break
+		}
+		if q.paced() {
+			break // the pacer's timer resumes it
 		}
 		done, ok := q.sendPacket(w, out)
 		if !ok {
@@ -437,6 +441,9 @@ func (q *QP) sendPacket(w *sendWQE, out *txBatch) (done, ok bool) {
 	buf = appendPad(buf, int(paylen))
 	finish(pk, buf)
 	q.counters[SentPkts].Add(1)
+	if q.pacer != nil {
+		q.pacer.Sent(time.Now(), pk.Len)
+	}
 	if t == wire.TransportUD {
 		pk.Addr = addrOf(&w.path, w.sport)
 	} else {
