@@ -218,6 +218,7 @@ func (q *QP) receiveResponse(p *wire.Packet, out *txBatch) {
 	psn := p.BTH().PSN()
 	info := p.Info
 	q.comp.heard = true
+	progress := q.comp.progress
 	if q.sq.head == q.sq.cur && q.req.off == 0 {
 		// Nothing outstanding: a stray or duplicate response. (With
 		// req.off > 0 the WQE at cur is partly sent: its ACKs open the
@@ -249,7 +250,13 @@ func (q *QP) receiveResponse(p *wire.Packet, out *txBatch) {
 	default:
 		q.onACK(psn, out)
 	}
-	q.comp.seqNAKs, q.comp.rnrNAKs, q.comp.timeouts = 0, 0, 0
+	q.comp.seqNAKs, q.comp.rnrNAKs = 0, 0
+	if q.comp.progress != progress {
+		// Timeouts count those in a row without progress: a response
+		// that moves nothing on (a duplicate, a replay the requester
+		// no longer needs) does not end the run.
+		q.comp.timeouts = 0
+	}
 }
 
 // completeThrough completes, in order, the WQEs acknowledged by an ACK of
