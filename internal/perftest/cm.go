@@ -36,6 +36,41 @@ import (
 // arm64: the receive each side keeps posted, so no message may be longer.
 const pingpongDestLen = 56
 
+// WithTOS returns the defaults for the CM of a -T run (Config.TOS): new
+// CM IDs resolve their routes with type of service tos, as after
+// perftest's rdma_set_option(RDMA_OPTION_ID_TOS), and with d's
+// default_roce_mode (RoCE v2 when d is nil). Connections a CM accepts take
+// the peer's TOS from its REQ whatever the defaults say.
+func WithTOS(d rdmacm.Defaults, tos uint8) rdmacm.Defaults { return tosDefaults{d, tos} }
+
+type tosDefaults struct {
+	rdmacm.Defaults
+	tos uint8
+}
+
+func (t tosDefaults) DefaultMode(dev string, port int) (verbs.GIDType, error) {
+	if t.Defaults == nil {
+		return verbs.GIDTypeRoCEv2, nil
+	}
+	return t.Defaults.DefaultMode(dev, port)
+}
+
+func (t tosDefaults) DefaultTOS(string, int) (uint8, error) { return t.tos, nil }
+
+// checkTOS is the client's check, with -T, that RDMA CM connected qp (the
+// exchange's or a test QP) with the TOS asked for: goroce's rdmacm takes
+// it from the CM's defaults, which the caller sets (WithTOS).
+func (r *run) checkTOS(qp *verbs.QP) error {
+	if !r.SetTOS || !r.client || qp == nil {
+		return nil
+	}
+	if tc := qp.Query().AH.GRH.TrafficClass; int(tc) != r.TOS {
+		return fmt.Errorf("-T %d: RDMA CM connected QP %d with TOS %d: the CM's defaults must give TOS %d (perftest.WithTOS)",
+			r.TOS, qp.Num(), tc, r.TOS)
+	}
+	return nil
+}
+
 // cmRetries and cmRetryDelay are rdma_cm_client_connection's.
 const (
 	cmRetries    = 10
@@ -456,6 +491,9 @@ func (r *run) connectCM(ctx context.Context) error {
 		return fmt.Errorf("Failed to create RDMA CM connection: %w", err)
 	}
 	for _, q := range r.qps {
+		if err := r.checkTOS(q.qp); err != nil {
+			return err
+		}
 		if err := r.setMy(q); err != nil {
 			return err
 		}

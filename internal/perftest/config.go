@@ -62,6 +62,8 @@ const (
 	maxPeakIters  = 20000
 	atomicAdd     = 1 // ATOMIC_ADD_VALUE
 	atomicSwap    = 0 // ATOMIC_SWAP_VALUE
+	minTOS        = 0 // MIN_TOS
+	maxTOS        = 255
 )
 
 // Config mirrors perftest's options.
@@ -113,6 +115,18 @@ type Config struct {
 	// RoCE device, and CM must be set.
 	RDMACM bool
 	CM     *rdmacm.CM
+	// TOS is -T (perftest's --tos), set when SetTOS is: the type of
+	// service, 0-255, of the RDMA CM connections, which every packet of
+	// them carries as its IP TOS or traffic class. perftest takes it with
+	// -R only, and so does goroce. The client sets it on its CM IDs, the
+	// exchange's included (perftest's rdma_set_option(RDMA_OPTION_ID_TOS)
+	// before rdma_resolve_route); the server's connections take the
+	// client's from its REQ, as Linux's do, so the server's -T only shows
+	// in its banner. goroce's rdmacm takes a connection's TOS from its
+	// CM's defaults: make the client's CM with Options.Defaults =
+	// WithTOS(...) (Run checks that its connections got it).
+	TOS    int
+	SetTOS bool
 	// Verify makes a goroce-to-goroce run check the data: the server checks
 	// what WRITE and SEND placed and what FETCH_AND_ADD summed, the client
 	// what READ brought back. perftest peers do not fill buffers this way.
@@ -230,6 +244,15 @@ func (c Config) resolve() (*params, error) {
 		return nil, usage("-c UD: not implemented by goroce's perf; connection types are RC and UC")
 	default:
 		return nil, usage("-c %s: connection type must be RC or UC (UD is not implemented)", p.Connection)
+	}
+	if p.SetTOS {
+		// perftest's parser checks the range, force_dependecies the -R.
+		if p.TOS < minTOS || p.TOS > maxTOS {
+			return nil, usage("-T %d: TOS should be between %d and %d", p.TOS, minTOS, maxTOS)
+		}
+		if !p.RDMACM {
+			return nil, usage("-T %d without -R: TOS only valid for rdma_cm based QP and RawEth QP", p.TOS)
+		}
 	}
 	if p.QPTimeout == 0 {
 		p.QPTimeout = 14

@@ -157,6 +157,9 @@ func acceptComm(ctx context.Context, ln net.Listener, port int) (*comm, error) {
 	stop()
 	ln.Close()
 	if err != nil {
+		if ctx.Err() != nil { // interrupted while waiting for a client
+			return nil, context.Cause(ctx)
+		}
 		return nil, fmt.Errorf("accept() failed: %w", err)
 	}
 	return newComm(ctx, conn, false), nil

@@ -15,8 +15,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/capture"
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/fabric"
+	"github.com/goroce/goroce/link/pcap"
 	"github.com/goroce/goroce/rdmacm"
+	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/verbs/verbstest"
+	"github.com/goroce/goroce/wire"
 )
 
 func TestDestMessage(t *testing.T) {
@@ -99,6 +105,7 @@ type modeCase struct {
 	all    bool
 	uc     bool // -c UC
 	bidir  bool // -b
+	tos    int  // -T (with -R); 0: not given
 }
 
 func (m modeCase) name() string {
@@ -122,6 +129,9 @@ func (m modeCase) name() string {
 	}
 	if m.bidir {
 		s += "/bidir"
+	}
+	if m.tos != 0 {
+		s += "/tos" + strconv.Itoa(m.tos)
 	}
 	return s
 }
@@ -185,6 +195,12 @@ var rdmaCMModes = []modeCase{
 	{verb: Read, size: 4096, bidir: true},
 	{verb: Send, size: 1024, qps: 2, bidir: true},
 	{verb: Atomic, bidir: true},
+	// -T: every packet of every connection, both ways, carries the TOS.
+	{verb: Write, size: 4096, tos: 106},
+	{verb: Read, lat: true, size: 64, tos: 106},
+	{verb: Send, size: 2048, qps: 2, tos: 106},
+	{verb: Atomic, bidir: true, tos: 106},
+	{verb: Send, lat: true, size: 64, tos: 0x2e << 2},
 }
 
 // The same with -R: the exchange over an RDMA CM connection and the QPs
@@ -196,7 +212,16 @@ func TestPerfFabricRDMACM(t *testing.T) {
 }
 
 func runFabric(t *testing.T, m modeCase, rdmaCM bool) {
-	pair := verbstest.NewPair(t, verbstest.Options{NoConnect: true})
+	var sdev, cdev *verbs.Device
+	var sgid netip.Addr
+	var cp *capturedPair
+	if m.tos != 0 {
+		cp = newCapturedPair(t)
+		sdev, cdev, sgid = cp.a, cp.b, cp.aGID
+	} else {
+		pair := verbstest.NewPair(t, verbstest.Options{NoConnect: true})
+		sdev, cdev, sgid = pair.A.Dev, pair.B.Dev, pair.A.GID.GID
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	iters := 50
@@ -208,16 +233,22 @@ func runFabric(t *testing.T, m modeCase, rdmaCM bool) {
 	if m.uc {
 		cfg.Connection = "UC"
 	}
+	if m.tos != 0 {
+		cfg.TOS, cfg.SetTOS = m.tos, true
+	}
 	var sout, cout bytes.Buffer
 	sc, cc := cfg, cfg
 	sc.Out, sc.JSONFile = &sout, filepath.Join(t.TempDir(), "s.json")
 	cc.Out, cc.JSONFile = &cout, filepath.Join(t.TempDir(), "c.json")
-	sdev, cdev := pair.A.Dev, pair.B.Dev
 	ready := make(chan struct{})
 	if rdmaCM {
 		for _, c := range []*Config{&sc, &cc} {
 			c.RDMACM = true
-			c.CM = rdmacm.New(rdmacm.Options{Timewait: 20 * time.Millisecond})
+			o := rdmacm.Options{Timewait: 20 * time.Millisecond}
+			if m.tos != 0 {
+				o.Defaults = WithTOS(nil, uint8(m.tos))
+			}
+			c.CM = rdmacm.New(o)
 			t.Cleanup(func() { c.CM.Close() }) // before the pair's cleanup: LIFO
 		}
 		if err := sc.CM.AddDevice(sdev); err != nil {
@@ -227,7 +258,7 @@ func runFabric(t *testing.T, m modeCase, rdmaCM bool) {
 			t.Fatal(err)
 		}
 		sdev, cdev = nil, nil // found through the CM
-		cc.Server = pair.A.GID.GID.Unmap().String()
+		cc.Server = sgid.Unmap().String()
 		sc.Out = &signalWriter{w: &sout, on: waitBanner, ch: ready}
 	} else {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -295,7 +326,10 @@ func runFabric(t *testing.T, m modeCase, rdmaCM bool) {
 		checkTable(t, "server", sout.String(), m, sizes, iters)
 	}
 	method := " Data ex. method : Ethernet\n"
-	if rdmaCM {
+	switch {
+	case m.tos != 0: // perftest's banner line with -T
+		method = fmt.Sprintf(" Data ex. method : rdma_cm \tTOS    : %d\n", m.tos)
+	case rdmaCM:
 		method = " Data ex. method : rdma_cm\n"
 	}
 	for who, out := range map[string]string{"client": cout.String(), "server": sout.String()} {
@@ -310,6 +344,105 @@ func runFabric(t *testing.T, m modeCase, rdmaCM bool) {
 	if m.bidir && !strings.Contains(string(js), "test: "+strings.ReplaceAll(duplexTitle(t, m), " ", "_")+",\n") {
 		t.Errorf("--out_json does not name the bidirectional test:\n%s", js)
 	}
+	if m.tos != 0 {
+		if want := fmt.Sprintf("Data_ex_method: rdma_cm,\nTOS: %d,\n},\n", m.tos); !strings.Contains(string(js), want) {
+			t.Errorf("--out_json lacks %q:\n%s", want, js)
+		}
+		sc.CM.Close()
+		cc.CM.Close()
+		cp.checkTOS(t, uint8(m.tos))
+	}
+}
+
+// capturedPair is two devices on the in-memory fabric, as verbstest's,
+// with what A sends and receives recorded in a pcap.
+type capturedPair struct {
+	a, b       *verbs.Device
+	aGID, bGID netip.Addr
+	fab        *fabric.Fabric
+	pcap       bytes.Buffer
+}
+
+func newCapturedPair(t *testing.T) *capturedPair {
+	t.Helper()
+	p := &capturedPair{fab: fabric.New()}
+	t.Cleanup(p.close)
+	w, err := capture.NewWriter(&p.pcap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gids := verbstest.GIDs(verbstest.NetV2IPv4)
+	for i, d := range []**verbs.Device{&p.a, &p.b} {
+		port, err := p.fab.AddPort(fabric.PortConfig{Name: fmt.Sprintf("fab%d", i), GIDs: []netip.Addr{gids[i].GID}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var l link.Link = port
+		if i == 0 {
+			l = pcap.New(port, w)
+		}
+		if *d, err = verbs.Open(verbs.DeviceConfig{Name: fmt.Sprintf("rxe%d", i), Link: l, MAC: port.MAC(),
+			GIDs: []verbs.GIDEntry{gids[i]}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.aGID, p.bGID = gids[0].GID, gids[1].GID
+	return p
+}
+
+func (p *capturedPair) close() {
+	for _, d := range []*verbs.Device{p.a, p.b} {
+		if d != nil {
+			d.Close()
+		}
+	}
+	p.fab.Close()
+}
+
+// checkTOS closes the pair (the CMs must be closed already, so that
+// nothing sends any more) and checks that every packet of the capture,
+// both ways, carries tos, and that each way has both RDMA CM MADs (QP 1)
+// and the traffic of the connected QPs.
+func (p *capturedPair) checkTOS(t *testing.T, tos uint8) {
+	t.Helper()
+	p.close()
+	count := map[string]int{}
+	err := capture.Read(bytes.NewReader(p.pcap.Bytes()), func(f capture.Frame) error {
+		var pk wire.Packet
+		if err := pk.ParseFrame(f.Data, wire.RoCEv2Port); err != nil {
+			t.Errorf("frame %d: %v", f.Number, err)
+			return nil
+		}
+		if err := pk.VerifyICRC(); err != nil {
+			t.Errorf("frame %d: %v", f.Number, err)
+		}
+		h := pk.IPv4()
+		if h == nil {
+			t.Fatalf("frame %d: not RoCE v2 over IPv4", f.Number)
+		}
+		if h.TOS() != tos {
+			t.Errorf("frame %d (%v %v → %v QP %d): TOS %d, want %d", f.Number, pk.Opcode(), h.Src(), h.Dst(), pk.BTH().DestQP(), h.TOS(), tos)
+		}
+		way := "client→server"
+		if netip.AddrFrom16(h.Src().As16()) == p.aGID {
+			way = "server→client"
+		}
+		kind := "QP"
+		if pk.BTH().DestQP() == 1 {
+			kind = "CM"
+		}
+		count[way+" "+kind]++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"client→server CM", "client→server QP", "server→client CM", "server→client QP"} {
+		if count[k] == 0 {
+			t.Errorf("no %s packets in the capture: %v", k, count)
+		}
+	}
+	t.Logf("packets with TOS %d: %v", tos, count)
 }
 
 // checkDuplex checks a -b run as perftest prints it: both banners say
@@ -587,6 +720,111 @@ func TestPerfBidirDuration(t *testing.T) {
 			}
 			if cr.BW[0] != sumBW(cr.Local[0], sr.Local[0]) || sr.BW[0] != sumBW(sr.Local[0], cr.Local[0]) {
 				t.Errorf("WRITE -b -D: each side prints both reports added: client %+v, server %+v", cr, sr)
+			}
+		})
+	}
+}
+
+// -T: perftest's range (MIN_TOS, MAX_TOS) and its rule that TOS is for
+// rdma_cm QPs (-R) only, each refused with perftest's words.
+func TestTOSValidate(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want string // "" = valid
+	}{
+		{Config{Verb: Write, RDMACM: true, SetTOS: true, TOS: 0}, ""},
+		{Config{Verb: Send, Lat: true, RDMACM: true, SetTOS: true, TOS: 255}, ""},
+		{Config{Verb: Write, TOS: 300}, ""}, // not given
+		{Config{Verb: Write, SetTOS: true, TOS: 106}, "TOS only valid for rdma_cm based QP and RawEth QP"},
+		{Config{Verb: Read, RDMACM: true, SetTOS: true, TOS: 256}, "TOS should be between 0 and 255"},
+		{Config{Verb: Read, RDMACM: true, SetTOS: true, TOS: -1}, "TOS should be between 0 and 255"},
+	} {
+		err := c.cfg.Validate()
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%+v: %v", c.cfg, err)
+		case c.want != "" && (err == nil || !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("-T %d (set %v, -R %v): %v, want an ErrUsage containing %q", c.cfg.TOS, c.cfg.SetTOS, c.cfg.RDMACM, err, c.want)
+		}
+	}
+}
+
+// With -T, a client whose CM's defaults do not give the TOS (no WithTOS)
+// fails rather than run without it.
+func TestTOSNeedsCMDefaults(t *testing.T) {
+	pair := verbstest.NewPair(t, verbstest.Options{NoConnect: true})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg := Config{Verb: Write, Size: 64, Iters: 5, GIDIndex: -1, RDMACM: true, SetTOS: true, TOS: 106}
+	sc, cc := cfg, cfg
+	var sout, cout bytes.Buffer
+	ready := make(chan struct{})
+	sc.Out, cc.Out = &signalWriter{w: &sout, on: waitBanner, ch: ready}, &cout
+	for i, c := range []*Config{&sc, &cc} {
+		c.CM = rdmacm.New(rdmacm.Options{Timewait: 20 * time.Millisecond})
+		t.Cleanup(func() { c.CM.Close() })
+		if err := c.CM.AddDevice([]*verbs.Device{pair.A.Dev, pair.B.Dev}[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cc.Server = pair.A.GID.GID.Unmap().String()
+	serr := make(chan error, 1)
+	go func() {
+		_, err := Run(ctx, nil, sc)
+		serr <- err
+	}()
+	select {
+	case <-ready:
+	case err := <-serr:
+		t.Fatalf("server: %v\n%s", err, sout.String())
+	}
+	_, err := Run(ctx, nil, cc)
+	if err == nil || !strings.Contains(err.Error(), "perftest.WithTOS") {
+		t.Errorf("client: %v, want an error naming WithTOS", err)
+	}
+	cancel()
+	<-serr
+}
+
+// Run's error, when ctx ends while a server waits for its client (over
+// TCP or RDMA CM), is ctx's, not the closed socket's or listener's.
+func TestRunInterrupted(t *testing.T) {
+	for _, rdmaCM := range []bool{false, true} {
+		t.Run(map[bool]string{false: "tcp", true: "rdma_cm"}[rdmaCM], func(t *testing.T) {
+			pair := verbstest.NewPair(t, verbstest.Options{NoConnect: true})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var out bytes.Buffer
+			ready := make(chan struct{})
+			c := Config{Verb: Write, GIDIndex: -1, Out: &signalWriter{w: &out, on: waitBanner, ch: ready}}
+			dev := pair.A.Dev
+			if rdmaCM {
+				c.RDMACM, c.CM, dev = true, rdmacm.New(rdmacm.Options{}), nil
+				t.Cleanup(func() { c.CM.Close() })
+				if err := c.CM.AddDevice(pair.A.Dev); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				ln, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.Listener = ln
+			}
+			errc := make(chan error, 1)
+			go func() {
+				_, err := Run(ctx, dev, c)
+				errc <- err
+			}()
+			<-ready
+			cancel()
+			select {
+			case err := <-errc:
+				if !errors.Is(err, context.Canceled) || err.Error() != context.Canceled.Error() {
+					t.Errorf("Run: %v, want %v", err, context.Canceled)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Run did not return 10 s after its context ended")
 			}
 		})
 	}

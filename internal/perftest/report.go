@@ -84,6 +84,9 @@ func (p *params) banner(w io.Writer, mtu, gidIndex, outReads int) {
 		// still asks for the client as perftest's does.
 		fmt.Fprintf(w, " rdma_cm QPs\t : ON\n")
 		fmt.Fprintf(w, " Data ex. method : rdma_cm")
+		if p.SetTOS {
+			fmt.Fprintf(w, " \tTOS    : %d", p.TOS)
+		}
 		if !p.client {
 			fmt.Fprintf(w, "\n%s Waiting for client rdma_cm QP to connect\n Please run the same command with the IB/RoCE interface IP", resultLine)
 		}
@@ -339,7 +342,11 @@ func (p *params) jsonInfo(sb *strings.Builder, mtu, gidIndex, outReads int) {
 		fmt.Fprintf(sb, "Outstand_reads: %d,\n", outReads)
 	}
 	if p.RDMACM {
-		sb.WriteString("rdma_cm_QPs: ON,\nData_ex_method: rdma_cm,\n},\n")
+		sb.WriteString("rdma_cm_QPs: ON,\nData_ex_method: rdma_cm,\n")
+		if p.SetTOS {
+			fmt.Fprintf(sb, "TOS: %d,\n", p.TOS)
+		}
+		sb.WriteString("},\n")
 	} else {
 		sb.WriteString("rdma_cm_QPs: OFF,\nData_ex_method: Ethernet,\n},\n")
 	}

@@ -63,8 +63,19 @@ func patternB(i int) byte { return byte(i*13 + 5) }
 // Run runs one perftest test on dev, as the client when c.Server is set,
 // else as the server (which serves one client and returns). With
 // c.RDMACM, dev may be nil: the device is then the one c.CM routes the
-// exchange's connection through.
+// exchange's connection through. When ctx ends first, the error is
+// ctx's (context.Canceled for an interrupted run).
 func Run(ctx context.Context, dev *verbs.Device, c Config) (*Result, error) {
+	res, err := runTest(ctx, dev, c)
+	if err != nil && ctx.Err() != nil {
+		// Whatever failed failed because ctx ended: a closed listener, a
+		// socket past its deadline, an event channel's wait.
+		return nil, context.Cause(ctx)
+	}
+	return res, err
+}
+
+func runTest(ctx context.Context, dev *verbs.Device, c Config) (*Result, error) {
 	p, err := c.resolve()
 	if err != nil {
 		return nil, err
@@ -182,6 +193,12 @@ func (r *run) cmComm(ctx context.Context) error {
 		return fmt.Errorf("-R: RDMA CM routes %s through device %s, not %s", r.Server, d.Name(), r.dev.Name())
 	}
 	r.dev = d
+	if l, ok := r.cm.link.(*cmLink); ok {
+		if err := r.checkTOS(l.qp); err != nil {
+			r.cm.Close()
+			return err
+		}
+	}
 	return nil
 }
 
