@@ -158,7 +158,7 @@ func TestConnectCycles(t *testing.T) {
 // BenchmarkConnect measures connect/accept/disconnect cycles per second
 // over the in-memory fabric (the CM's own cost: no wire latency).
 func BenchmarkConnect(b *testing.B) {
-	a, s := newSides(&testing.T{}, "", fastOptions, fastOptions)
+	a, s := newSides(b, "", fastOptions, fastOptions) // b.Cleanup closes them
 	l, err := s.cm.Listen(netip.AddrPortFrom(netip.Addr{}, 7174), Endpoint{PD: s.pd, QP: rcInit(s), Param: ConnParam{ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7}})
 	if err != nil {
 		b.Fatal(err)

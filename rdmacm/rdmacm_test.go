@@ -38,14 +38,14 @@ var fastOptions = Options{ResponseTimeout: 100 * time.Millisecond, MaxRetries: 5
 
 // newSides returns two hosts on verbstest's fabric (RoCE v2 over IPv4 unless
 // net says otherwise), each with its own CM.
-func newSides(t *testing.T, net string, oa, ob Options) (a, b *side) {
+func newSides(t testing.TB, net string, oa, ob Options) (a, b *side) {
 	t.Helper()
 	return newSidesHook(t, net, oa, ob, nil, nil)
 }
 
 // newSidesHook is newSides with a hook on each CM that sees every MAD it
 // receives.
-func newSidesHook(t *testing.T, net string, oa, ob Options, ha, hb func(*inbound)) (a, b *side) {
+func newSidesHook(t testing.TB, net string, oa, ob Options, ha, hb func(*inbound)) (a, b *side) {
 	t.Helper()
 	p := verbstest.NewPair(t, verbstest.Options{Net: net, NoConnect: true})
 	mk := func(s verbstest.Side, o Options, h func(*inbound)) *side {
