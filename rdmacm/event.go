@@ -83,7 +83,7 @@ type Event struct {
 	Status int
 	// Err says what went wrong in words, nil on success.
 	Err         error
-	PrivateData []byte // the peer's private data (REQ, REP, REJ, DREQ); owned by the receiver
+	PrivateData []byte // the peer's private data (REQ, REP, REJ, DREQ, DREP, SIDR_REQ, SIDR_REP); owned by the receiver
 	Param       ConnParam
 }
 

@@ -176,46 +176,49 @@ func (cm *CM) handleMRA(mra mad.MRA) {
 	}
 }
 
+// handleDREQ answers a DREQ. The DISCONNECTED it causes carries the DREQ's
+// private data (Linux's cm.c passes it up; its rdma_cm drops it).
 func (cm *CM) handleDREQ(a *agent, in *inbound, h mad.Header, dreq mad.DREQ) {
 	id := cm.byLocal[dreq.RemoteCommID()]
-	drep := func(lcid, rcid uint32) []byte {
-		return buildMAD(mad.AttrDREP, h.TransactionID(), mad.DREPFields{LocalCommID: lcid, RemoteCommID: rcid})
-	}
 	if id == nil || id.rcid != dreq.LocalCommID() {
 		// No such connection: answer anyway (cm_issue_drep).
 		if sgid, ok := a.gidIndex(in.dst, in.netType()); ok {
-			a.send(in.src, sgid, in.tc, drep(dreq.RemoteCommID(), dreq.LocalCommID()), in.srcQP)
+			f := mad.DREPFields{LocalCommID: dreq.RemoteCommID(), RemoteCommID: dreq.LocalCommID()}
+			a.send(in.src, sgid, in.tc, buildMAD(mad.AttrDREP, h.TransactionID(), f), in.srcQP)
 		}
 		return
 	}
+	pd := append([]byte(nil), dreq.PrivateData()...)
 	switch id.state {
 	case stEstablished, stRepSent:
 		id.disarm()
-		id.lastDREP = drep(id.lcid, id.rcid)
+		id.lastDREP = id.drep(h.TransactionID(), nil)
 		id.state = stDreqRcvd
-		id.emit(Event{Type: EventDisconnected, ID: id, PrivateData: append([]byte(nil), dreq.PrivateData()...)})
+		id.emit(Event{Type: EventDisconnected, ID: id, PrivateData: pd})
 	case stDreqSent:
 		// Crossing DREQs: both sides answer (rdma_client.pcap).
 		id.disarm()
-		id.lastDREP = drep(id.lcid, id.rcid)
+		id.lastDREP = id.drep(h.TransactionID(), nil)
 		id.ag.send(id.rgid, id.sgid, id.tos, id.lastDREP, 1)
-		id.emit(Event{Type: EventDisconnected, ID: id})
+		id.emit(Event{Type: EventDisconnected, ID: id, PrivateData: pd})
 		id.enterTimewait()
 	case stTimewait:
 		if id.lastDREP == nil {
-			id.lastDREP = drep(id.lcid, id.rcid)
+			id.lastDREP = id.drep(h.TransactionID(), nil)
 		}
 		id.ag.send(id.rgid, id.sgid, id.tos, id.lastDREP, 1)
 	}
 }
 
+// handleDREP ends a disconnection; DISCONNECTED carries the DREP's private
+// data.
 func (cm *CM) handleDREP(drep mad.DREP) {
 	id := cm.byLocal[drep.RemoteCommID()]
 	if id == nil || id.state != stDreqSent || id.rcid != drep.LocalCommID() {
 		return
 	}
 	id.disarm()
-	id.emit(Event{Type: EventDisconnected, ID: id})
+	id.emit(Event{Type: EventDisconnected, ID: id, PrivateData: append([]byte(nil), drep.PrivateData()...)})
 	id.enterTimewait()
 }
 

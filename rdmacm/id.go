@@ -575,7 +575,8 @@ func (id *ID) stopTimewait() {
 }
 
 // timeout resends the waiting MAD or, after the last retry, gives up as
-// cm.c does (REQ/REP: UNREACHABLE -ETIMEDOUT; DREQ: DISCONNECTED).
+// cm.c does (REQ/REP: UNREACHABLE -ETIMEDOUT; DREQ: DISCONNECTED
+// -ETIMEDOUT).
 func (id *ID) timeout() {
 	if id.msg == nil {
 		return
@@ -608,7 +609,9 @@ func (id *ID) timeout() {
 		}
 		id.emit(Event{Type: EventUnreachable, ID: id, Status: -int(syscall.ETIMEDOUT), Err: err})
 	case stDreqSent:
-		id.emit(Event{Type: EventDisconnected, ID: id, Status: 0})
+		// cma.c turns IB_CM_DREQ_ERROR into DISCONNECTED with -ETIMEDOUT.
+		id.emit(Event{Type: EventDisconnected, ID: id, Status: -int(syscall.ETIMEDOUT),
+			Err: fmt.Errorf("rdmacm: %v: no DREP after %d DREQs: %w", id.dst, id.cm.opts.MaxRetries+1, syscall.ETIMEDOUT)})
 		id.enterTimewait()
 	}
 }
@@ -713,27 +716,54 @@ func (id *ID) Reject(privateData []byte) error {
 
 // Disconnect is rdma_disconnect: the QP goes to ERR and a DREQ is sent, or,
 // after the peer's DREQ (DISCONNECTED delivered), the DREP. DISCONNECTED
-// follows the DREP (or the DREQ's last timeout), TIMEWAIT_EXIT the timewait.
-func (id *ID) Disconnect() error {
+// follows the DREP (or the DREQ's last timeout, with -ETIMEDOUT),
+// TIMEWAIT_EXIT the timewait.
+func (id *ID) Disconnect() error { return id.DisconnectWithData(nil) }
+
+// DisconnectWithData is Disconnect with private data in the DREQ (at most
+// 220 bytes) or, after the peer's DREQ, in the DREP (at most 224), as the
+// kernel's ib_send_cm_dreq and ib_send_cm_drep carry it; longer is EINVAL.
+// The peer's DISCONNECTED event has it in PrivateData. rdma_disconnect has
+// no private data, so a librdmacm peer never sees it.
+func (id *ID) DisconnectWithData(privateData []byte) error {
 	cm := id.cm
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
 	switch id.state {
 	case stEstablished, stRepSent:
+		if len(privateData) > mad.RDMACMMaxDREQPrivateData {
+			return id.errorf("disconnect", syscall.EINVAL, "DREQ private data of %d bytes: at most %d", len(privateData), mad.RDMACMMaxDREQPrivateData)
+		}
 		id.disarm()
 		id.toErr()
-		id.msg = buildMAD(mad.AttrDREQ, id.ag.tid(id.lcid), mad.DREQFields{LocalCommID: id.lcid, RemoteCommID: id.rcid, RemoteQPN: id.rqpn})
+		f := mad.DREQFields{LocalCommID: id.lcid, RemoteCommID: id.rcid, RemoteQPN: id.rqpn}
+		copy(f.PrivateData[:], privateData)
+		id.msg = buildMAD(mad.AttrDREQ, id.ag.tid(id.lcid), f)
 		id.msgQPN = 1
 		id.state = stDreqSent
 		id.sendArm()
 		return nil
 	case stDreqRcvd:
+		if len(privateData) > mad.DREPPrivateDataLen {
+			return id.errorf("disconnect", syscall.EINVAL, "DREP private data of %d bytes: at most %d", len(privateData), mad.DREPPrivateDataLen)
+		}
+		if len(privateData) > 0 {
+			// Kept: a repeated DREQ in timewait gets the same DREP.
+			id.lastDREP = id.drep(mad.Header(id.lastDREP).TransactionID(), privateData)
+		}
 		id.toErr()
 		id.ag.send(id.rgid, id.sgid, id.tos, id.lastDREP, 1)
 		id.enterTimewait()
 		return nil
 	}
 	return id.errorf("disconnect", syscall.EINVAL, "not connected (state %v)", id.state)
+}
+
+// drep builds the ID's DREP answering the DREQ of transaction tid.
+func (id *ID) drep(tid uint64, privateData []byte) []byte {
+	f := mad.DREPFields{LocalCommID: id.lcid, RemoteCommID: id.rcid}
+	copy(f.PrivateData[:], privateData)
+	return buildMAD(mad.AttrDREP, tid, f)
 }
 
 // Destroy is rdma_destroy_id: what the ID still owes the peer is sent (REJ
