@@ -143,6 +143,9 @@ func roceName(t verbs.GIDType) string {
 // unreachableDiagnosis explains an unanswered REQ. Called with cm.mu held.
 func (id *ID) unreachableDiagnosis() string {
 	switch {
+	case id.mraRcvd:
+		return fmt.Sprintf("the peer's CM at %v acknowledged the connection request (MRA) but its consumer neither accepted "+
+			"nor rejected it in time", id.dst.Addr())
 	case id.probe.answered && !id.probe.sameAnswered:
 		return id.mismatch()
 	case id.probe.sameAnswered:

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"syscall"
+	"time"
 
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/wire"
@@ -62,8 +63,16 @@ func (cm *CM) newChild(a *agent, in *inbound, l *ID, tid uint64, hdr mad.IPCMHea
 func (cm *CM) handleREQ(a *agent, in *inbound, h mad.Header, req mad.REQ) {
 	rk := remoteKey{req.LocalCommID(), req.LocalCAGUID()}
 	if c := cm.byRemote[rk]; c != nil {
-		// A retransmitted REQ: resend the REP if one is waiting (cm_dup_req_handler).
-		if c.state == stRepSent && c.msg != nil {
+		// A retransmitted REQ (cm_dup_req_handler).
+		switch {
+		case c.state == stReqRcvd:
+			// The consumer has the CONNECT_REQUEST but has not accepted or
+			// rejected it yet: tell the active side to wait (cma.c's
+			// ib_prepare_cm_mra; cm.c sends this MRA only for a repeated REQ).
+			cm.sendMRA(a, in, c, mad.MsgREQ)
+		case c.state == stRepSent && c.msg != nil:
+			// cm.c ignores it and counts on the REP's own retries; resending
+			// the REP costs nothing and saves the active side a timeout.
 			c.ag.send(c.rgid, c.sgid, c.tos, c.msg, 1)
 		}
 		return
@@ -165,14 +174,49 @@ func (cm *CM) handleREJ(rej mad.REJ) {
 		PrivateData: append([]byte(nil), rej.PrivateData()...)})
 }
 
-func (cm *CM) handleMRA(mra mad.MRA) {
-	id := cm.byLocal[mra.RemoteCommID()]
-	if id == nil || id.msg == nil {
+// MRA (IBTA Vol 1 §12.6.6), as Linux's cm.c and cma.c use it.
+const (
+	// mraServiceTimeout is the service timeout of every MRA Linux sends
+	// (cma.c CMA_CM_MRA_SETTING, cm.c CM_MRA_SETTING): 4.096 µs × 2^24 ≈ 68.7 s.
+	mraServiceTimeout = 24
+	// packetLifeTime is the path's packet lifetime over RoCE, cma.c's
+	// CMA_IBOE_PACKET_LIFETIME: 18 in the lab's kernel (6.1), as the local
+	// ACK timeout 19 of its REQs shows (cm_ack_timeout with rxe's ACK delay
+	// 15); later kernels have 16.
+	packetLifeTime = 18
+)
+
+// cmConvert is cm.c's cm_convert_to_ms: 4.096 µs × 2^t rounded to a power
+// of two milliseconds, 2^(t-8) ms.
+func cmConvert(t uint8) time.Duration { return time.Millisecond << max(int(t)-8, 0) }
+
+// sendMRA acknowledges the message of type msg from c's peer, which the
+// consumer is still working on, in answer to its repeat in (cm_format_mra
+// with the connection's transaction ID, sent back where the repeat came
+// from as cm_alloc_response_msg does). Called with cm.mu held.
+func (cm *CM) sendMRA(a *agent, in *inbound, c *ID, msg mad.MsgType) {
+	sgid, ok := a.gidIndex(in.dst, in.netType())
+	if !ok {
 		return
 	}
-	if (id.state == stReqSent && mra.MessageMRAed() == mad.MsgREQ) || (id.state == stRepSent && mra.MessageMRAed() == mad.MsgREP) {
-		// The peer needs longer: wait its service timeout plus ours (cm_mra_handler).
-		id.arm(expDuration(uint(mra.ServiceTimeout())) + id.cm.opts.ResponseTimeout)
+	f := mad.MRAFields{LocalCommID: c.lcid, RemoteCommID: c.rcid, MessageMRAed: msg, ServiceTimeout: mraServiceTimeout}
+	a.send(in.src, sgid, in.tc, buildMAD(mad.AttrMRA, c.tid, f), in.srcQP)
+}
+
+// handleMRA: the peer has the REQ (or REP) and needs longer to answer. As
+// cm_mra_handler does, the first MRA for the waiting message sets its timer
+// to the MRA's service timeout plus the packet lifetime, from now and for
+// each retry left (the retry count goes on); later MRAs change nothing.
+func (cm *CM) handleMRA(mra mad.MRA) {
+	id := cm.byLocal[mra.RemoteCommID()]
+	if id == nil || id.msg == nil || id.mraRcvd {
+		return
+	}
+	if (id.state == stReqSent && mra.MessageMRAed() == mad.MsgREQ && mad.Header(id.msg).AttributeID() == mad.AttrREQ) ||
+		(id.state == stRepSent && mra.MessageMRAed() == mad.MsgREP && id.rcid == mra.LocalCommID()) {
+		id.mraRcvd = true
+		id.rto = cmConvert(mra.ServiceTimeout()) + cmConvert(packetLifeTime+1)
+		id.arm(id.rto)
 	}
 }
 

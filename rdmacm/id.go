@@ -80,6 +80,8 @@ type ID struct {
 	msg     []byte // MAD waiting for an answer
 	msgQPN  uint32
 	retries int
+	rto     time.Duration // how long msg waits for its answer; an MRA lengthens it
+	mraRcvd bool          // the peer sent an MRA for msg (cm.c's MRA_REQ_RCVD/MRA_REP_RCVD)
 	timer   *time.Timer
 	gen     uint64
 	twTimer *time.Timer
@@ -535,8 +537,9 @@ func (id *ID) reqFields(p ConnParam) mad.REQFields {
 // sendArm sends id.msg and starts its response timer.
 func (id *ID) sendArm() {
 	id.retries = 0
+	id.rto, id.mraRcvd = id.cm.opts.ResponseTimeout, false
 	id.ag.send(id.rgid, id.sgid, id.tos, id.msg, id.msgQPN)
-	id.arm(id.cm.opts.ResponseTimeout)
+	id.arm(id.rto)
 }
 
 func (id *ID) arm(d time.Duration) {
@@ -576,7 +579,8 @@ func (id *ID) stopTimewait() {
 
 // timeout resends the waiting MAD or, after the last retry, gives up as
 // cm.c does (REQ/REP: UNREACHABLE -ETIMEDOUT; DREQ: DISCONNECTED
-// -ETIMEDOUT).
+// -ETIMEDOUT). After an MRA each retry waits the MRA's longer time, as
+// ib_modify_mad leaves it.
 func (id *ID) timeout() {
 	if id.msg == nil {
 		return
@@ -584,8 +588,8 @@ func (id *ID) timeout() {
 	if id.retries < id.cm.opts.MaxRetries {
 		id.retries++
 		id.ag.send(id.rgid, id.sgid, id.tos, id.msg, id.msgQPN)
-		id.arm(id.cm.opts.ResponseTimeout)
-		if id.state == stReqSent {
+		id.arm(id.rto)
+		if id.state == stReqSent && !id.mraRcvd { // an MRA says the peer's CM has the REQ
 			if id.retries == 1 {
 				id.probeOtherVersion()
 			} else {
