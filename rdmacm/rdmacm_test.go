@@ -101,8 +101,19 @@ func listen(t *testing.T, b *side, ps PortSpace, port uint16) *ID {
 	return l
 }
 
-// dial resolves b's address and route from a and creates a's QP.
+// dial resolves b's address and route from a and creates a's QP: UD in
+// port space UDP, else RC.
 func dial(t *testing.T, a *side, ps PortSpace, dst netip.AddrPort) *ID {
+	t.Helper()
+	typ := verbs.RC
+	if ps == PSUDP {
+		typ = verbs.UD
+	}
+	return dialQP(t, a, ps, dst, typ)
+}
+
+// dialQP is dial with a QP of type typ.
+func dialQP(t *testing.T, a *side, ps PortSpace, dst netip.AddrPort, typ verbs.QPType) *ID {
 	t.Helper()
 	id, err := a.cm.CreateID(a.ec, ps)
 	if err != nil {
@@ -117,9 +128,7 @@ func dial(t *testing.T, a *side, ps PortSpace, dst netip.AddrPort) *ID {
 	}
 	a.want(t, EventRouteResolved)
 	init := rcInit(a)
-	if ps == PSUDP {
-		init.Type = verbs.UD
-	}
+	init.Type = typ
 	if _, err := id.CreateQP(a.pd, init); err != nil {
 		t.Fatal(err)
 	}

@@ -194,6 +194,13 @@ func TestSIDR(t *testing.T) {
 		t.Fatal(err)
 	}
 	est := a.want(t, EventEstablished)
+	sendUD(t, a, b, ca, est, qb, []byte("datagram"))
+}
+
+// sendUD checks the UD parameters the active ID ca learned (ESTABLISHED
+// event est) name b's QP qb, and sends it a datagram with them.
+func sendUD(t *testing.T, a, b *side, ca *ID, est Event, qb *verbs.QP, msg []byte) {
+	t.Helper()
 	ud := ca.UD()
 	if ud.QPNum != qb.Num() || ud.QKey != udpQKey || est.Param.QPNum != qb.Num() {
 		t.Fatalf("UD param %+v, event QPN %d; want QPN %d, Q_Key %#x", ud, est.Param.QPNum, qb.Num(), udpQKey)
@@ -207,14 +214,13 @@ func TestSIDR(t *testing.T) {
 	if err := qb.PostRecv(verbs.RecvWR{SGList: []verbs.SGE{rmr.SGE(0, len(rbuf))}}); err != nil {
 		t.Fatal(err)
 	}
-	msg := []byte("datagram")
 	if err := ca.QP().PostSend(verbs.SendWR{Opcode: verbs.WRSend, Flags: verbs.SendSignaled | verbs.SendInline, InlineData: msg,
 		AH: ah, RemoteQPN: ud.QPNum, RemoteQKey: ud.QKey}); err != nil {
 		t.Fatal(err)
 	}
 	wc := recvWC(t, b)
 	if got := string(rbuf[grhLen:wc.ByteLen]); got != string(msg) {
-		t.Errorf("UD received %q", got)
+		t.Errorf("UD received %q, want %q", got, msg)
 	}
 }
 
