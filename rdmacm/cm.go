@@ -23,21 +23,39 @@
 // 0xFFFF, LIDs 0xFFFF, hop limit 64, local ACK timeout 19, target ACK delay
 // 15, flow label (sport × 31 + dport) & 0xFFFFF for RoCE v2, traffic class
 // default_roce_tos, transaction ID = agent high TID over the comm ID as
-// cm_form_tid makes it; REP, RTU and the active side's DREQ reuse the REQ's
-// transaction ID, DREP the DREQ's.
+// cm_form_tid makes it; REP, RTU, MRA and the active side's DREQ reuse the
+// REQ's transaction ID, DREP the DREQ's.
+//
+// A consumer may take its time over a CONNECT_REQUEST: as Linux's cm.c
+// does for a request its rdma_cm consumer has not answered yet, a repeat of
+// the REQ is answered with an MRA (MessageMRAed REQ, service timeout 24,
+// 4.096 µs × 2^24 ≈ 68.7 s). An MRA received for the waiting REQ or REP
+// makes each of its remaining retries wait the MRA's service timeout plus
+// the packet lifetime (cm_mra_handler: 2^16 + 2^11 ms for Linux's MRA)
+// instead of the CM response timeout.
+//
+// DEVICE_REMOVAL is delivered to each ID of a device given to
+// CM.RemoveDevice.
 //
 // Where goroce differs from Linux:
 //   - ResolveAddr has no routing table: see its doc for how it picks a device.
-//   - The passive side never sends an MRA for a slow consumer (a received
-//     MRA does extend the sender's timer); Listen's backlog is not enforced.
+//   - Listen's backlog is not enforced.
 //   - No stale-connection detection (REJ reason 10), no LAP/APR or alternate
-//     path, no multicast, no ADDR_CHANGE or DEVICE_REMOVAL events yet (the
-//     types exist), no private data in DREQ (rdma_disconnect has none).
+//     path, no multicast, no ADDR_CHANGE events (the type exists).
+//   - ID.DisconnectWithData puts private data in the DREQ or DREP, as the
+//     kernel's ib_send_cm_dreq/drep can (rdma_disconnect cannot), and
+//     DISCONNECTED carries the peer's (Linux's rdma_cm drops it).
+//   - A repeated REQ after the REP is answered with the REP again (cm.c
+//     ignores it and counts on the REP's own retries).
 //   - Options.MaxRetries is also the REQ's Max CM Retries (at most 15), and
 //     timewait is a fixed Options.Timewait rather than computed per path.
+//   - A REQ waits Options.ResponseTimeout (4.096 µs × 2^20 ≈ 4.29 s) for
+//     its answer; cm.c waits 2 × the packet lifetime plus the remote CM
+//     response timeout, in cm_convert_to_ms's powers of two (2 × 1024 +
+//     4096 ms ≈ 6.1 s with the lab kernel's packet lifetime 18).
 //   - CONNECT_RESPONSE is never delivered: as librdmacm does for an ID with
 //     a QP, the active side answers the REP itself (RTR, RTS, RTU) and
-//     delivers ESTABLISHED.
+//     delivers ESTABLISHED; so it never sends an MRA for a REP.
 package rdmacm
 
 import (
