@@ -2,8 +2,10 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -36,6 +38,9 @@ in the foreground, until it is interrupted (Ctrl-C, SIGTERM) or DIR is
 unmounted (umount DIR); then it exits 0. As root it mounts by itself and every
 user may read; without root it needs fusermount (apt-get install fuse3).
 
+A refused write fails with the kernel's errno (echo: write error: Invalid
+argument); the reason, with the valid values, goes to this command's stderr.
+
 Procedures written for Linux work with DIR for /sys/kernel/config:`,
 		Example: `  mkdir -p /tmp/config && roce configfs mount /tmp/config &
   mkdir /tmp/config/rdma_cm/rxe0
@@ -49,7 +54,9 @@ Procedures written for Linux work with DIR for /sys/kernel/config:`,
 			sigs := make(chan os.Signal, 1)
 			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 			defer signal.Stop(sigs)
-			srv, err := configfs.Mount(args[0], config.Open(dir))
+			refusals := newRefusalLog(cmd.ErrOrStderr())
+			defer refusals.stop()
+			srv, err := configfs.MountWith(args[0], config.Open(dir), configfs.Options{Refused: refusals.refused})
 			if err != nil {
 				return opError("configfs mount", err)
 			}
@@ -71,4 +78,70 @@ Procedures written for Linux work with DIR for /sys/kernel/config:`,
 		},
 	})
 	return cmd
+}
+
+// refusalLog prints why the tree refused each write — the message that
+// names the valid values, which the writer's errno cannot carry — one line
+// per refused write, as "roce: configfs: write rdma_cm/…: …". It prints
+// from a goroutine of its own, so a slow or stuck stderr never holds up a
+// write(2) on the mount: what does not fit in the queue is counted, and
+// the count printed instead.
+type refusalLog struct {
+	w       io.Writer
+	queue   chan error
+	dropped atomic.Int64
+	quit    chan struct{}
+	done    chan struct{}
+}
+
+func newRefusalLog(w io.Writer) *refusalLog {
+	l := &refusalLog{w: w, queue: make(chan error, 64), quit: make(chan struct{}), done: make(chan struct{})}
+	go l.run()
+	return l
+}
+
+// refused is configfs.Options.Refused: it never blocks.
+func (l *refusalLog) refused(err error) {
+	select {
+	case l.queue <- err:
+	default:
+		l.dropped.Add(1)
+	}
+}
+
+func (l *refusalLog) run() {
+	defer close(l.done)
+	for {
+		select {
+		case err := <-l.queue:
+			l.print(err)
+		case <-l.quit:
+			for {
+				select {
+				case err := <-l.queue:
+					l.print(err)
+				default:
+					l.print(nil)
+					return
+				}
+			}
+		}
+	}
+}
+
+// print prints err (if not nil), after the count of those dropped before it.
+func (l *refusalLog) print(err error) {
+	if n := l.dropped.Swap(0); n > 0 {
+		fmt.Fprintf(l.w, "roce: configfs: %d more refused writes not shown (too many at once)\n", n)
+	}
+	if err != nil {
+		fmt.Fprintf(l.w, "roce: configfs: %v\n", err)
+	}
+}
+
+// stop prints what is queued and ends the printing goroutine; refused
+// may still be called (it then only queues or counts).
+func (l *refusalLog) stop() {
+	close(l.quit)
+	<-l.done
 }

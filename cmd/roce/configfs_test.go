@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -183,6 +185,73 @@ wait $w1 && wait $w2 && wait $r1 && wait $r2`
 	}
 }
 
+// TestConfigfsRefusedWrite: a write the kernel would refuse fails on the
+// mount with the kernel's errno only (bash: "write error: Invalid
+// argument"), and roce configfs mount says why on its stderr, one line per
+// refused write, with the valid values: the operator who runs it sees what
+// echo cannot show. Accepted writes print nothing.
+func TestConfigfsRefusedWrite(t *testing.T) {
+	requireFUSE(t)
+	dir, mnt, roceBin := configDevs(t), t.TempDir(), roceExecutable(t)
+	stderr := new(lockedBuffer)
+	mount := exec.Command(roceBin, "--rundir", dir, "configfs", "mount", mnt)
+	mount.Stderr = stderr // Wait waits for the copy, so nothing is lost at exit
+	if err := mount.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w := &fuseWatch{t: t, mnt: mnt, server: mount, stderr: new(bytes.Buffer)}
+	t.Cleanup(func() {
+		w.stopServer()
+		detach(t, mnt)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	serving := "roce: configfs: serving the devices of " + dir + " at " + mnt + "/rdma_cm until interrupted or unmounted\n"
+	stderr.waitFor(t, ctx, serving)
+
+	// rxe0 speaks RoCE v2 only, like Linux rxe: "RoCE v3" is no mode at
+	// all, "IB/RoCE v1" one it does not speak.
+	script := `f=$MNT/rdma_cm/rxe0/ports/1/default_roce_mode
+mkdir $MNT/rdma_cm/rxe0 || exit 1
+echo "RoCE v3" > $f && exit 2
+echo "IB/RoCE v1" > $f && exit 3
+echo 256 > $MNT/rdma_cm/rxe0/ports/1/default_roce_tos && exit 4
+echo "RoCE v2" > $f || exit 5
+echo 106 > $MNT/rdma_cm/rxe0/ports/1/default_roce_tos || exit 6
+cat $f`
+	sh := exec.Command("bash", "-c", script)
+	sh.Env = append(os.Environ(), "MNT="+mnt, "LC_ALL=C")
+	var out []byte
+	err := w.within("the shell", func() (err error) {
+		out, err = sh.CombinedOutput()
+		return err
+	})
+	wantOut := "bash: line 3: echo: write error: Invalid argument\n" +
+		"bash: line 4: echo: write error: Invalid argument\n" +
+		"bash: line 5: echo: write error: Numerical result out of range\n" +
+		"RoCE v2\n"
+	if err != nil || string(out) != wantOut {
+		t.Fatalf("the shell: %v\n%s\nwant:\n%s", err, out, wantOut)
+	}
+	refusals := []string{
+		`roce: configfs: write rdma_cm/rxe0/ports/1/default_roce_mode: "RoCE v3\n" is not a RoCE mode: rxe0 port 1: ` +
+			`it speaks RoCE v2 only (roce-versions v2, like Linux rxe) and takes "RoCE v2": invalid argument` + "\n",
+		`roce: configfs: write rdma_cm/rxe0/ports/1/default_roce_mode: "IB/RoCE v1": rxe0 port 1 does not speak RoCE v1: ` +
+			`it speaks RoCE v2 only (roce-versions v2, like Linux rxe) and takes "RoCE v2": invalid argument` + "\n",
+		`roce: configfs: write rdma_cm/rxe0/ports/1/default_roce_tos: "256\n" is out of range: default_roce_tos takes 0..255: ` +
+			"numerical result out of range\n",
+	}
+	// The server says it while it serves, not only when it exits.
+	stderr.waitFor(t, ctx, refusals[len(refusals)-1])
+
+	if err := w.stopServer(); err != nil {
+		t.Errorf("roce configfs mount after SIGTERM: %v", err)
+	}
+	if got, want := stderr.String(), serving+strings.Join(refusals, ""); got != want {
+		t.Errorf("roce configfs mount's stderr:\n%s\nwant:\n%s", got, want)
+	}
+}
+
 // TestConfigfsUnmounted: roce configfs mount returns 0 when its mount point
 // is unmounted under it (umount DIR).
 func TestConfigfsUnmounted(t *testing.T) {
@@ -244,5 +313,50 @@ func TestConfigfsUsage(t *testing.T) {
 	wantRun(t, dir, exitError, []string{"roce: configfs mount: Not a directory: mount " + file}, "configfs", "mount", file)
 	if out := wantRun(t, dir, exitOK, nil, "configfs"); !strings.Contains(out, "roce configfs [command]") {
 		t.Errorf("roce configfs: %q", out)
+	}
+}
+
+// blockedWriter is a stderr nobody reads: Write waits until release is
+// closed.
+type blockedWriter struct {
+	release chan struct{}
+	lockedBuffer
+}
+
+func (w *blockedWriter) Write(p []byte) (int, error) {
+	<-w.release
+	return w.lockedBuffer.Write(p)
+}
+
+// TestRefusalLogNeverBlocks: with stderr stuck, refused writes still
+// return at once (a FUSE writer never waits on the server's stderr); what
+// did not fit in the queue is counted and the count printed once stderr
+// moves again.
+func TestRefusalLogNeverBlocks(t *testing.T) {
+	w := &blockedWriter{release: make(chan struct{})}
+	l := newRefusalLog(w)
+	const n = 200
+	for i := range n {
+		l.refused(fmt.Errorf("write %d", i)) // would hang here if it blocked
+	}
+	close(w.release)
+	l.stop()
+	l.refused(errors.New("after stop")) // neither blocks nor panics
+	out := w.String()
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	shown, dropped := 0, 0
+	for _, line := range lines {
+		if strings.HasPrefix(line, "roce: configfs: write ") {
+			shown++
+			continue
+		}
+		var k int
+		if _, err := fmt.Sscanf(line, "roce: configfs: %d more refused writes not shown", &k); err != nil {
+			t.Errorf("unexpected line %q", line)
+		}
+		dropped += k
+	}
+	if shown == 0 || dropped == 0 || shown+dropped != n {
+		t.Errorf("%d lines shown and %d counted, want %d in all:\n%s", shown, dropped, n, out)
 	}
 }

@@ -25,6 +25,11 @@
 //   - One read(2) at offset 0 reads the value afresh, where configfs reads
 //     once per open file; a read at a later offset continues the value read
 //     at offset 0, so a value is never seen torn.
+//
+// The errno is all a writer learns ("write error: Invalid argument"), as
+// with the kernel; the server learns more: Options.Refused hears the
+// tree's error for each refused write, whose message names the valid
+// values, for the serving process to print.
 package configfs
 
 import (
@@ -51,6 +56,16 @@ type Server struct {
 	direct bool // mounted with mount(2), not fusermount
 }
 
+// Options tune a mount; the zero value is a plain mount.
+type Options struct {
+	// Refused, if set, is called with the tree's error for each write(2)
+	// the tree refuses — a *config.Error, whose message says why and names
+	// the valid values — just before write(2) fails with its errno, which
+	// it does not change. It runs on the goroutine serving the write, so
+	// it must not block: the writer waits meanwhile.
+	Refused func(err error)
+}
+
 // Mount serves tree at dir, an existing directory: dir/rdma_cm is the
 // tree's rdma_cm. As root it mounts with mount(2) itself, so no fusermount
 // is needed, and lets every user read (allow_other, with the kernel
@@ -58,6 +73,11 @@ type Server struct {
 // it uses fusermount3 or fusermount if installed. Unmount, or umount(8)
 // on dir, ends it.
 func Mount(dir string, tree *config.Tree) (*Server, error) {
+	return MountWith(dir, tree, Options{})
+}
+
+// MountWith is Mount with options.
+func MountWith(dir string, tree *config.Tree, o Options) (*Server, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
@@ -70,7 +90,7 @@ func Mount(dir string, tree *config.Tree) (*Server, error) {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		return nil, fmt.Errorf("mount %s: FUSE is missing (modprobe fuse): %w", abs, err)
 	}
-	srv, err := mount(abs, tree, true)
+	srv, err := mount(abs, tree, o, true)
 	if err == nil {
 		return &Server{dir: abs, srv: srv, direct: true}, nil
 	}
@@ -82,7 +102,7 @@ func Mount(dir string, tree *config.Tree) (*Server, error) {
 		}
 		return nil, fmt.Errorf("mount %s%s: %w", abs, hint, directErr)
 	}
-	srv, err = mount(abs, tree, false)
+	srv, err = mount(abs, tree, o, false)
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: mount(2): %v; fusermount: %w", abs, directErr, err)
 	}
@@ -96,8 +116,8 @@ func fusermount() (string, error) {
 	return exec.LookPath("fusermount")
 }
 
-func mount(dir string, tree *config.Tree, direct bool) (*fuse.Server, error) {
-	f := &fsys{tree: tree, uid: uint32(os.Geteuid()), gid: uint32(os.Getegid()), start: time.Now(),
+func mount(dir string, tree *config.Tree, o Options, direct bool) (*fuse.Server, error) {
+	f := &fsys{tree: tree, refused: o.Refused, uid: uint32(os.Geteuid()), gid: uint32(os.Getegid()), start: time.Now(),
 		inos: map[string]uint64{"": 1, "rdma_cm": 2}, next: 3}
 	zero := time.Duration(0)
 	opts := &fs.Options{
@@ -141,6 +161,7 @@ func (s *Server) Unmount() error {
 // fsys is what the nodes share.
 type fsys struct {
 	tree     *config.Tree
+	refused  func(error) // Options.Refused; may be nil
 	uid, gid uint32
 	start    time.Time // the mount time: rdma_cm's time while the tree has no state
 
@@ -491,7 +512,7 @@ func (a *attrNode) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off 
 
 // Write stores what one write(2) carries, whatever the offset (configfs
 // ignores it): the first config.MaxWrite bytes, all or nothing, failing
-// with the kernel's errno.
+// with the kernel's errno; Options.Refused hears why.
 func (a *attrNode) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
 	h, ok := fh.(*handle)
 	if !ok {
@@ -507,6 +528,9 @@ func (a *attrNode) Write(ctx context.Context, fh fs.FileHandle, data []byte, off
 	}
 	h.ok = false // the next read shows the new value
 	if err := a.f.tree.WriteFile(a.path, data); err != nil {
+		if a.f.refused != nil {
+			a.f.refused(err)
+		}
 		return 0, config.Errno(err)
 	}
 	return uint32(len(data)), 0

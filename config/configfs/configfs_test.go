@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -56,6 +57,12 @@ func mounted(t *testing.T, dir string) bool {
 // tree; it is unmounted when the test ends, whatever happened.
 func mountTree(t *testing.T) (mnt string, tree *config.Tree, reg *host.Registry) {
 	t.Helper()
+	return mountTreeWith(t, configfs.Options{})
+}
+
+// mountTreeWith is mountTree with options.
+func mountTreeWith(t *testing.T, o configfs.Options) (mnt string, tree *config.Tree, reg *host.Registry) {
+	t.Helper()
 	requireFUSE(t)
 	rundir := t.TempDir()
 	reg = host.NewRegistry(rundir)
@@ -66,7 +73,7 @@ func mountTree(t *testing.T) (mnt string, tree *config.Tree, reg *host.Registry)
 	}
 	tree = config.Open(rundir)
 	mnt = t.TempDir() // removed after the unmount below: cleanups run last-first
-	srv, err := configfs.Mount(mnt, tree)
+	srv, err := configfs.MountWith(mnt, tree, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,5 +351,57 @@ func TestConcurrentShells(t *testing.T) {
 	t.Logf("reader saw %v", seen)
 	if out, _ := shell("cat " + mode); out != "RoCE v2\n" {
 		t.Errorf("after the writer: %q", out)
+	}
+}
+
+// TestRefused: Options.Refused hears the tree's error for each refused
+// write(2) — the message that names the valid values, which the writer
+// cannot see — while the writer still gets the kernel's errno, and
+// accepted writes and refused mkdirs are not reported.
+func TestRefused(t *testing.T) {
+	var (
+		mu  sync.Mutex
+		got []error
+	)
+	mnt, _, _ := mountTreeWith(t, configfs.Options{Refused: func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, err)
+	}})
+	shell := newShell(t)
+	port := mnt + "/rdma_cm/rxe1/ports/1/"
+	for i, s := range []labStep{
+		{"mkdir " + mnt + "/rdma_cm/rxe1 " + mnt + "/rdma_cm/nosuchdev", "mkdir: …: No such device", 1},
+		{`echo "IB/RoCE v1" > ` + port + "default_roce_mode", "", 0},
+		{`echo "RoCE v3" > ` + port + "default_roce_mode", "bash: line 1: echo: write error: Invalid argument", 1},
+		{"echo 256 > " + port + "default_roce_tos", "bash: line 1: echo: write error: Numerical result out of range", 1},
+		{"echo 7 > " + port + "default_roce_tos", "", 0},
+		{"cat " + port + "default_roce_mode " + port + "default_roce_tos", "IB/RoCE v1\n7", 0},
+	} {
+		out, status := shell(s.cmd)
+		if got := normalize(out); got != s.out || status != s.status {
+			t.Errorf("step %d: # %s\ngot (exit %d):\n%s\nwant (exit %d):\n%s", i, s.cmd, status, got, s.status, s.out)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []struct {
+		path  string
+		errno syscall.Errno
+		msg   string
+	}{
+		{"rdma_cm/rxe1/ports/1/default_roce_mode", syscall.EINVAL,
+			`write rdma_cm/rxe1/ports/1/default_roce_mode: "RoCE v3\n" is not a RoCE mode: rxe1 port 1: it takes "IB/RoCE v1" or "RoCE v2": invalid argument`},
+		{"rdma_cm/rxe1/ports/1/default_roce_tos", syscall.ERANGE, "default_roce_tos takes 0..255"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("Refused heard %d errors, want %d: %v", len(got), len(want), got)
+	}
+	for i, w := range want {
+		var ce *config.Error
+		if !errors.As(got[i], &ce) || ce.Op != "write" || ce.Path != w.path || config.Errno(got[i]) != w.errno ||
+			!strings.Contains(got[i].Error(), w.msg) {
+			t.Errorf("Refused heard %T %q; want a *config.Error of write %s, %v, saying %q", got[i], got[i], w.path, w.errno, w.msg)
+		}
 	}
 }
