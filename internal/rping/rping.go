@@ -62,7 +62,9 @@ func (c *Config) defaults() error {
 		c.Size = DefaultSize
 	}
 	if c.Size < MinSize || c.Size > MaxSize {
-		return fmt.Errorf("Invalid size %d (valid range is %d to %d): %w", c.Size, MinSize, MaxSize+1, syscall.EINVAL)
+		// rping's words, but with the range it accepts: rping prints
+		// RPING_BUFSIZE (65536) as the top, a size it refuses.
+		return fmt.Errorf("Invalid size %d (valid range is %d to %d): %w", c.Size, MinSize, MaxSize, syscall.EINVAL)
 	}
 	if c.Count < 0 {
 		return fmt.Errorf("Invalid count %d: %w", c.Count, syscall.EINVAL)

@@ -112,8 +112,8 @@ func TestBadOptions(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{Config{Size: 25}, "Invalid size 25 (valid range is 26 to 65536)"},
-		{Config{Size: 65536}, "Invalid size 65536 (valid range is 26 to 65536)"},
+		{Config{Size: 25}, "Invalid size 25 (valid range is 26 to 65535)"},
+		{Config{Size: 65536}, "Invalid size 65536 (valid range is 26 to 65535)"},
 		{Config{Count: -1}, "Invalid count -1"},
 	} {
 		err := Run(context.Background(), rdmacm.New(rdmacm.Options{}), c.cfg)
