@@ -5,7 +5,10 @@
 // Parsing is wire's (wire.Packet.ParseFrame, the opcode table, the header
 // views) and, for the management datagrams on QP1, wire/mad's; this package
 // only names and formats what they decode, so it holds no offset tables of
-// its own. Output is byte-stable: the same frame always gives the same bytes.
+// its own. The exception is verify.go, which knows where the few fields
+// that select RoCE lie, to restore them in frames that did not parse as
+// RoCE, and checks what the ICRC masks (the UDP checksum, BTH reserved
+// bits). Output is byte-stable: the same frame always gives the same bytes.
 package dissect
 
 import (
@@ -27,8 +30,9 @@ type Decoder struct {
 	// UDPPort is the UDP destination port of RoCE v2; 0 means 4791.
 	UDPPort uint16
 
-	first time.Time
-	begun bool
+	first   time.Time
+	begun   bool
+	scratch []byte // a frame with one field restored (restore)
 }
 
 // Packet is one decoded RoCE frame. It aliases the frame's bytes and is
@@ -42,11 +46,15 @@ type Packet struct {
 
 	// WantICRC is the ICRC computed over the packet's invariant fields.
 	WantICRC uint32
+	udp      udpVerdict // what the UDP checksum says
+	wantUDP  uint16     // the UDP checksum the packet should carry, when it carries one
 	mad      madDissection
 }
 
 // FrameError is a frame that looks like RoCE (Ethertype 0x8915, or UDP to
-// the RoCE v2 port) but does not parse.
+// the RoCE v2 port) but does not parse, or that becomes a RoCE packet with
+// a valid ICRC when one field that selects RoCE is restored (its Err is
+// then a *CorruptedError).
 type FrameError struct {
 	Number int
 	Err    error
@@ -55,10 +63,14 @@ type FrameError struct {
 func (e *FrameError) Error() string { return "frame " + strconv.Itoa(e.Number) + ": " + e.Err.Error() }
 func (e *FrameError) Unwrap() error { return e.Err }
 
-// Decode parses frame f into p. It returns wire.ErrNotRoCE for frames that
-// are not RoCE (ARP, IGMP, neighbour discovery, other UDP, ...), a
-// *FrameError for frames that look like RoCE but are malformed, and nil
-// otherwise; an ICRC that does not match is not an error here (see
+// Decode parses frame f into p. It returns nil for a RoCE packet; an error
+// that is wire.ErrNotRoCE, or a *SkippedError wrapping it, for frames that
+// are not RoCE (ARP, IGMP, neighbour discovery, other UDP, ...); and a
+// *FrameError for frames that look like RoCE but are malformed or that
+// are RoCE packets with a corrupted Ethertype, IP version, IPv4 protocol
+// or fragment bits, IPv6 next header or UDP destination port (see
+// CorruptedError). A SkippedError is a frame that is not RoCE with a
+// damaged IP header. An ICRC that does not match is not an error here (see
 // Packet.Problems).
 func (d *Decoder) Decode(f capture.Frame, p *Packet) error {
 	if !d.begun {
@@ -72,6 +84,12 @@ func (d *Decoder) Decode(f capture.Frame, p *Packet) error {
 	err := p.ParseFrame(f.Data, port)
 	if err != nil {
 		if errors.Is(err, wire.ErrNotRoCE) || !looksLikeRoCE(f.Data, port) {
+			if ce := d.restore(f.Data, port); ce != nil {
+				return &FrameError{Number: f.Number, Err: ce}
+			}
+			if prob := ipProblem(f.Data, len(f.Data) >= f.OrigLen); prob != "" {
+				return &SkippedError{Number: f.Number, Problem: prob}
+			}
 			return wire.ErrNotRoCE
 		}
 		if len(f.Data) < f.OrigLen {
@@ -84,6 +102,7 @@ func (d *Decoder) Decode(f capture.Frame, p *Packet) error {
 		return &FrameError{Number: f.Number, Err: err}
 	}
 	p.WantICRC = want
+	p.udp, p.wantUDP = checkUDP(&p.Packet)
 	if isGSI(&p.Packet) {
 		p.mad = dissectMAD(p.Payload())
 	}
@@ -95,31 +114,41 @@ func (d *Decoder) Decode(f capture.Frame, p *Packet) error {
 // Other malformed frames (a truncated TCP segment, say) are not RoCE's
 // business and are skipped like any other non-RoCE frame.
 func looksLikeRoCE(b []byte, port uint16) bool {
+	_, ok := bthOffset(b, port)
+	return ok
+}
+
+// bthOffset returns where the BTH of frame b would start and whether b
+// looks like RoCE (see looksLikeRoCE), looking only at the headers before
+// the BTH.
+func bthOffset(b []byte, port uint16) (int, bool) {
 	eth, err := wire.ParseEthernet(b)
 	if err != nil {
-		return false
+		return 0, false
 	}
-	rest := b[len(eth):]
+	n := len(eth)
+	rest := b[n:]
 	switch eth.EtherType() {
 	case wire.EtherTypeRoCE:
-		return true
+		return n + wire.GRHLen, true
 	case wire.EtherTypeIPv4:
 		if len(rest) < wire.IPv4MinLen || rest[0]>>4 != 4 {
-			return false
+			return 0, false
 		}
 		ip := wire.IPv4(rest)
 		hl := ip.HeaderLen()
 		if ip.Protocol() != wire.IPProtocolUDP || ip.FragOffset() != 0 || len(rest) < hl+4 {
-			return false
+			return 0, false
 		}
-		return wire.UDP(rest[hl:]).DstPort() == port
+		return n + hl + wire.UDPLen, wire.UDP(rest[hl:]).DstPort() == port
 	case wire.EtherTypeIPv6:
 		if len(rest) < wire.IPv6Len+4 || rest[0]>>4 != 6 {
-			return false
+			return 0, false
 		}
-		return wire.IPv6(rest).NextHeader() == wire.IPProtocolUDP && wire.UDP(rest[wire.IPv6Len:]).DstPort() == port
+		ok := wire.IPv6(rest).NextHeader() == wire.IPProtocolUDP && wire.UDP(rest[wire.IPv6Len:]).DstPort() == port
+		return n + wire.IPv6Len + wire.UDPLen, ok
 	}
-	return false
+	return 0, false
 }
 
 // isGSI reports whether the packet is a management datagram for QP1, the
@@ -133,7 +162,8 @@ func isGSI(p *wire.Packet) bool {
 func (p *Packet) ICRCOK() bool { return p.ICRC() == p.WantICRC }
 
 // Problems lists what is wrong with a packet that parsed: an ICRC that does
-// not match, a wrong IPv4 header checksum, a malformed management datagram.
+// not match, a wrong IPv4 header checksum, a wrong UDP checksum, BTH
+// reserved bits that are not 0, a malformed management datagram.
 // roce decode --verify fails on any.
 func (p *Packet) Problems() []string {
 	var probs []string
@@ -144,6 +174,14 @@ func (p *Packet) Problems() []string {
 	}
 	if ip := p.IPv4(); ip != nil && ip.Checksum() != ip.ComputeChecksum() {
 		probs = append(probs, fmt.Sprintf("IPv4 header checksum 0x%04x, should be 0x%04x", ip.Checksum(), ip.ComputeChecksum()))
+	}
+	if p.udp == udpWrong {
+		probs = append(probs, fmt.Sprintf("UDP checksum 0x%04x, should be 0x%04x (or 0, none)", p.UDP().Checksum(), p.wantUDP))
+	}
+	// IBTA Vol 1 §9.2: reserved, sent as 0. The ICRC masks the byte (for
+	// FECN and BECN, which switches set), so nothing else would notice.
+	if r := p.BTH().Resv6a(); r != 0 {
+		probs = append(probs, fmt.Sprintf("BTH reserved bits (resv6a) 0x%02x, should be 0", r))
 	}
 	if p.mad.err != nil {
 		probs = append(probs, "MAD: "+p.mad.err.Error())
@@ -196,7 +234,7 @@ func (p *Packet) Tree() []Node {
 		nodes = append(nodes, ipv6Node(p.GRH(), true))
 	}
 	if u := p.UDP(); u != nil {
-		nodes = append(nodes, udpNode(u))
+		nodes = append(nodes, udpNode(u, p.udp, p.wantUDP))
 	}
 	nodes = append(nodes, bthNode(p.BTH()))
 	nodes = append(nodes, extNodes(&p.Packet)...)

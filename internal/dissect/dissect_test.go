@@ -474,6 +474,7 @@ func TestStatsString(t *testing.T) {
 		{dissect.Stats{RoCE: 52, ICRCOK: 52, Other: 4}, "52 RoCE packets (52 ICRC ok), 4 other frames skipped"},
 		{dissect.Stats{RoCE: 1, ICRCOK: 0, ICRCBad: 1, Problems: 1, Other: 1}, "1 RoCE packet (0 ICRC ok, 1 ICRC WRONG), 1 other frame skipped"},
 		{dissect.Stats{RoCE: 3, ICRCOK: 3, Problems: 1, OtherBad: 1, Malformed: 2}, "3 RoCE packets (3 ICRC ok, 1 with other problems), 2 malformed RoCE frames, 0 other frames skipped"},
+		{dissect.Stats{RoCE: 2, ICRCOK: 2, Other: 5, OtherIPBad: 2}, "2 RoCE packets (2 ICRC ok), 5 other frames skipped (2 with a damaged IP header)"},
 	} {
 		if got := tc.s.String(); got != tc.want {
 			t.Errorf("got  %q\nwant %q", got, tc.want)

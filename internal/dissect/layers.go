@@ -125,7 +125,7 @@ func grhNextName(nh uint8) string {
 	return ""
 }
 
-func udpNode(h wire.UDP) Node {
+func udpNode(h wire.UDP, verdict udpVerdict, want uint16) Node {
 	port := func(p uint16) Value {
 		v := Uint(uint64(p), 16)
 		if p == wire.RoCEv2Port {
@@ -134,8 +134,15 @@ func udpNode(h wire.UDP) Node {
 		return v
 	}
 	cs := Hex(uint64(h.Checksum()), 16)
-	if h.Checksum() == 0 {
+	switch verdict {
+	case udpNone:
 		cs = cs.Named("none")
+	case udpOK:
+		cs = cs.Named("correct")
+	case udpPartial:
+		cs = cs.Named("partial: the pseudo-header sum, left for checksum offload")
+	case udpWrong:
+		cs = cs.Named(checksumStatus(h.Checksum(), want))
 	}
 	return layer("User Datagram Protocol", "udp",
 		field("Source Port", "src_port", port(h.SrcPort())),

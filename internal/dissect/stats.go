@@ -10,14 +10,15 @@ import (
 
 // Stats counts the frames of one capture by what Decode made of them.
 type Stats struct {
-	Frames    int // every frame
-	RoCE      int // RoCE packets that parsed
-	ICRCOK    int // ... whose ICRC matched
-	ICRCBad   int // ... whose ICRC did not
-	Problems  int // ... with any problem (see Packet.Problems), ICRC included
-	OtherBad  int // ... with a problem other than the ICRC
-	Malformed int // frames that look like RoCE but do not parse
-	Other     int // frames that are not RoCE, skipped
+	Frames     int // every frame
+	RoCE       int // RoCE packets that parsed
+	ICRCOK     int // ... whose ICRC matched
+	ICRCBad    int // ... whose ICRC did not
+	Problems   int // ... with any problem (see Packet.Problems), ICRC included
+	OtherBad   int // ... with a problem other than the ICRC
+	Malformed  int // frames that look like RoCE but do not parse, or are RoCE with a corrupted selector (CorruptedError)
+	Other      int // frames that are not RoCE, skipped
+	OtherIPBad int // ... whose IP header is damaged (SkippedError)
 }
 
 // Add counts one frame: Decode's result err and, when err is nil, the packet.
@@ -26,6 +27,10 @@ func (s *Stats) Add(p *Packet, err error) {
 	switch {
 	case errors.Is(err, wire.ErrNotRoCE):
 		s.Other++
+		var se *SkippedError
+		if errors.As(err, &se) {
+			s.OtherIPBad++
+		}
 	case err != nil:
 		s.Malformed++
 	default:
@@ -48,9 +53,10 @@ func (s *Stats) Add(p *Packet, err error) {
 	}
 }
 
-// Failed returns the number of RoCE frames that are malformed or have a
-// problem: what makes roce decode --verify fail.
-func (s *Stats) Failed() int { return s.Malformed + s.Problems }
+// Failed returns the number of frames that fail a check: RoCE frames that
+// are malformed or have a problem, and skipped frames with a damaged IP
+// header. It is what makes roce decode --verify fail.
+func (s *Stats) Failed() int { return s.Malformed + s.Problems + s.OtherIPBad }
 
 // String summarises the counts: "52 RoCE packets (52 ICRC ok), 4 other
 // frames skipped".
@@ -69,5 +75,8 @@ func (s *Stats) String() string {
 		b.WriteString(", " + plural(s.Malformed, "malformed RoCE frame", "malformed RoCE frames"))
 	}
 	b.WriteString(", " + plural(s.Other, "other frame", "other frames") + " skipped")
+	if s.OtherIPBad > 0 {
+		b.WriteString(" (" + strconv.Itoa(s.OtherIPBad) + " with a damaged IP header)")
+	}
 	return b.String()
 }
