@@ -36,12 +36,22 @@ decoded: CM messages show their name, communication IDs and service ID.
 RoCE v1 is Ethertype 0x8915; RoCE v2 is UDP to port 4791 (--udp-port).
 Other frames (ARP, IGMP, neighbour discovery, other UDP) are counted and
 skipped. A frame that looks like RoCE but does not parse is reported on
-stderr as "FILE: frame N: reason". After each capture a line on stderr
-counts its RoCE packets, ICRC verdicts and skipped frames.
+stderr as "FILE: frame N: reason", and so is a frame that is RoCE with a
+valid ICRC once one corrupted field (Ethertype, IP version, IPv4 protocol
+or fragment bits, IPv6 next header, UDP destination port) is restored.
+After each capture a line on stderr counts its RoCE packets, ICRC
+verdicts and skipped frames.
+
+--verify checks every RoCE packet's ICRC, IPv4 header checksum, UDP
+checksum (unless 0, none), BTH reserved bits (0) and MADs, and the IP
+header of every other frame (IPv4 header checksum, IP version). What
+changes in transit by design is covered by nothing a capture holds, so a
+corruption there cannot be seen: Ethernet addresses, 802.1Q tag and
+padding; IPv6 traffic class, flow label and hop limit (and those of RoCE
+v1's GRH); the BTH's FECN and BECN bits.
 
 Exit status: 0 on success; 1 if a file cannot be read or, with --verify,
-if any RoCE frame is malformed or has a problem (wrong ICRC, wrong IPv4
-header checksum, malformed MAD); 2 for a bad command line.`,
+if any frame is malformed or fails a check; 2 for a bad command line.`,
 		Example: `  roce decode rping.pcap
   roce decode -V rping.pcap
   roce decode --json rping.pcap | jq -c 'select(.bth.opcode_name == "RC_ACKNOWLEDGE")'
@@ -57,7 +67,7 @@ header checksum, malformed MAD); 2 for a bad command line.`,
 	f := cmd.Flags()
 	f.BoolVarP(&o.verbose, "verbose", "V", false, "print every field of every layer")
 	f.BoolVar(&o.json, "json", false, "print one compact JSON object per RoCE packet (JSON Lines); nothing else goes to stdout")
-	f.BoolVar(&o.verify, "verify", false, "exit 1 if any RoCE frame is malformed or fails a check (ICRC, IPv4 checksum, MAD); list each on stderr")
+	f.BoolVar(&o.verify, "verify", false, "exit 1 if any frame is malformed or fails a check (ICRC, IPv4 and UDP checksums, BTH reserved bits, MAD); list each on stderr")
 	f.Uint16Var(&o.udpPort, "udp-port", wire.RoCEv2Port, "UDP destination port of RoCE v2")
 	return cmd
 }
@@ -74,7 +84,7 @@ func decodeFiles(files []string, o decodeOptions, stdout, stderr io.Writer) erro
 		out.Flush()
 		fmt.Fprintf(stderr, format, args...)
 	}
-	var unreadable, failed int
+	var unreadable, failedRoCE, failedOther int
 	for i, path := range files {
 		if len(files) > 1 && !o.json {
 			if i > 0 {
@@ -89,18 +99,28 @@ func decodeFiles(files []string, o decodeOptions, stdout, stderr io.Writer) erro
 			continue
 		}
 		warn("%s: %s\n", path, stats.String())
-		failed += stats.Failed()
+		failedOther += stats.OtherIPBad
+		failedRoCE += stats.Failed() - stats.OtherIPBad
 	}
 	switch {
 	case unreadable > 0:
 		return fmt.Errorf("%d of %d files could not be read", unreadable, len(files))
-	case o.verify && failed > 0:
-		if failed == 1 {
-			return errors.New("verify: 1 RoCE frame failed")
-		}
-		return fmt.Errorf("verify: %d RoCE frames failed", failed)
+	case o.verify && failedRoCE > 0 && failedOther > 0:
+		return fmt.Errorf("verify: %s and %s failed", pluralFrames(failedRoCE, "RoCE frame"), pluralFrames(failedOther, "other frame"))
+	case o.verify && failedRoCE > 0:
+		return fmt.Errorf("verify: %s failed", pluralFrames(failedRoCE, "RoCE frame"))
+	case o.verify && failedOther > 0:
+		return fmt.Errorf("verify: %s failed", pluralFrames(failedOther, "other frame"))
 	}
 	return nil
+}
+
+// pluralFrames says "1 RoCE frame", "2 RoCE frames".
+func pluralFrames(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 // decodeFile decodes one capture, writing packets to out and problems to warn.
@@ -123,10 +143,18 @@ func decodeCapture(r io.Reader, name string, o decodeOptions, out *bufio.Writer,
 	err := capture.Read(r, func(f capture.Frame) error {
 		err := d.Decode(f, &p)
 		stats.Add(&p, err)
-		var fe *dissect.FrameError
+		var (
+			fe *dissect.FrameError
+			se *dissect.SkippedError
+		)
 		switch {
 		case errors.As(err, &fe):
 			warn("%s: %v\n", name, fe)
+			return nil
+		case errors.As(err, &se): // not RoCE, with a damaged IP header
+			if o.verify {
+				warn("%s: %v\n", name, se)
+			}
 			return nil
 		case err != nil: // not RoCE
 			return nil
