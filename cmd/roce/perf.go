@@ -12,7 +12,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/goroce/goroce/config"
+	"github.com/goroce/goroce/host"
 	"github.com/goroce/goroce/internal/perftest"
+	"github.com/goroce/goroce/rdmacm"
 )
 
 func newPerfCmd() *cobra.Command {
@@ -32,14 +35,18 @@ IPv4 GID, or IPv6 with --ipv6; RoCE v2 before v1).
 With -R (perftest's --rdma_cm) the QPs are connected through RDMA CM and
 the exchange runs over an RDMA CM connection of its own on port -p instead
 of TCP, as perftest does: the client's argument is then the server's RoCE
-address, and the devices are found by address (-d picks one).`,
+address, and the devices are found by address (-d picks one). -T sets the
+type of service of those connections, -R only as in perftest: the client's
+packets carry it as their IP TOS, and the server's too, which take it from
+the client's connect request.`,
 		Example: `  roce perf write -d rxe0 -x 1                      # server (ib_write_bw)
   roce perf write -d rxe0 -x 1 198.51.100.11        # client
   roce perf send --lat -d rxe0 -a 198.51.100.11     # ib_send_lat, all sizes
   roce perf read -d rxe0 -q 4 -D 10 198.51.100.11   # 4 QPs for 10 seconds
   roce perf send -d rxe0 -b 198.51.100.11           # both ways (server with -b too)
   roce perf write -R                                # server (ib_write_bw -R)
-  roce perf write -R 192.0.2.11                     # client, through RDMA CM`,
+  roce perf write -R 192.0.2.11                     # client, through RDMA CM
+  roce perf write -R -T 106 192.0.2.11              # the same with TOS 106 (DSCP 26, ECT(0))`,
 		Args: unknownCommand,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return usageError{errors.New("choose a test: write, read, send or atomic")}
@@ -64,6 +71,7 @@ func newPerfVerbCmd(name string, verb perftest.Verb, bw, lat string) *cobra.Comm
 		duration, mtu int
 		rdmaCM        bool
 		cpuFreq       bool
+		tos           int
 	)
 	cmd := &cobra.Command{
 		Use:   name + " [--lat] [flags] [server]",
@@ -83,6 +91,9 @@ func newPerfVerbCmd(name string, verb perftest.Verb, bw, lat string) *cobra.Comm
 			}
 			if !cmd.Flags().Changed("gid-index") {
 				c.GIDIndex = -1
+			}
+			if cmd.Flags().Changed("tos") {
+				c.TOS, c.SetTOS = tos, true
 			}
 			if len(args) == 1 {
 				c.Server = args[0]
@@ -110,14 +121,23 @@ func newPerfVerbCmd(name string, verb perftest.Verb, bw, lat string) *cobra.Comm
 				if a, err := netip.ParseAddr(c.Server); err == nil {
 					family = a.Unmap()
 				}
-				cm, closeCM, err := openCM(cmd, devs, pcapFile, netip.Addr{}, family)
+				var (
+					cm      *rdmacm.CM
+					closeCM func()
+					err     error
+				)
+				if c.SetTOS {
+					cm, closeCM, err = openCMWithTOS(cmd, devs, pcapFile, family, uint8(c.TOS))
+				} else {
+					cm, closeCM, err = openCM(cmd, devs, pcapFile, netip.Addr{}, family)
+				}
 				if err != nil {
 					return err
 				}
 				defer closeCM()
 				c.CM = cm
 				_, err = perftest.Run(ctx, nil, c)
-				return err
+				return interrupted(ctx, err)
 			}
 			d, closeDev, err := openDevice(cmd, dev, pcapFile)
 			if err != nil {
@@ -126,7 +146,7 @@ func newPerfVerbCmd(name string, verb perftest.Verb, bw, lat string) *cobra.Comm
 			defer closeDev()
 			c.Device = d.Name()
 			_, err = perftest.Run(ctx, d.Device, c)
-			return err
+			return interrupted(ctx, err)
 		},
 	}
 	f := cmd.Flags()
@@ -154,9 +174,73 @@ func newPerfVerbCmd(name string, verb perftest.Verb, bw, lat string) *cobra.Comm
 	f.StringVar(&c.JSONFile, "out_json_file", "perftest_out.json", "the --out_json `file`")
 	f.BoolVarP(&cpuFreq, "CPU-freq", "F", false, "accepted for perftest's command lines (no cpufreq check to silence)")
 	f.BoolVarP(&rdmaCM, "rdma_cm", "R", false, "connect QPs with RDMA CM and exchange over RDMA CM (the server argument is then the peer's RoCE address)")
+	f.IntVarP(&tos, "tos", "T", 0, "set `tos` (0-255) on the RDMA CM QPs, with -R only: the IP TOS / traffic class of every packet (the server's QPs take the client's)")
 	f.StringVar(&pcapFile, "pcap", "", "write every packet the device sends and receives to `file` (pcap)")
 	if name == "atomic" {
 		f.StringVarP(&c.Atomic, "atomic_type", "A", "", "CMP_AND_SWAP or FETCH_AND_ADD (default FETCH_AND_ADD)")
 	}
 	return cmd
+}
+
+// interrupted turns the error of a run that Ctrl-C or SIGTERM ended (ctx
+// is signal.NotifyContext's) into a quiet exit 0, as roce metrics, roce
+// capture and roce ping -P end on Ctrl-C: a server waiting for its client
+// has nothing to report.
+func interrupted(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// openCMWithTOS is openCM (ping.go) for -T: goroce's rdmacm gives a
+// connection the type of service of its CM's defaults (it has no
+// rdma_set_option(RDMA_OPTION_ID_TOS) of its own), so the CM's
+// configfs-tree defaults get -T's TOS over them.
+func openCMWithTOS(cmd *cobra.Command, devs []string, pcapFile string, family netip.Addr, tos uint8) (*rdmacm.CM, func(), error) {
+	dir := rundirOf(cmd)
+	if len(devs) == 0 {
+		var err error
+		if devs, err = cmDevices(host.NewRegistry(dir), netip.Addr{}, family); err != nil {
+			return nil, nil, err
+		}
+	}
+	if pcapFile != "" && len(devs) > 1 {
+		return nil, nil, usageError{fmt.Errorf("--pcap captures one device; choose one of %v with --dev", devs)}
+	}
+	stderr := cmd.ErrOrStderr()
+	opened := map[string]*host.Device{} // written before the first event can come
+	cm := rdmacm.New(rdmacm.Options{Defaults: perftest.WithTOS(config.Open(dir), tos),
+		Logf: func(format string, args ...any) {
+			fmt.Fprintf(stderr, "roce: "+format+"\n", args...)
+		},
+		OnEvent: func(dev string, e rdmacm.Event) {
+			if d := opened[dev]; d != nil {
+				d.CountCMEvent(e.Type.String())
+			}
+		}})
+	var closers []func()
+	closeAll := func() {
+		cm.Close()
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	for _, name := range devs {
+		d, closeDev, err := openDevice(cmd, name, pcapFile)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		closers = append(closers, closeDev)
+		opened[name] = d
+		closers = append(closers, d.AddCMIDSource(func() []host.CMID { return cmIDs(cm, d) }))
+	}
+	for _, name := range devs {
+		if err := cm.AddDevice(opened[name].Device); err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+	}
+	return cm, closeAll, nil
 }

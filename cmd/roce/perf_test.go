@@ -2,6 +2,11 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -9,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/capture"
 	"github.com/goroce/goroce/internal/nettest"
+	"github.com/goroce/goroce/wire"
 )
 
 func TestPerfUsage(t *testing.T) {
@@ -25,6 +32,16 @@ func TestPerfUsage(t *testing.T) {
 	} {
 		if code, _, stderr := roceAt(t, dir, args...); code != exitUsage {
 			t.Errorf("roce %s: exit %d, want %d: %s", strings.Join(args, " "), code, exitUsage, stderr)
+		}
+	}
+	// -T, refused in perftest's words.
+	for _, c := range []struct{ args, want string }{
+		{"perf write -T 106", "TOS only valid for rdma_cm based QP and RawEth QP"},
+		{"perf send -R --lat -T 256", "TOS should be between 0 and 255"},
+		{"perf read -R -T -1 192.0.2.1", "TOS should be between 0 and 255"},
+	} {
+		if code, _, stderr := roceAt(t, dir, strings.Fields(c.args)...); code != exitUsage || !strings.Contains(stderr, c.want) {
+			t.Errorf("roce %s: exit %d, stderr %q; want %d and %q", c.args, code, stderr, exitUsage, c.want)
 		}
 	}
 }
@@ -69,16 +86,36 @@ func TestPerfOverVeth(t *testing.T) {
 		{"write", "-R", "--ipv6", "-s", "4096", "-n", "50"},
 		{"read", "-R", "--ipv6", "--lat", "-s", "64", "-n", "50"},
 		{"atomic", "-R", "-n", "50"},
+		// Flags checked below on the output, the --out_json files and the
+		// --pcap captures ({side} is a file of the side's own).
+		{"write", "-a", "-n", "5"},
+		{"write", "-m", "512", "-s", "4096", "-n", "20", "--pcap", "{side}.pcap"},
+		{"send", "-F", "-s", "2048", "-n", "50"},
+		{"read", "--out_json", "--out_json_file", "{side}.json", "-s", "4096", "-n", "50"},
+		{"send", "--lat", "-D", "2", "-s", "64"},
+		{"read", "-D", "2", "-s", "4096"},
+		{"atomic", "-D", "2"},
+		// -T: every packet both ways carries the TOS, as perftest's -R -T.
+		{"write", "-R", "-T", "106", "-s", "4096", "-n", "50", "--pcap", "{side}.pcap"},
+		{"send", "-R", "--lat", "-T", "0xb8", "-s", "64", "-n", "50", "--pcap", "{side}.pcap"},
 	}
+	files := t.TempDir()
 	for i, args := range cases {
 		t.Run(strings.Join(args, "_"), func(t *testing.T) {
 			port := strconv.Itoa(18600 + i)
-			sargs := append([]string{"perf"}, append(args, "-d", "rxe0", "-p", port)...)
+			sideArgs := func(side string) []string {
+				a := slices.Clone(args)
+				for k := range a {
+					a[k] = strings.ReplaceAll(a[k], "{side}", filepath.Join(files, fmt.Sprint(i, "-", side)))
+				}
+				return a
+			}
+			sargs := append([]string{"perf"}, append(sideArgs("server"), "-d", "rxe0", "-p", port)...)
 			server := ha.IPv4.String()
 			if slices.Contains(args, "--ipv6") {
 				server = ha.IPv6.String()
 			}
-			cargs := append([]string{"perf"}, append(args, "-d", "rxe1", "-p", port, server)...)
+			cargs := append([]string{"perf"}, append(sideArgs("client"), "-d", "rxe1", "-p", port, server)...)
 			type ret struct {
 				code           int
 				stdout, stderr string
@@ -140,6 +177,7 @@ func TestPerfOverVeth(t *testing.T) {
 			if dur && !strings.Contains(c.stderr, "roce perf:   1 s of 2 s: ") {
 				t.Errorf("no progress line on the client's stderr: %q", c.stderr)
 			}
+			checkPerfFlags(t, args, sideArgs, map[string]string{"server": s.stdout, "client": c.stdout})
 			t.Logf("server:\n%s%sclient:\n%s%s", s.stdout, s.stderr, c.stdout, c.stderr)
 		})
 	}
@@ -201,4 +239,169 @@ func checkPerfTable(t *testing.T, who, out string, lat, dur bool) {
 		return
 	}
 	t.Errorf("%s: no result table:\n%s", who, out)
+}
+
+// flagValue returns the value after flag in args, or "".
+func flagValue(args []string, flag string) string {
+	if i := slices.Index(args, flag); i >= 0 && i+1 < len(args) {
+		return args[i+1]
+	}
+	return ""
+}
+
+// checkPerfFlags checks what the flags of a TestPerfOverVeth case show in
+// both sides' output (out, by side) and files (sideArgs gives a side's
+// arguments, its file names in them).
+func checkPerfFlags(t *testing.T, args []string, sideArgs func(side string) []string, out map[string]string) {
+	t.Helper()
+	tos := -1
+	if v := flagValue(args, "-T"); v != "" {
+		n, err := strconv.ParseInt(v, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tos = int(n)
+		// perftest's banner line, on both sides.
+		want := fmt.Sprintf(" Data ex. method : rdma_cm \tTOS    : %d\n", tos)
+		for side, o := range out {
+			if !strings.Contains(o, want) {
+				t.Errorf("%s: the banner lacks %q:\n%s", side, want, o)
+			}
+		}
+	}
+	if slices.Contains(args, "-a") {
+		// A row for each size, 2 B to 8 MiB, on the client.
+		var sizes []string
+		for _, row := range tableRows(out["client"]) {
+			sizes = append(sizes, strings.Fields(row)[0])
+		}
+		var want []string
+		for n := 2; n <= 1<<23; n *= 2 {
+			want = append(want, strconv.Itoa(n))
+		}
+		if !slices.Equal(sizes, want) {
+			t.Errorf("-a: the client's rows are for sizes %v, want %v", sizes, want)
+		}
+	}
+	mtu := 1024 // the port's, on a 1500-byte veth
+	if v := flagValue(args, "-m"); v != "" {
+		mtu, _ = strconv.Atoi(v)
+		for side, o := range out {
+			if want := fmt.Sprintf(" Mtu             : %d[B]\n", mtu); !strings.Contains(o, want) {
+				t.Errorf("%s: the banner lacks %q:\n%s", side, want, o)
+			}
+		}
+	}
+	for _, side := range []string{"server", "client"} {
+		a := sideArgs(side)
+		if f := flagValue(a, "--pcap"); f != "" {
+			checkPerfCapture(t, side, f, tos, mtu, args[0])
+		}
+		if slices.Contains(a, "--out_json") {
+			checkPerfJSON(t, side, flagValue(a, "--out_json_file"), args)
+		}
+	}
+}
+
+// tableRows returns the rows under the first result header of out.
+func tableRows(out string) []string {
+	i := strings.Index(out, "\n #bytes")
+	if i < 0 {
+		return nil
+	}
+	lines := strings.Split(out[i+1:], "\n")[1:]
+	for k, l := range lines {
+		if strings.HasPrefix(l, "---") || l == "" {
+			return lines[:k]
+		}
+	}
+	return lines
+}
+
+// checkPerfCapture reads a side's --pcap capture with package capture
+// and wire: every RoCE packet parses and its ICRC is right; both ways
+// are there; with tos >= 0 every packet carries it as its IP TOS; no
+// payload is above mtu, and a write test's WRITEs were segmented to it.
+func checkPerfCapture(t *testing.T, side, file string, tos, mtu int, verb string) {
+	t.Helper()
+	from := map[netip.Addr]int{} // packets by source address
+	ops := map[string]int{}
+	err := capture.ReadFile(file, func(f capture.Frame) error {
+		var p wire.Packet
+		if err := p.ParseFrame(f.Data, wire.RoCEv2Port); err != nil {
+			if !errors.Is(err, wire.ErrNotRoCE) {
+				t.Errorf("%s capture: frame %d: %v", side, f.Number, err)
+			}
+			return nil
+		}
+		if err := p.VerifyICRC(); err != nil {
+			t.Errorf("%s capture: frame %d: %v", side, f.Number, err)
+		}
+		h := p.IPv4()
+		if h == nil {
+			t.Errorf("%s capture: frame %d is not RoCE v2 over IPv4", side, f.Number)
+			return nil
+		}
+		from[h.Src()]++
+		if tos >= 0 && int(h.TOS()) != tos {
+			t.Errorf("%s capture: frame %d (%v %v → %v): TOS %d, want %d", side, f.Number, p.Opcode(), h.Src(), h.Dst(), h.TOS(), tos)
+		}
+		if n := len(p.Payload()); n > mtu && p.BTH().DestQP() != 1 {
+			t.Errorf("%s capture: frame %d (%v): %d-byte payload over the %d-byte path MTU", side, f.Number, p.Opcode(), n, mtu)
+		}
+		ops[p.Opcode().String()]++
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%s capture: %v", side, err)
+	}
+	if len(from) != 2 {
+		t.Errorf("%s capture: packets by source %v, want both ways", side, from)
+	}
+	if verb == "write" && ops["RC_RDMA_WRITE_MIDDLE"] == 0 {
+		t.Errorf("%s capture: no RC_RDMA_WRITE_MIDDLE: %v", side, ops)
+	}
+	t.Logf("%s capture: %v", side, ops)
+}
+
+// checkPerfJSON parses a side's --out_json file, which is perftest's
+// format (not strict JSON: unquoted keys and values, trailing commas):
+// sections "test_info" and "results" of "key: value," lines.
+func checkPerfJSON(t *testing.T, side, file string, args []string) {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatalf("%s: --out_json: %v", side, err)
+	}
+	sec := map[string]map[string]string{}
+	var cur map[string]string
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		l = strings.TrimSpace(l)
+		switch {
+		case l == "{" || l == "}":
+		case strings.HasSuffix(l, ": {"):
+			cur = map[string]string{}
+			sec[strings.TrimSuffix(l, ": {")] = cur
+		case l == "},":
+			cur = nil
+		case cur != nil && strings.HasSuffix(l, ","):
+			k, v, ok := strings.Cut(strings.TrimSuffix(l, ","), ":")
+			if !ok {
+				t.Fatalf("%s: --out_json line %q", side, l)
+			}
+			cur[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		default:
+			t.Fatalf("%s: --out_json line %q:\n%s", side, l, b)
+		}
+	}
+	info, res := sec["test_info"], sec["results"]
+	dev := map[string]string{"server": `"rxe0"`, "client": `"rxe1"`}[side]
+	if info == nil || info["test"] != "RDMA_Read_BW_Test" || info["Device"] != dev || info["Data_ex_method"] != "Ethernet" {
+		t.Errorf("%s: --out_json test_info %v", side, info)
+	}
+	bw, _ := strconv.ParseFloat(res["BW_average"], 64)
+	if res == nil || res["MsgSize"] != flagValue(args, "-s") || res["n_iterations"] != flagValue(args, "-n") || !(bw > 0) {
+		t.Errorf("%s: --out_json results %v", side, res)
+	}
+	t.Logf("%s --out_json: %v", side, sec)
 }
