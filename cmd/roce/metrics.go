@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/goroce/goroce/host"
+	"github.com/goroce/goroce/link/afpacket"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -122,8 +123,12 @@ var (
 )
 
 // dropCauses maps the counters and link counters that count drops to the
-// cause label they get.
-var dropCauses = []struct{ counter, link, cause string }{
+// cause label they get. v1Only marks a link counter only a v1-only port
+// has: the other devices do not export it.
+var dropCauses = []struct {
+	counter, link, cause string
+	v1Only               bool
+}{
 	{counter: "rcvd_bad_icrc", cause: "bad_icrc"},
 	{counter: "rcvd_bad_header", cause: "bad_header"},
 	{counter: "rcvd_bad_qp", cause: "bad_qp"},
@@ -136,6 +141,7 @@ var dropCauses = []struct{ counter, link, cause string }{
 	{link: "rx_drop_kernel_refused", cause: "kernel_refused"},
 	{link: "tx_drop_no_route", cause: "tx_no_route"},
 	{link: "tx_drop_bad_address", cause: "tx_bad_address"},
+	{link: afpacket.CounterV2OnV1, cause: "v2_on_v1_port", v1Only: true}, // RoCE v2 to a v1-only port
 }
 
 // portDescs has one counter family per transport counter, named as rxe
@@ -182,10 +188,11 @@ func collectPort(ch chan<- prometheus.Metric, rep *host.CounterReport) {
 		counter(descPort[n], rep.Counters[n])
 	}
 	for _, c := range dropCauses {
-		if c.counter != "" {
+		switch v, ok := rep.Link[c.link]; {
+		case c.counter != "":
 			counter(descDrops, rep.Counters[c.counter], c.cause)
-		} else {
-			counter(descDrops, rep.Link[c.link], c.cause)
+		case ok || !c.v1Only:
+			counter(descDrops, v, c.cause)
 		}
 	}
 	counter(descRetx, rep.Counters["retrans_pkts"])

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -15,7 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/goroce/goroce/host"
 	"github.com/goroce/goroce/internal/nettest"
+	"github.com/goroce/goroce/link/afpacket"
 )
 
 // TestPerfMetrics runs roce perf write -D 3 as a server and a client,
@@ -102,6 +107,15 @@ func TestPerfMetrics(t *testing.T) {
 	for k := range scrapes[1] {
 		if strings.HasPrefix(k, "goroce_port_drops_total{cause=\"bad_icrc\"") && scrapes[1][k] != 0 {
 			t.Errorf("%s = %v", k, scrapes[1][k])
+		}
+		// Only a v1-only port has this cause (TestMetricsV1OnlyDrops).
+		if strings.HasPrefix(k, "goroce_port_drops_total{cause=\"v2_on_v1_port\"") {
+			t.Errorf("%s on a RoCE v2 device", k)
+		}
+	}
+	for _, dev := range []string{"rxe0", "rxe1"} {
+		if _, ok := scrapes[1][`goroce_port_drops_total{cause="not_for_us",device="`+dev+`",port="1"}`]; !ok {
+			t.Errorf("no drops by cause for %s", dev)
 		}
 	}
 
@@ -238,5 +252,85 @@ func (b *lockedBuffer) waitFor(t *testing.T, ctx context.Context, s string) stri
 			t.Fatalf("no %q in:\n%s", s, b.String())
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+}
+
+// TestMetricsV1OnlyDrops: a v1-only port's RoCE v2 drops (its link's
+// rcvd_v2_on_v1_port) are goroce_port_drops_total{cause="v2_on_v1_port"};
+// a port without that counter has no such series.
+func TestMetricsV1OnlyDrops(t *testing.T) {
+	reps := []*host.CounterReport{
+		{Device: "rxeB", Port: 1, Counters: map[string]uint64{"rcvd_bad_icrc": 2},
+			Link: map[string]uint64{afpacket.CounterV2OnV1: 7, afpacket.CounterV2CMOnV1: 3, afpacket.CounterV2OtherOnV1: 4}},
+		{Device: "rxeA", Port: 1, Counters: map[string]uint64{}, Link: map[string]uint64{"rx_drop_not_for_us": 1}},
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectFunc(func(ch chan<- prometheus.Metric) {
+		for _, r := range reps {
+			collectPort(ch, r)
+		}
+	}))
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{} // device/cause -> drops
+	for _, f := range fams {
+		if f.GetName() != "goroce_port_drops_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			l := map[string]string{}
+			for _, p := range m.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			got[l["device"]+"/"+l["cause"]] = m.GetCounter().GetValue()
+		}
+	}
+	for k, want := range map[string]float64{"rxeB/v2_on_v1_port": 7, "rxeB/bad_icrc": 2, "rxeA/not_for_us": 1, "rxeA/bad_icrc": 0} {
+		if v, ok := got[k]; !ok || v != want {
+			t.Errorf("drops %s = %v (present %v), want %v", k, v, ok, want)
+		}
+	}
+	if _, ok := got["rxeA/v2_on_v1_port"]; ok {
+		t.Errorf("rxeA, which speaks RoCE v2, has a v2_on_v1_port series")
+	}
+}
+
+// collectFunc is an unchecked prometheus.Collector.
+type collectFunc func(ch chan<- prometheus.Metric)
+
+func (collectFunc) Describe(chan<- *prometheus.Desc)      {}
+func (f collectFunc) Collect(ch chan<- prometheus.Metric) { f(ch) }
+
+// TestPerfInterrupt: Ctrl-C on a roce perf server waiting for its client,
+// over the TCP exchange or with -R, ends it quietly with exit 0, as it
+// ends roce metrics, roce capture and roce ping -P.
+func TestPerfInterrupt(t *testing.T) {
+	ha, _ := nettest.VethPair(t, nettest.Options{MTU: 1500})
+	dir := t.TempDir()
+	if code, _, stderr := roceIn(t, ha, dir, "link", "add", "rxe0", "type", "rxe", "netdev", ha.Ifname, "roce-versions", "v2"); code != 0 {
+		t.Fatalf("link add: %s", stderr)
+	}
+	exe := roceExecutable(t)
+	for _, extra := range [][]string{nil, {"-R"}} {
+		t.Run(strings.Join(append([]string{"write"}, extra...), "_"), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+			ln.Close()
+			srv := startProc(t, ctx, exe, dir, append([]string{"perf", "write", "-d", "rxe0", "-p", port}, extra...)...)
+			srv.stdout.waitFor(t, ctx, "Waiting for client to connect")
+			if err := srv.cmd.Process.Signal(os.Interrupt); err != nil {
+				t.Fatal(err)
+			}
+			if err := srv.wait(ctx); err != nil || srv.stderr.String() != "" {
+				t.Errorf("after Ctrl-C: %v, stderr %q; want exit 0 and nothing on stderr", err, srv.stderr)
+			}
+		})
 	}
 }
