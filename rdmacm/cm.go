@@ -178,6 +178,7 @@ func (cm *CM) CreateEventChannel() *EventChannel { return newEventChannel() }
 type agent struct {
 	cm     *CM
 	dev    *verbs.Device
+	router Router // nil: ResolveAddr guesses from the GIDs
 	hiTID  uint32
 	pd     *verbs.PD
 	cq     *verbs.CQ
@@ -205,6 +206,30 @@ type ahKey struct {
 }
 
 const recvSlot = grhLen + mad.Size
+
+// A Router answers for one device how the host routes to an address, as
+// the kernel's routing table does for Linux's rdma_resolve_addr: the source
+// address to use if the route leaves through the device, or why not.
+// host.Device is one.
+type Router interface {
+	RouteTo(dst netip.Addr) (src netip.Addr, err error)
+}
+
+// AddRoutedDevice is AddDevice for a device whose routes r knows:
+// ResolveAddr then chooses it, and the source address, by the route.
+func (cm *CM) AddRoutedDevice(dev *verbs.Device, r Router) error {
+	if err := cm.AddDevice(dev); err != nil {
+		return err
+	}
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	for _, a := range cm.agents {
+		if a.dev == dev {
+			a.router = r
+		}
+	}
+	return nil
+}
 
 // AddDevice makes the CM serve dev: it creates dev's QP1 (EEXIST if
 // something else owns it) and starts receiving CM MADs on it. The CM owns

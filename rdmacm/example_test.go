@@ -23,7 +23,7 @@ func Example() {
 	defer dev.Close()
 	cm := rdmacm.New(rdmacm.Options{})
 	defer cm.Close()
-	if err := cm.AddDevice(dev.Device); err != nil {
+	if err := cm.AddRoutedDevice(dev.Device, dev); err != nil { // addresses resolve by the host's routes
 		log.Fatal(err)
 	}
 	pd, _ := dev.AllocPD()

@@ -1,8 +1,11 @@
 package rdmacm
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"syscall"
 	"time"
 
@@ -207,13 +210,16 @@ func (id *ID) unbind() {
 
 // ResolveAddr is rdma_resolve_addr. The device is chosen as follows: the
 // one holding src if src is given; else one holding dst (a loopback
-// connection); else the first device added with a GID of dst's family
-// (IPv4-mapped or IPv6), whose address becomes the source. goroce's
-// devices know no prefix lengths, so this stands in for the route lookup
-// Linux does. ADDR_RESOLVED or ADDR_ERROR follows; timeout is unused, as the
-// lookup needs no network.
+// connection); else the first device added with AddRoutedDevice whose
+// route to dst leaves through it (the source address is the route's), as
+// Linux asks its routing table; else the first device added with
+// AddDevice that has a GID of dst's family (IPv4-mapped or IPv6), whose
+// address becomes the source. ADDR_RESOLVED or ADDR_ERROR follows (the
+// routes' error, such as ENETUNREACH, when no device reaches dst);
+// timeout is unused, as the lookup needs no network.
 func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Duration) error {
 	cm := id.cm
+	routes := cm.routesTo(id, src, dst.Addr()) // before cm.mu: a lookup asks the kernel
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
 	if !dst.Addr().IsValid() || dst.Addr().IsUnspecified() {
@@ -234,24 +240,50 @@ func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Durat
 	if ag == nil {
 		ag = cm.agentFor(dst.Addr())
 	}
+	var routed netip.Addr
+	var routeErr error
+	for _, r := range routes {
+		if ag != nil {
+			break
+		}
+		if !slices.Contains(cm.agents, r.ag) {
+			continue // removed meanwhile
+		}
+		if r.err != nil {
+			routeErr = cmp.Or(routeErr, fmt.Errorf("%s: %w", r.ag.dev.Name(), r.err))
+			continue
+		}
+		ag, routed = r.ag, r.src
+	}
 	if ag == nil {
 		for _, a := range cm.agents {
-			if srcOf(a, dst.Addr()).IsValid() {
+			if a.router == nil && srcOf(a, dst.Addr()).IsValid() {
 				ag = a
 				break
 			}
 		}
 	}
 	if ag == nil {
-		id.emit(Event{Type: EventAddrError, ID: id, Status: -int(syscall.EHOSTUNREACH),
-			Err: fmt.Errorf("rdmacm: no device reaches %v: %w", dst.Addr(), syscall.EHOSTUNREACH)})
+		err := fmt.Errorf("rdmacm: no device reaches %v: %w", dst.Addr(), syscall.EHOSTUNREACH)
+		if routeErr != nil {
+			err = fmt.Errorf("rdmacm: no device reaches %v: %w", dst.Addr(), routeErr)
+		}
+		status := -int(syscall.EHOSTUNREACH)
+		var errno syscall.Errno
+		if errors.As(err, &errno) {
+			status = -int(errno)
+		}
+		id.emit(Event{Type: EventAddrError, ID: id, Status: status, Err: err})
 		return nil
 	}
 	s := id.src.Addr()
 	if !s.IsValid() || s.IsUnspecified() {
-		if cm.agentFor(dst.Addr()) == ag {
+		switch {
+		case cm.agentFor(dst.Addr()) == ag:
 			s = dst.Addr()
-		} else {
+		case routed.IsValid():
+			s = routed
+		default:
 			s = srcOf(ag, dst.Addr())
 		}
 	}
@@ -260,7 +292,42 @@ func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Durat
 	return nil
 }
 
-// srcOf returns an address of a's of dst's family, preferring RoCE v2 GIDs.
+// route is one routed device's answer for a destination.
+type route struct {
+	ag  *agent
+	src netip.Addr
+	err error
+}
+
+// routesTo asks each device added with a Router how it reaches dst, in
+// the order they were added, unless ResolveAddr will not need it (a
+// source address or a bound device, or a device holding dst). Called
+// without cm.mu: the lookups ask the kernel.
+func (cm *CM) routesTo(id *ID, src, dst netip.Addr) []route {
+	if src.IsValid() && !src.IsUnspecified() || !dst.IsValid() {
+		return nil
+	}
+	cm.mu.Lock()
+	var routers []*agent
+	if id.ag == nil && cm.agentFor(dst.Unmap()) == nil {
+		for _, a := range cm.agents {
+			if a.router != nil {
+				routers = append(routers, a)
+			}
+		}
+	}
+	cm.mu.Unlock()
+	var out []route
+	for _, a := range routers {
+		s, err := a.router.RouteTo(dst.Unmap())
+		out = append(out, route{ag: a, src: s, err: err})
+		if err == nil {
+			break
+		}
+	}
+	return out
+}
+
 func srcOf(a *agent, dst netip.Addr) netip.Addr {
 	var best netip.Addr
 	for _, e := range a.dev.GIDs() {

@@ -127,7 +127,9 @@ func openCM(cmd *cobra.Command, devs []string, pcapFile string, want, family net
 		closers = append(closers, d.AddCMIDSource(func() []host.CMID { return cmIDs(cm, d) }))
 	}
 	for _, name := range devs {
-		if err := cm.AddDevice(opened[name].Device); err != nil {
+		// Routed: rdma_resolve_addr's device and source come from the
+		// kernel's route in the netdev's namespace, as on Linux.
+		if err := cm.AddRoutedDevice(opened[name].Device, opened[name]); err != nil {
 			closeAll()
 			return nil, nil, err
 		}
