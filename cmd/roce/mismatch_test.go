@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -59,9 +60,19 @@ func startPing(t *testing.T, h *nettest.Host, dir, roceBin string, args ...strin
 // startRoce runs roce SUB ARGS... inside h's namespace.
 func startRoce(t *testing.T, h *nettest.Host, dir, roceBin, sub string, args ...string) *pingProc {
 	t.Helper()
+	return startRoceTee(t, h, dir, roceBin, nil, sub, args...)
+}
+
+// startRoceTee is startRoce with the process's stderr also written to tee,
+// if not nil, as it comes.
+func startRoceTee(t *testing.T, h *nettest.Host, dir, roceBin string, tee io.Writer, sub string, args ...string) *pingProc {
+	t.Helper()
 	p := &pingProc{done: make(chan error, 1)}
 	p.cmd = exec.Command("ip", append([]string{"netns", "exec", h.NSName, roceBin, "--rundir", dir, sub}, args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	if tee != nil {
+		p.cmd.Stderr = io.MultiWriter(&p.stderr, tee)
+	}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -205,17 +216,72 @@ func TestRoCEModeProcedure(t *testing.T) {
 	t.Logf("%d RoCE v1 frames, every ICRC verified", v1)
 }
 
+// firstSeen is a writer that notes when what is written to it first
+// contains s.
+type firstSeen struct {
+	s  string
+	mu sync.Mutex
+	b  []byte    // guarded by mu: what came until s did
+	at time.Time // guarded by mu: when s came; zero until then
+}
+
+func (w *firstSeen) Write(p []byte) (int, error) {
+	now := time.Now() // before the lock: the earliest this write could be seen
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.at.IsZero() {
+		w.b = append(w.b, p...)
+		if bytes.Contains(w.b, []byte(w.s)) {
+			w.at = now
+		}
+	}
+	return len(p), nil
+}
+
+func (w *firstSeen) when() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.at
+}
+
+// reqTimes returns the capture times of the REQs in a capture.
+func reqTimes(t *testing.T, file string) []time.Time {
+	t.Helper()
+	var times []time.Time
+	err := capture.ReadFile(file, func(f capture.Frame) error {
+		var p wire.Packet
+		if err := p.ParseFrame(f.Data, wire.RoCEv2Port); err != nil {
+			return nil // not RoCE; malformed RoCE is frameVersions's business
+		}
+		if m, err := mad.Parse(p.Payload()); err == nil {
+			if _, ok := m.REQ(); ok {
+				times = append(times, f.Time)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return times
+}
+
 // TestRoCEVersionMismatch: a client whose port uses RoCE v2 and a server
 // whose port speaks only v1 (roce-versions v1, like a ConnectX-3). The
-// client ends as Linux's does (UNREACHABLE, ETIMEDOUT) but, long before,
-// says which side speaks what and the command that fixes it; after that
-// command the same client connects. And a v1 client reaches a
-// dual-version server, as on Linux.
+// client ends as Linux's does (UNREACHABLE, ETIMEDOUT, after the CM has
+// sent its REQ 1 + 15 times) but, long before, says which side speaks what
+// and the command that fixes it; after that command the same client
+// connects. And a v1 client reaches a dual-version server, as on Linux.
 func TestRoCEVersionMismatch(t *testing.T) {
 	a, b, dir, roceBin := pingHosts(t, "", "v1")
 	srv := startPing(t, b, dir, roceBin, "-s", "-a", b.IPv4.String(), "-P")
+	// One run: a v1-only port never answers the v2 REQ, so the client
+	// cannot be REJECTED for starting before the server listens.
+	capFile := filepath.Join(t.TempDir(), "client.pcap")
+	diag := &firstSeen{s: "answers RoCE v1 only"}
 	start := time.Now()
-	cli, code := clientPing(t, a, dir, roceBin, 2*time.Minute, "-c", "-a", b.IPv4.String(), "-C", "1")
+	cli := startRoceTee(t, a, dir, roceBin, diag, "ping", "-c", "-a", b.IPv4.String(), "-C", "1", "--pcap", capFile)
+	code := cli.wait(t, 2*time.Minute)
 	took := time.Since(start)
 	errs := cli.stderr.String()
 	if code == 0 || took > 120*time.Second {
@@ -234,7 +300,27 @@ func TestRoCEVersionMismatch(t *testing.T) {
 	if i, j := strings.Index(errs, "answers RoCE v1 only"), strings.Index(errs, "UNREACHABLE"); i < 0 || j < 0 || i > j {
 		t.Errorf("the diagnosis does not come before UNREACHABLE:\n%s", errs)
 	}
-	t.Logf("client gave up after %v:\n%s", took.Round(time.Second), errs)
+	// Well before, counted in the CM's own steps rather than in seconds:
+	// when the diagnosis reached this test, the client's capture held at
+	// most half of the REQs its CM was to send; the CM then went on to send
+	// them all (CMA_MAX_CM_RETRIES = 15 retries), unchanged from Linux.
+	// (The line is timed as it arrives, against the capture's clock, the
+	// host's; with a REQ every 4.3 s, only a stall of some 20 s in
+	// delivering it could push the count past the bound.)
+	const total = 1 + 15
+	reqs := reqTimes(t, capFile)
+	sent := 0
+	at := diag.when()
+	for _, rt := range reqs {
+		if !at.IsZero() && !rt.After(at) {
+			sent++
+		}
+	}
+	if at.IsZero() || len(reqs) != total || sent > total/2 {
+		t.Errorf("the diagnosis came after the client's CM had sent %d of its %d REQs; want it sent all %d, and at most %d before the diagnosis",
+			sent, len(reqs), total, total/2)
+	}
+	t.Logf("client gave up after %v, the diagnosis after %d of its CM's %d REQs:\n%s", took.Round(time.Second), sent, len(reqs), errs)
 
 	// The fix it names.
 	if code, _, stderr := roceIn(t, a, dir, "mode", "-d", "rxeA", "-p", "1", "-m", "1"); code != 0 {
