@@ -36,9 +36,9 @@ With -R (perftest's --rdma_cm) the QPs are connected through RDMA CM and
 the exchange runs over an RDMA CM connection of its own on port -p instead
 of TCP, as perftest does: the client's argument is then the server's RoCE
 address, and the devices are found by address (-d picks one). -T sets the
-type of service of those connections, -R only as in perftest: the client's
-packets carry it as their IP TOS, and the server's too, which take it from
-the client's connect request.`,
+type of service of the test's connections (not the exchange's), -R only,
+as perftest does: the client's packets carry it as their IP TOS, and the
+server's too, which take it from the client's connect request.`,
 		Example: `  roce perf write -d rxe0 -x 1                      # server (ib_write_bw)
   roce perf write -d rxe0 -x 1 198.51.100.11        # client
   roce perf send --lat -d rxe0 -a 198.51.100.11     # ib_send_lat, all sizes
@@ -127,7 +127,8 @@ func newPerfVerbCmd(name string, verb perftest.Verb, bw, lat string) *cobra.Comm
 					err     error
 				)
 				if c.SetTOS {
-					cm, closeCM, err = openCMWithTOS(cmd, devs, pcapFile, family, uint8(c.TOS))
+					c.CMDefaults = perftest.NewCMDefaults(config.Open(rundirOf(cmd)))
+					cm, closeCM, err = openCMWithDefaults(cmd, devs, pcapFile, family, c.CMDefaults)
 				} else {
 					cm, closeCM, err = openCM(cmd, devs, pcapFile, netip.Addr{}, family)
 				}
@@ -174,7 +175,7 @@ func newPerfVerbCmd(name string, verb perftest.Verb, bw, lat string) *cobra.Comm
 	f.StringVar(&c.JSONFile, "out_json_file", "perftest_out.json", "the --out_json `file`")
 	f.BoolVarP(&cpuFreq, "CPU-freq", "F", false, "accepted for perftest's command lines (no cpufreq check to silence)")
 	f.BoolVarP(&rdmaCM, "rdma_cm", "R", false, "connect QPs with RDMA CM and exchange over RDMA CM (the server argument is then the peer's RoCE address)")
-	f.IntVarP(&tos, "tos", "T", 0, "set `tos` (0-255) on the RDMA CM QPs, with -R only: the IP TOS / traffic class of every packet (the server's QPs take the client's)")
+	f.IntVarP(&tos, "tos", "T", 0, "set `tos` (0-255) on the test's RDMA CM QPs, with -R only: the IP TOS of their packets both ways (the server's QPs take the client's)")
 	f.StringVar(&pcapFile, "pcap", "", "write every packet the device sends and receives to `file` (pcap)")
 	if name == "atomic" {
 		f.StringVarP(&c.Atomic, "atomic_type", "A", "", "CMP_AND_SWAP or FETCH_AND_ADD (default FETCH_AND_ADD)")
@@ -193,11 +194,11 @@ func interrupted(ctx context.Context, err error) error {
 	return err
 }
 
-// openCMWithTOS is openCM (ping.go) for -T: goroce's rdmacm gives a
-// connection the type of service of its CM's defaults (it has no
-// rdma_set_option(RDMA_OPTION_ID_TOS) of its own), so the CM's
-// configfs-tree defaults get -T's TOS over them.
-func openCMWithTOS(cmd *cobra.Command, devs []string, pcapFile string, family netip.Addr, tos uint8) (*rdmacm.CM, func(), error) {
+// openCMWithDefaults is openCM (ping.go) with the CM's defaults given, for
+// -T: goroce's rdmacm gives a connection the type of service of its CM's
+// defaults (it has no rdma_set_option(RDMA_OPTION_ID_TOS) of its own), and
+// perftest.CMDefaults switch to -T's while the test's QPs connect.
+func openCMWithDefaults(cmd *cobra.Command, devs []string, pcapFile string, family netip.Addr, defaults rdmacm.Defaults) (*rdmacm.CM, func(), error) {
 	dir := rundirOf(cmd)
 	if len(devs) == 0 {
 		var err error
@@ -210,7 +211,7 @@ func openCMWithTOS(cmd *cobra.Command, devs []string, pcapFile string, family ne
 	}
 	stderr := cmd.ErrOrStderr()
 	opened := map[string]*host.Device{} // written before the first event can come
-	cm := rdmacm.New(rdmacm.Options{Defaults: perftest.WithTOS(config.Open(dir), tos),
+	cm := rdmacm.New(rdmacm.Options{Defaults: defaults,
 		Logf: func(format string, args ...any) {
 			fmt.Fprintf(stderr, "roce: "+format+"\n", args...)
 		},

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/goroce/goroce/internal/capture"
 	"github.com/goroce/goroce/internal/nettest"
 	"github.com/goroce/goroce/wire"
+	"github.com/goroce/goroce/wire/mad"
 )
 
 func TestPerfUsage(t *testing.T) {
@@ -95,7 +97,8 @@ func TestPerfOverVeth(t *testing.T) {
 		{"send", "--lat", "-D", "2", "-s", "64"},
 		{"read", "-D", "2", "-s", "4096"},
 		{"atomic", "-D", "2"},
-		// -T: every packet both ways carries the TOS, as perftest's -R -T.
+		// -T: the test QPs' packets both ways carry the TOS, as perftest's
+		// -R -T; the exchange's connection's do not.
 		{"write", "-R", "-T", "106", "-s", "4096", "-n", "50", "--pcap", "{side}.pcap"},
 		{"send", "-R", "--lat", "-T", "0xb8", "-s", "64", "-n", "50", "--pcap", "{side}.pcap"},
 	}
@@ -292,10 +295,14 @@ func checkPerfFlags(t *testing.T, args []string, sideArgs func(side string) []st
 			}
 		}
 	}
+	var qpns map[uint32]bool // the test QPs', both sides'
+	if tos >= 0 {
+		qpns = addressQPNs(t, out["server"], out["client"])
+	}
 	for _, side := range []string{"server", "client"} {
 		a := sideArgs(side)
 		if f := flagValue(a, "--pcap"); f != "" {
-			checkPerfCapture(t, side, f, tos, mtu, args[0])
+			checkPerfCapture(t, side, f, tos, qpns, mtu, args[0])
 		}
 		if slices.Contains(a, "--out_json") {
 			checkPerfJSON(t, side, flagValue(a, "--out_json_file"), args)
@@ -320,11 +327,14 @@ func tableRows(out string) []string {
 
 // checkPerfCapture reads a side's --pcap capture with package capture
 // and wire: every RoCE packet parses and its ICRC is right; both ways
-// are there; with tos >= 0 every packet carries it as its IP TOS; no
-// payload is above mtu, and a write test's WRITEs were segmented to it.
-func checkPerfCapture(t *testing.T, side, file string, tos, mtu int, verb string) {
+// are there; no payload is above mtu, and a write test's WRITEs were
+// segmented to it. With tos >= 0 (-T, with -R), the connections of the
+// test QPs (qpns) carry tos both ways and the exchange's carries 0, as
+// perftest's do.
+func checkPerfCapture(t *testing.T, side, file string, tos int, qpns map[uint32]bool, mtu int, verb string) {
 	t.Helper()
 	from := map[netip.Addr]int{} // packets by source address
+	conns := map[string]int{}    // with -T: packets by connection and direction
 	ops := map[string]int{}
 	err := capture.ReadFile(file, func(f capture.Frame) error {
 		var p wire.Packet
@@ -343,8 +353,13 @@ func checkPerfCapture(t *testing.T, side, file string, tos, mtu int, verb string
 			return nil
 		}
 		from[h.Src()]++
-		if tos >= 0 && int(h.TOS()) != tos {
-			t.Errorf("%s capture: frame %d (%v %v → %v): TOS %d, want %d", side, f.Number, p.Opcode(), h.Src(), h.Dst(), h.TOS(), tos)
+		if tos >= 0 {
+			conn := connOf(&p, qpns)
+			want := map[string]int{"test": tos, "exchange": 0}[conn]
+			if conn != "" && int(h.TOS()) != want {
+				t.Errorf("%s capture: frame %d (%s: %v %v → %v): TOS %d, want %d", side, f.Number, conn, p.Opcode(), h.Src(), h.Dst(), h.TOS(), want)
+			}
+			conns[fmt.Sprint(conn, " from ", h.Src())]++
 		}
 		if n := len(p.Payload()); n > mtu && p.BTH().DestQP() != 1 {
 			t.Errorf("%s capture: frame %d (%v): %d-byte payload over the %d-byte path MTU", side, f.Number, p.Opcode(), n, mtu)
@@ -361,7 +376,62 @@ func checkPerfCapture(t *testing.T, side, file string, tos, mtu int, verb string
 	if verb == "write" && ops["RC_RDMA_WRITE_MIDDLE"] == 0 {
 		t.Errorf("%s capture: no RC_RDMA_WRITE_MIDDLE: %v", side, ops)
 	}
+	if tos >= 0 {
+		for a := range from {
+			for _, conn := range []string{"test", "exchange"} {
+				if conns[fmt.Sprint(conn, " from ", a)] == 0 {
+					t.Errorf("%s capture: no packets of the %s connection from %v: %v", side, conn, a, conns)
+				}
+			}
+		}
+		t.Logf("%s capture: %v", side, conns)
+	}
 	t.Logf("%s capture: %v", side, ops)
+}
+
+// connOf says which connection of a -R run p belongs to, "test" (of the
+// QPs numbered qpns) or "exchange": data and ACKs by their destination QP,
+// REQs and REPs by the sender's QPN in them; "" for the other CM MADs,
+// which name no QP.
+func connOf(p *wire.Packet, qpns map[uint32]bool) string {
+	qpn := p.BTH().DestQP()
+	if qpn == 1 {
+		m, err := mad.Parse(p.Payload())
+		if err != nil {
+			return ""
+		}
+		if req, ok := m.REQ(); ok {
+			qpn = req.LocalQPN()
+		} else if rep, ok := m.REP(); ok {
+			qpn = rep.LocalQPN()
+		} else {
+			return ""
+		}
+	}
+	if qpns[qpn] {
+		return "test"
+	}
+	return "exchange"
+}
+
+// addressQPNs returns the QPNs of perftest's address lines in outs
+// (" local address: LID 0000 QPN 0x0013 ...").
+func addressQPNs(t *testing.T, outs ...string) map[uint32]bool {
+	t.Helper()
+	qpns := map[uint32]bool{}
+	for _, out := range outs {
+		for _, m := range regexp.MustCompile(` address: LID \S+ QPN (\S+) `).FindAllStringSubmatch(out, -1) {
+			n, err := strconv.ParseUint(m[1], 0, 24)
+			if err != nil {
+				t.Fatal(err)
+			}
+			qpns[uint32(n)] = true
+		}
+	}
+	if len(qpns) == 0 {
+		t.Fatal("no address lines")
+	}
+	return qpns
 }
 
 // checkPerfJSON parses a side's --out_json file, which is perftest's

@@ -36,37 +36,60 @@ import (
 // arm64: the receive each side keeps posted, so no message may be longer.
 const pingpongDestLen = 56
 
-// WithTOS returns the defaults for the CM of a -T run (Config.TOS): new
-// CM IDs resolve their routes with type of service tos, as after
-// perftest's rdma_set_option(RDMA_OPTION_ID_TOS), and with d's
-// default_roce_mode (RoCE v2 when d is nil). Connections a CM accepts take
-// the peer's TOS from its REQ whatever the defaults say.
-func WithTOS(d rdmacm.Defaults, tos uint8) rdmacm.Defaults { return tosDefaults{d, tos} }
-
-type tosDefaults struct {
-	rdmacm.Defaults
-	tos uint8
+// CMDefaults are the rdmacm.Defaults of the CM a -R client connects
+// through when it has -T (Config.CMDefaults): base's default_roce_mode and
+// default_roce_tos (RoCE v2 and 0 when base is nil), except that while Run
+// connects the test's QPs new CM IDs get -T's TOS. That is what perftest
+// does: it sets RDMA_OPTION_ID_TOS on the test QPs' CM IDs only (in
+// rdma_cm_address_handler), not on its exchange's connection. goroce's
+// rdmacm takes an ID's TOS from its CM's defaults, having no per-ID
+// option, hence this switch.
+type CMDefaults struct {
+	base rdmacm.Defaults
+	mu   sync.Mutex
+	tos  int // -1: base's
 }
 
-func (t tosDefaults) DefaultMode(dev string, port int) (verbs.GIDType, error) {
-	if t.Defaults == nil {
+// NewCMDefaults returns CMDefaults over base (which may be nil).
+func NewCMDefaults(base rdmacm.Defaults) *CMDefaults { return &CMDefaults{base: base, tos: -1} }
+
+func (d *CMDefaults) DefaultMode(dev string, port int) (verbs.GIDType, error) {
+	if d.base == nil {
 		return verbs.GIDTypeRoCEv2, nil
 	}
-	return t.Defaults.DefaultMode(dev, port)
+	return d.base.DefaultMode(dev, port)
 }
 
-func (t tosDefaults) DefaultTOS(string, int) (uint8, error) { return t.tos, nil }
+func (d *CMDefaults) DefaultTOS(dev string, port int) (uint8, error) {
+	d.mu.Lock()
+	tos := d.tos
+	d.mu.Unlock()
+	switch {
+	case tos >= 0:
+		return uint8(tos), nil
+	case d.base == nil:
+		return 0, nil
+	}
+	return d.base.DefaultTOS(dev, port)
+}
 
-// checkTOS is the client's check, with -T, that RDMA CM connected qp (the
-// exchange's or a test QP) with the TOS asked for: goroce's rdmacm takes
-// it from the CM's defaults, which the caller sets (WithTOS).
+// setTOS makes new IDs get tos (-1: base's again).
+func (d *CMDefaults) setTOS(tos int) {
+	d.mu.Lock()
+	d.tos = tos
+	d.mu.Unlock()
+}
+
+// checkTOS is the client's check, with -T, that RDMA CM connected the
+// test's qp with the TOS asked for (its CM's defaults must be
+// Config.CMDefaults).
 func (r *run) checkTOS(qp *verbs.QP) error {
 	if !r.SetTOS || !r.client || qp == nil {
 		return nil
 	}
 	if tc := qp.Query().AH.GRH.TrafficClass; int(tc) != r.TOS {
-		return fmt.Errorf("-T %d: RDMA CM connected QP %d with TOS %d: the CM's defaults must give TOS %d (perftest.WithTOS)",
-			r.TOS, qp.Num(), tc, r.TOS)
+		return fmt.Errorf("-T %d: RDMA CM connected QP %d with TOS %d: make the CM with Options.Defaults = Config.CMDefaults",
+			r.TOS, qp.Num(), tc)
 	}
 	return nil
 }
@@ -519,6 +542,10 @@ func (r *run) connectCMClient(ctx context.Context, param rdmacm.ConnParam) error
 	a, err := resolveHost(ctx, r.Server)
 	if err != nil {
 		return err
+	}
+	if r.SetTOS && r.CMDefaults != nil {
+		r.CMDefaults.setTOS(r.TOS)
+		defer r.CMDefaults.setTOS(-1)
 	}
 	dst := netip.AddrPortFrom(a, uint16(r.Port))
 	for try := 0; ; try++ {

@@ -116,17 +116,18 @@ type Config struct {
 	RDMACM bool
 	CM     *rdmacm.CM
 	// TOS is -T (perftest's --tos), set when SetTOS is: the type of
-	// service, 0-255, of the RDMA CM connections, which every packet of
-	// them carries as its IP TOS or traffic class. perftest takes it with
-	// -R only, and so does goroce. The client sets it on its CM IDs, the
-	// exchange's included (perftest's rdma_set_option(RDMA_OPTION_ID_TOS)
-	// before rdma_resolve_route); the server's connections take the
-	// client's from its REQ, as Linux's do, so the server's -T only shows
-	// in its banner. goroce's rdmacm takes a connection's TOS from its
-	// CM's defaults: make the client's CM with Options.Defaults =
-	// WithTOS(...) (Run checks that its connections got it).
-	TOS    int
-	SetTOS bool
+	// service, 0-255, of the test QPs' RDMA CM connections, which every
+	// packet of them carries as its IP TOS or traffic class. perftest
+	// takes it with -R only, and so does goroce. The client sets it on
+	// the test QPs' CM IDs, not on the exchange's (perftest's
+	// rdma_set_option(RDMA_OPTION_ID_TOS) before rdma_resolve_route); the
+	// server's connections take the client's from its REQ, as Linux's do,
+	// so the server's -T only shows in its banner. The client needs
+	// CMDefaults: the defaults its CM was made with (Run checks that its
+	// QPs got the TOS).
+	TOS        int
+	SetTOS     bool
+	CMDefaults *CMDefaults
 	// Verify makes a goroce-to-goroce run check the data: the server checks
 	// what WRITE and SEND placed and what FETCH_AND_ADD summed, the client
 	// what READ brought back. perftest peers do not fill buffers this way.

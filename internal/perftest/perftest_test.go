@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +24,7 @@ import (
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/verbs/verbstest"
 	"github.com/goroce/goroce/wire"
+	"github.com/goroce/goroce/wire/mad"
 )
 
 func TestDestMessage(t *testing.T) {
@@ -246,7 +248,8 @@ func runFabric(t *testing.T, m modeCase, rdmaCM bool) {
 			c.RDMACM = true
 			o := rdmacm.Options{Timewait: 20 * time.Millisecond}
 			if m.tos != 0 {
-				o.Defaults = WithTOS(nil, uint8(m.tos))
+				c.CMDefaults = NewCMDefaults(nil)
+				o.Defaults = c.CMDefaults
 			}
 			c.CM = rdmacm.New(o)
 			t.Cleanup(func() { c.CM.Close() }) // before the pair's cleanup: LIFO
@@ -350,7 +353,7 @@ func runFabric(t *testing.T, m modeCase, rdmaCM bool) {
 		}
 		sc.CM.Close()
 		cc.CM.Close()
-		cp.checkTOS(t, uint8(m.tos))
+		cp.checkTOS(t, uint8(m.tos), addressQPNs(t, cout.String(), sout.String()))
 	}
 }
 
@@ -400,10 +403,11 @@ func (p *capturedPair) close() {
 }
 
 // checkTOS closes the pair (the CMs must be closed already, so that
-// nothing sends any more) and checks that every packet of the capture,
-// both ways, carries tos, and that each way has both RDMA CM MADs (QP 1)
-// and the traffic of the connected QPs.
-func (p *capturedPair) checkTOS(t *testing.T, tos uint8) {
+// nothing sends any more) and checks the capture as perftest's -R -T
+// does it: the test QPs' connections (qpns, both sides') carry tos both
+// ways, their data and ACKs and their REQ and REP; the exchange's
+// connection carries the default, 0.
+func (p *capturedPair) checkTOS(t *testing.T, tos uint8, qpns map[uint32]bool) {
 	t.Helper()
 	p.close()
 	count := map[string]int{}
@@ -420,29 +424,78 @@ func (p *capturedPair) checkTOS(t *testing.T, tos uint8) {
 		if h == nil {
 			t.Fatalf("frame %d: not RoCE v2 over IPv4", f.Number)
 		}
-		if h.TOS() != tos {
-			t.Errorf("frame %d (%v %v → %v QP %d): TOS %d, want %d", f.Number, pk.Opcode(), h.Src(), h.Dst(), pk.BTH().DestQP(), h.TOS(), tos)
+		conn := connOf(&pk, qpns)
+		want := map[string]uint8{"test": tos, "exchange": 0}[conn]
+		if conn != "" && h.TOS() != want {
+			t.Errorf("frame %d (%s: %v %v → %v QP %d): TOS %d, want %d", f.Number, conn, pk.Opcode(), h.Src(), h.Dst(), pk.BTH().DestQP(), h.TOS(), want)
 		}
-		way := "client→server"
+		way := " client→server"
 		if netip.AddrFrom16(h.Src().As16()) == p.aGID {
-			way = "server→client"
+			way = " server→client"
 		}
-		kind := "QP"
+		kind := " QP"
 		if pk.BTH().DestQP() == 1 {
-			kind = "CM"
+			kind = " CM"
 		}
-		count[way+" "+kind]++
+		count[conn+way+kind]++
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"client→server CM", "client→server QP", "server→client CM", "server→client QP"} {
-		if count[k] == 0 {
-			t.Errorf("no %s packets in the capture: %v", k, count)
+	for _, conn := range []string{"test", "exchange"} {
+		for _, k := range []string{" client→server CM", " client→server QP", " server→client CM", " server→client QP"} {
+			if count[conn+k] == 0 {
+				t.Errorf("no %s packets in the capture: %v", conn+k, count)
+			}
 		}
 	}
-	t.Logf("packets with TOS %d: %v", tos, count)
+	t.Logf("packets by connection: %v", count)
+}
+
+// connOf says which connection of a -R run pk belongs to, "test" (of the
+// QPs numbered qpns) or "exchange": data and ACKs by their destination QP,
+// REQs and REPs by the sender's QPN in them; "" for the other CM MADs,
+// which name no QP.
+func connOf(pk *wire.Packet, qpns map[uint32]bool) string {
+	qpn := pk.BTH().DestQP()
+	if qpn == 1 {
+		m, err := mad.Parse(pk.Payload())
+		if err != nil {
+			return ""
+		}
+		if req, ok := m.REQ(); ok {
+			qpn = req.LocalQPN()
+		} else if rep, ok := m.REP(); ok {
+			qpn = rep.LocalQPN()
+		} else {
+			return ""
+		}
+	}
+	if qpns[qpn] {
+		return "test"
+	}
+	return "exchange"
+}
+
+// addressQPNs returns the QPNs of perftest's address lines in outs
+// (" local address: LID 0000 QPN 0x0013 ...").
+func addressQPNs(t *testing.T, outs ...string) map[uint32]bool {
+	t.Helper()
+	qpns := map[uint32]bool{}
+	for _, out := range outs {
+		for _, m := range regexp.MustCompile(` address: LID \S+ QPN (\S+) `).FindAllStringSubmatch(out, -1) {
+			n, err := strconv.ParseUint(m[1], 0, 24)
+			if err != nil {
+				t.Fatal(err)
+			}
+			qpns[uint32(n)] = true
+		}
+	}
+	if len(qpns) == 0 {
+		t.Fatal("no address lines")
+	}
+	return qpns
 }
 
 // checkDuplex checks a -b run as perftest prints it: both banners say
@@ -749,8 +802,8 @@ func TestTOSValidate(t *testing.T) {
 	}
 }
 
-// With -T, a client whose CM's defaults do not give the TOS (no WithTOS)
-// fails rather than run without it.
+// With -T, a client whose CM's defaults are not its Config.CMDefaults
+// fails rather than run without the TOS.
 func TestTOSNeedsCMDefaults(t *testing.T) {
 	pair := verbstest.NewPair(t, verbstest.Options{NoConnect: true})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -779,8 +832,8 @@ func TestTOSNeedsCMDefaults(t *testing.T) {
 		t.Fatalf("server: %v\n%s", err, sout.String())
 	}
 	_, err := Run(ctx, nil, cc)
-	if err == nil || !strings.Contains(err.Error(), "perftest.WithTOS") {
-		t.Errorf("client: %v, want an error naming WithTOS", err)
+	if err == nil || !strings.Contains(err.Error(), "Config.CMDefaults") {
+		t.Errorf("client: %v, want an error naming Config.CMDefaults", err)
 	}
 	cancel()
 	<-serr

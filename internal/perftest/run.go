@@ -193,12 +193,6 @@ func (r *run) cmComm(ctx context.Context) error {
 		return fmt.Errorf("-R: RDMA CM routes %s through device %s, not %s", r.Server, d.Name(), r.dev.Name())
 	}
 	r.dev = d
-	if l, ok := r.cm.link.(*cmLink); ok {
-		if err := r.checkTOS(l.qp); err != nil {
-			r.cm.Close()
-			return err
-		}
-	}
 	return nil
 }
 
