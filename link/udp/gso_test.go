@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/internal/nettest"
+	"github.com/goroce/goroce/internal/testenv"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/linktest"
 	"github.com/goroce/goroce/wire"
@@ -92,9 +93,7 @@ func testGSO(t *testing.T, v6, priv bool, rxBatch int, steady bool) {
 		return l
 	}
 	a, b := open(ha), open(hb)
-	if !a.GSO() {
-		t.Skip("the kernel has no UDP GSO")
-	}
+	testenv.Require(t, a.GSO(), "UDP GSO (UDP_SEGMENT, Linux 4.18)")
 	src, dst := ha.IPv4, hb.IPv4
 	if v6 {
 		src, dst = ha.IPv6, hb.IPv6
@@ -205,9 +204,7 @@ func TestGSOSegmentIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	if !l.GSO() {
-		t.Skip("the kernel has no UDP GSO")
-	}
+	testenv.Require(t, l.GSO(), "UDP GSO (UDP_SEGMENT, Linux 4.18)")
 	// B: a capture and a plain UDP socket on 4791.
 	var capfd, ufd int
 	err = hb.Do(func() error {
