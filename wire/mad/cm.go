@@ -244,11 +244,11 @@ const (
 	repRemoteCommID
 	repLocalQKey
 	repLocalQPN
-	repReserved15
+	repVendorIDH
 	repLocalEEContext
-	repReserved19
+	repVendorIDM
 	repStartingPSN
-	repReserved23
+	repVendorIDL
 	repResponderResources
 	repInitiatorDepth
 	repTargetACKDelay
@@ -266,11 +266,11 @@ var repLayout = [...]Field{
 	repRemoteCommID:        {"RemoteCommID", 4, 0, 32, KindHex},
 	repLocalQKey:           {"LocalQKey", 8, 0, 32, KindHex},
 	repLocalQPN:            {"LocalQPN", 12, 0, 24, KindHex},
-	repReserved15:          {"Reserved15", 15, 0, 8, KindReserved},
+	repVendorIDH:           {"VendorIDH", 15, 0, 8, KindHex}, // VendorID[23:16]
 	repLocalEEContext:      {"LocalEEContext", 16, 0, 24, KindHex},
-	repReserved19:          {"Reserved19", 19, 0, 8, KindReserved},
+	repVendorIDM:           {"VendorIDM", 19, 0, 8, KindHex}, // VendorID[15:8]
 	repStartingPSN:         {"StartingPSN", 20, 0, 24, KindHex},
-	repReserved23:          {"Reserved23", 23, 0, 8, KindReserved},
+	repVendorIDL:           {"VendorIDL", 23, 0, 8, KindHex}, // VendorID[7:0]
 	repResponderResources:  {"ResponderResources", 24, 0, 8, KindUint},
 	repInitiatorDepth:      {"InitiatorDepth", 25, 0, 8, KindUint},
 	repTargetACKDelay:      {"TargetACKDelay", 26, 0, 5, KindTimeout},
@@ -297,6 +297,15 @@ func (m REP) LocalQKey() uint32 { return uint32(m.get(repLocalQKey)) }
 
 // LocalQPN returns the passive side's 24-bit QP number.
 func (m REP) LocalQPN() uint32 { return uint32(m.get(repLocalQPN)) }
+
+// VendorID returns the 24-bit Vendor ID of Enhanced Connection Establishment
+// (ECE, added to IBTA Vol 1 Table 110 by IBA comment 9434; Linux
+// CM_REP_VENDOR_ID_H/M/L), whose bytes sit at 15, 19 and 23: it names the
+// vendor whose ECE options the MAD header's AttributeModifier carries. Zero
+// when the sender does not use ECE.
+func (m REP) VendorID() uint32 {
+	return uint32(joinUint(repLayout[:], m, repVendorIDH, repVendorIDM, repVendorIDL))
+}
 
 // LocalEEContext returns the passive side's 24-bit EE context number (RD; the
 // XRC target SRQ number for XRC).
@@ -345,6 +354,11 @@ func (m REP) SetLocalQKey(v uint32) { m.set(repLocalQKey, uint64(v)) }
 // SetLocalQPN sets the local QPN; only the low 24 bits are stored.
 func (m REP) SetLocalQPN(v uint32) { m.set(repLocalQPN, uint64(v)) }
 
+// SetVendorID sets the ECE Vendor ID; only the low 24 bits are stored.
+func (m REP) SetVendorID(v uint32) {
+	splitUint(repLayout[:], m, uint64(v), repVendorIDH, repVendorIDM, repVendorIDL)
+}
+
 // SetLocalEEContext sets the local EE context number; only the low 24 bits
 // are stored.
 func (m REP) SetLocalEEContext(v uint32) { m.set(repLocalEEContext, uint64(v)) }
@@ -386,6 +400,7 @@ func (m REP) Fields() REPFields {
 		RemoteCommID:        m.RemoteCommID(),
 		LocalQKey:           m.LocalQKey(),
 		LocalQPN:            m.LocalQPN(),
+		VendorID:            m.VendorID(),
 		LocalEEContext:      m.LocalEEContext(),
 		StartingPSN:         m.StartingPSN(),
 		ResponderResources:  m.ResponderResources(),
@@ -406,6 +421,7 @@ type REPFields struct {
 	RemoteCommID        uint32
 	LocalQKey           uint32
 	LocalQPN            uint32 // 24 bits
+	VendorID            uint32 // 24 bits: ECE Vendor ID, split over bytes 15, 19, 23
 	LocalEEContext      uint32 // 24 bits
 	StartingPSN         uint32 // 24 bits
 	ResponderResources  uint8
@@ -436,6 +452,7 @@ func (f *REPFields) appendChecked(b []byte) ([]byte, error) {
 	e.uint(repRemoteCommID, uint64(f.RemoteCommID))
 	e.uint(repLocalQKey, uint64(f.LocalQKey))
 	e.uint(repLocalQPN, uint64(f.LocalQPN))
+	e.split(uint64(f.VendorID), repVendorIDH, repVendorIDM, repVendorIDL)
 	e.uint(repLocalEEContext, uint64(f.LocalEEContext))
 	e.uint(repStartingPSN, uint64(f.StartingPSN))
 	e.uint(repResponderResources, uint64(f.ResponderResources))
@@ -773,9 +790,9 @@ const (
 	sidrrepRequestID = iota
 	sidrrepStatus
 	sidrrepAdditionalInfoLength
-	sidrrepReserved6
+	sidrrepVendorIDH
 	sidrrepQPN
-	sidrrepReserved11
+	sidrrepVendorIDL
 	sidrrepServiceID
 	sidrrepQKey
 	sidrrepClassPortInfo
@@ -786,9 +803,9 @@ var sidrrepLayout = [...]Field{
 	sidrrepRequestID:            {"RequestID", 0, 0, 32, KindHex},
 	sidrrepStatus:               {"Status", 4, 0, 8, KindSIDRStatus},
 	sidrrepAdditionalInfoLength: {"AdditionalInfoLength", 5, 0, 8, KindUint},
-	sidrrepReserved6:            {"Reserved6", 6, 0, 16, KindReserved},
+	sidrrepVendorIDH:            {"VendorIDH", 6, 0, 16, KindHex}, // VendorID[23:8]
 	sidrrepQPN:                  {"QPN", 8, 0, 24, KindHex},
-	sidrrepReserved11:           {"Reserved11", 11, 0, 8, KindReserved},
+	sidrrepVendorIDL:            {"VendorIDL", 11, 0, 8, KindHex}, // VendorID[7:0]
 	sidrrepServiceID:            {"ServiceID", 12, 0, 64, KindServiceID},
 	sidrrepQKey:                 {"QKey", 20, 0, 32, KindHex},
 	sidrrepClassPortInfo:        {"ClassPortInfo", 24, 0, 8 * SIDRREPInfoLen, KindBytes},
@@ -806,6 +823,16 @@ func (m SIDRREP) Status() SIDRStatus { return SIDRStatus(m.get(sidrrepStatus)) }
 
 // AdditionalInfoLength returns the number of valid bytes in ClassPortInfo.
 func (m SIDRREP) AdditionalInfoLength() uint8 { return uint8(m.get(sidrrepAdditionalInfoLength)) }
+
+// VendorID returns the 24-bit Vendor ID of Enhanced Connection Establishment
+// (ECE, added to IBTA Vol 1 Table 120 by IBA comment 9434; Linux
+// CM_SIDR_REP_VENDOR_ID_H/L), whose bytes sit at 6–7 and 11: it names the
+// vendor whose ECE options the MAD header's AttributeModifier carries. Zero
+// when the sender does not use ECE. Linux's cm_format_sidr_rep writes only
+// bits 15-0 of its vendor_id (bits 15-8 into the low byte of VendorIDH).
+func (m SIDRREP) VendorID() uint32 {
+	return uint32(joinUint(sidrrepLayout[:], m, sidrrepVendorIDH, sidrrepVendorIDL))
+}
 
 // QPN returns the 24-bit number of the UD QP serving the service.
 func (m SIDRREP) QPN() uint32 { return uint32(m.get(sidrrepQPN)) }
@@ -834,6 +861,11 @@ func (m SIDRREP) SetAdditionalInfoLength(v uint8) {
 	m.set(sidrrepAdditionalInfoLength, uint64(v))
 }
 
+// SetVendorID sets the ECE Vendor ID; only the low 24 bits are stored.
+func (m SIDRREP) SetVendorID(v uint32) {
+	splitUint(sidrrepLayout[:], m, uint64(v), sidrrepVendorIDH, sidrrepVendorIDL)
+}
+
 // SetQPN sets the QPN; only the low 24 bits are stored.
 func (m SIDRREP) SetQPN(v uint32) { m.set(sidrrepQPN, uint64(v)) }
 
@@ -852,6 +884,7 @@ func (m SIDRREP) Fields() SIDRREPFields {
 		RequestID:            m.RequestID(),
 		Status:               m.Status(),
 		AdditionalInfoLength: m.AdditionalInfoLength(),
+		VendorID:             m.VendorID(),
 		QPN:                  m.QPN(),
 		ServiceID:            m.ServiceID(),
 		QKey:                 m.QKey(),
@@ -865,6 +898,7 @@ type SIDRREPFields struct {
 	RequestID            uint32
 	Status               SIDRStatus
 	AdditionalInfoLength uint8
+	VendorID             uint32 // 24 bits: ECE Vendor ID, split over bytes 6–7 and 11
 	QPN                  uint32 // 24 bits
 	ServiceID            ServiceID
 	QKey                 uint32
@@ -888,6 +922,7 @@ func (f *SIDRREPFields) appendChecked(b []byte) ([]byte, error) {
 	e.uint(sidrrepRequestID, uint64(f.RequestID))
 	e.uint(sidrrepStatus, uint64(f.Status))
 	e.uint(sidrrepAdditionalInfoLength, uint64(f.AdditionalInfoLength))
+	e.split(uint64(f.VendorID), sidrrepVendorIDH, sidrrepVendorIDL)
 	e.uint(sidrrepQPN, uint64(f.QPN))
 	e.uint(sidrrepServiceID, uint64(f.ServiceID))
 	e.uint(sidrrepQKey, uint64(f.QKey))

@@ -1,6 +1,9 @@
 package mad
 
-import "testing"
+import (
+	"bytes"
+	"testing"
+)
 
 // The rows below transcribe IBTA Vol 1 Tables 106–120 as Linux's
 // include/rdma/ibta_vol1_c12.h states them: CM_FIELD*_LOC(struct, byte,
@@ -27,6 +30,10 @@ func TestREQFields(t *testing.T) {
 		{name: "LocalCommID", off: 0, bit: 0, width: 32,
 			set: func(f *REQFields) { f.LocalCommID = 0xffffffff },
 			get: func(m REQ) uint64 { return u64(m.LocalCommID()) }, put: func(m REQ, v uint64) { m.SetLocalCommID(uint32(v)) }},
+		// CM_REQ_VENDOR_ID CM_FIELD32_LOC(5, 24): bytes 5-7; byte 4 stays reserved.
+		{name: "VendorID", off: 5, bit: 0, width: 24,
+			set: func(f *REQFields) { f.VendorID = 0xffffff },
+			get: func(m REQ) uint64 { return u64(m.VendorID()) }, put: func(m REQ, v uint64) { m.SetVendorID(uint32(v)) }},
 		{name: "ServiceID", off: 8, bit: 0, width: 64,
 			set: func(f *REQFields) { f.ServiceID = ^ServiceID(0) },
 			get: func(m REQ) uint64 { return u64(m.ServiceID()) }, put: func(m REQ, v uint64) { m.SetServiceID(ServiceID(v)) }},
@@ -230,12 +237,26 @@ func TestREPFields(t *testing.T) {
 		{name: "LocalQPN", off: 12, bit: 0, width: 24,
 			set: func(f *REPFields) { f.LocalQPN = 0xffffff },
 			get: func(m REP) uint64 { return u64(m.LocalQPN()) }, put: func(m REP, v uint64) { m.SetLocalQPN(uint32(v)) }},
+		// CM_REP_VENDOR_ID_H/M/L: VendorID[23:16] at 15, [15:8] at 19, [7:0]
+		// at 23, each part reached through VendorID and SetVendorID.
+		{name: "VendorIDH", off: 15, bit: 0, width: 8,
+			set: func(f *REPFields) { f.VendorID = 0xff0000 },
+			get: func(m REP) uint64 { return u64(m.VendorID() >> 16) },
+			put: func(m REP, v uint64) { m.SetVendorID(m.VendorID()&^0xff0000 | uint32(v)<<16) }},
 		{name: "LocalEEContext", off: 16, bit: 0, width: 24,
 			set: func(f *REPFields) { f.LocalEEContext = 0xffffff },
 			get: func(m REP) uint64 { return u64(m.LocalEEContext()) }, put: func(m REP, v uint64) { m.SetLocalEEContext(uint32(v)) }},
+		{name: "VendorIDM", off: 19, bit: 0, width: 8,
+			set: func(f *REPFields) { f.VendorID = 0x00ff00 },
+			get: func(m REP) uint64 { return u64(m.VendorID() >> 8 & 0xff) },
+			put: func(m REP, v uint64) { m.SetVendorID(m.VendorID()&^0x00ff00 | uint32(v)<<8) }},
 		{name: "StartingPSN", off: 20, bit: 0, width: 24,
 			set: func(f *REPFields) { f.StartingPSN = 0xffffff },
 			get: func(m REP) uint64 { return u64(m.StartingPSN()) }, put: func(m REP, v uint64) { m.SetStartingPSN(uint32(v)) }},
+		{name: "VendorIDL", off: 23, bit: 0, width: 8,
+			set: func(f *REPFields) { f.VendorID = 0x0000ff },
+			get: func(m REP) uint64 { return u64(m.VendorID() & 0xff) },
+			put: func(m REP, v uint64) { m.SetVendorID(m.VendorID()&^0x0000ff | uint32(v)) }},
 		{name: "ResponderResources", off: 24, bit: 0, width: 8,
 			set: func(f *REPFields) { f.ResponderResources = 0xff },
 			get: func(m REP) uint64 { return u64(m.ResponderResources()) }, put: func(m REP, v uint64) { m.SetResponderResources(uint8(v)) }},
@@ -344,9 +365,19 @@ func TestSIDRREPFields(t *testing.T) {
 		{name: "AdditionalInfoLength", off: 5, bit: 0, width: 8,
 			set: func(f *SIDRREPFields) { f.AdditionalInfoLength = 0xff },
 			get: func(m SIDRREP) uint64 { return u64(m.AdditionalInfoLength()) }, put: func(m SIDRREP, v uint64) { m.SetAdditionalInfoLength(uint8(v)) }},
+		// CM_SIDR_REP_VENDOR_ID_H CM_FIELD16_LOC(6, 16) is VendorID[23:8],
+		// CM_SIDR_REP_VENDOR_ID_L CM_FIELD8_LOC(11, 8) VendorID[7:0].
+		{name: "VendorIDH", off: 6, bit: 0, width: 16,
+			set: func(f *SIDRREPFields) { f.VendorID = 0xffff00 },
+			get: func(m SIDRREP) uint64 { return u64(m.VendorID() >> 8) },
+			put: func(m SIDRREP, v uint64) { m.SetVendorID(m.VendorID()&^0xffff00 | uint32(v)<<8) }},
 		{name: "QPN", off: 8, bit: 0, width: 24,
 			set: func(f *SIDRREPFields) { f.QPN = 0xffffff },
 			get: func(m SIDRREP) uint64 { return u64(m.QPN()) }, put: func(m SIDRREP, v uint64) { m.SetQPN(uint32(v)) }},
+		{name: "VendorIDL", off: 11, bit: 0, width: 8,
+			set: func(f *SIDRREPFields) { f.VendorID = 0x0000ff },
+			get: func(m SIDRREP) uint64 { return u64(m.VendorID() & 0xff) },
+			put: func(m SIDRREP, v uint64) { m.SetVendorID(m.VendorID()&^0x0000ff | uint32(v)) }},
 		{name: "ServiceID", off: 12, bit: 0, width: 64,
 			set: func(f *SIDRREPFields) { f.ServiceID = ^ServiceID(0) },
 			get: func(m SIDRREP) uint64 { return u64(m.ServiceID()) }, put: func(m SIDRREP, v uint64) { m.SetServiceID(ServiceID(v)) }},
@@ -395,4 +426,58 @@ func TestHeaderFields(t *testing.T) {
 			set: func(f *HeaderFields) { f.AttributeModifier = 0xffffffff },
 			get: func(h Header) uint64 { return u64(h.AttributeModifier()) }, put: func(h Header, v uint64) { h.SetAttributeModifier(uint32(v)) }},
 	})
+}
+
+// TestVendorIDSplit checks that the ECE Vendor ID, one 24-bit value, lands
+// in the bytes IBTA gives each part: REQ bytes 5-7, REP bytes 15, 19 and 23,
+// SIDR_REP bytes 6-7 and 11, most significant part first, and nowhere else.
+func TestVendorIDSplit(t *testing.T) {
+	const id = 0xabcdef
+	for _, tc := range []struct {
+		name  string
+		enc   []byte       // Fields with only VendorID set, encoded
+		set   func([]byte) // SetVendorID on a zero view
+		get   func([]byte) uint32
+		bytes map[int]byte // offset → byte; every other byte is zero
+	}{
+		{"REQ", REQFields{VendorID: id}.Append(nil),
+			func(b []byte) { REQ(b).SetVendorID(id) }, func(b []byte) uint32 { return REQ(b).VendorID() },
+			map[int]byte{5: 0xab, 6: 0xcd, 7: 0xef}},
+		{"REP", REPFields{VendorID: id}.Append(nil),
+			func(b []byte) { REP(b).SetVendorID(id) }, func(b []byte) uint32 { return REP(b).VendorID() },
+			map[int]byte{15: 0xab, 19: 0xcd, 23: 0xef}},
+		{"SIDR_REP", SIDRREPFields{VendorID: id}.Append(nil),
+			func(b []byte) { SIDRREP(b).SetVendorID(id) }, func(b []byte) uint32 { return SIDRREP(b).VendorID() },
+			map[int]byte{6: 0xab, 7: 0xcd, 11: 0xef}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := make([]byte, DataLen)
+			for off, c := range tc.bytes {
+				want[off] = c
+			}
+			if !bytes.Equal(tc.enc, want) {
+				t.Errorf("Append:\n got %x\nwant %x", tc.enc, want)
+			}
+			b := make([]byte, DataLen)
+			tc.set(b)
+			if !bytes.Equal(b, want) {
+				t.Errorf("SetVendorID:\n got %x\nwant %x", b, want)
+			}
+			if got := tc.get(want); got != id {
+				t.Errorf("VendorID = %#x, want %#x", got, id)
+			}
+			// SetVendorID keeps to 24 bits and to its own bytes.
+			ones := bytes.Repeat([]byte{0xff}, DataLen)
+			tc.set(ones)
+			for off, c := range tc.bytes {
+				if ones[off] != c {
+					t.Errorf("SetVendorID over ones: byte %d = %#x, want %#x", off, ones[off], c)
+				}
+				ones[off] = 0xff
+			}
+			if !allBytes(ones, 0xff) {
+				t.Errorf("SetVendorID over ones touched other bytes: %x", ones)
+			}
+		})
+	}
 }

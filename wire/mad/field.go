@@ -72,7 +72,7 @@ func (k Kind) IsBytes() bool {
 // byte kinds ([Kind.IsBytes]) start on a byte boundary and are whole bytes;
 // all others are unsigned integers of at most 64 bits.
 type Field struct {
-	Name   string // Go accessor name, e.g. "PrimaryFlowLabel"
+	Name   string // Go accessor name, e.g. "PrimaryFlowLabel"; a part of a split field adds a letter: "VendorIDH"
 	Offset int    // byte offset of the field's first bit from the start of the structure
 	Bit    int    // bit offset of the first bit within that byte, 0 = most significant
 	Width  int    // width in bits
@@ -127,6 +127,45 @@ func (f *Field) setUint(b []byte, v uint64) {
 		p[i] = byte(cur)
 		cur >>= 8
 	}
+}
+
+// IBTA splits a few fields into parts around others: the REP's VendorID is
+// bytes 15, 19 and 23, the SIDR_REP's bytes 6–7 and 11. Each part is a layout
+// entry named after the field with a suffix letter, as Linux names them
+// (CM_REP_VENDOR_ID_H, _M, _L); joinUint and splitUint read and write the
+// whole value given the parts' indices, most significant part first.
+
+// joinUint reads the split field whose parts are layout[parts...] from b.
+func joinUint(layout []Field, b []byte, parts ...int) uint64 {
+	var v uint64
+	for _, i := range parts {
+		f := &layout[i]
+		v = v<<uint(f.Width) | f.getUint(b)
+	}
+	return v
+}
+
+// splitUint writes v, truncated to the parts' total width, over the split
+// field whose parts are layout[parts...].
+func splitUint(layout []Field, b []byte, v uint64, parts ...int) {
+	shift := 0
+	for _, i := range parts {
+		shift += layout[i].Width
+	}
+	for _, i := range parts {
+		f := &layout[i]
+		shift -= f.Width
+		f.setUint(b, v>>uint(shift))
+	}
+}
+
+// splitWidth returns the total width of the parts of a split field.
+func splitWidth(layout []Field, parts ...int) int {
+	w := 0
+	for _, i := range parts {
+		w += layout[i].Width
+	}
+	return w
 }
 
 // bytes returns the bytes of a byte-kind field, aliasing b.
@@ -293,10 +332,11 @@ func (e *RangeError) Unwrap() error { return ErrFieldRange }
 // pointers besides the buffer and the layout so that encoding into a caller's
 // buffer (or Validate's stack buffer) does not move it to the heap.
 type encoder struct {
-	b      []byte
-	layout []Field
-	bad    int // index+1 of the first field given a value too wide; 0 if none
-	badVal uint64
+	b        []byte
+	layout   []Field
+	bad      int // index+1 of the first field given a value too wide; 0 if none
+	badVal   uint64
+	badSplit int // when bad is the first part of a split field: its total width
 }
 
 // newEncoder appends n zero bytes to b and returns an encoder over them and
@@ -323,7 +363,20 @@ func (e *encoder) err(structName string, layout []Field) error {
 		return nil
 	}
 	f := &layout[e.bad-1]
+	if e.badSplit != 0 { // the parts are named after the field plus one letter
+		return &RangeError{Struct: structName, Field: f.Name[:len(f.Name)-1], Value: e.badVal, Max: mask(e.badSplit)}
+	}
 	return &RangeError{Struct: structName, Field: f.Name, Value: e.badVal, Max: mask(f.Width)}
+}
+
+// split writes v over the parts of a split field (see joinUint), most
+// significant part first. A value too wide is reported under the field's
+// own name.
+func (e *encoder) split(v uint64, parts ...int) {
+	if w := splitWidth(e.layout, parts...); v > mask(w) && e.bad == 0 {
+		e.bad, e.badVal, e.badSplit = parts[0]+1, v, w
+	}
+	splitUint(e.layout, e.b, v, parts...)
 }
 
 func (e *encoder) flag(i int, v bool) {

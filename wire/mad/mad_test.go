@@ -173,6 +173,7 @@ func TestValidateRange(t *testing.T) {
 		msg   appender
 		field string
 	}{
+		{"REQ VendorID 25 bits", func() appender { f := sampleREQ(); f.VendorID = 1 << 24; return f }(), "VendorID"},
 		{"REQ LocalQPN 25 bits", func() appender { f := sampleREQ(); f.LocalQPN = 1 << 24; return f }(), "LocalQPN"},
 		{"REQ StartingPSN", func() appender { f := sampleREQ(); f.StartingPSN = 0xffffffff; return f }(), "StartingPSN"},
 		{"REQ transport type 4", func() appender { f := sampleREQ(); f.TransportServiceType = 4; return f }(), "TransportServiceType"},
@@ -182,9 +183,11 @@ func TestValidateRange(t *testing.T) {
 		{"MRA message type 4", func() appender { f := sampleMRA(); f.MessageMRAed = 4; return f }(), "MessageMRAed"},
 		{"REJ info length 128", func() appender { f := sampleREJ(); f.RejectInfoLength = 128; return f }(), "RejectInfoLength"},
 		{"REP failover 4", func() appender { f := sampleREP(); f.FailoverAccepted = 4; return f }(), "FailoverAccepted"},
+		{"REP VendorID 25 bits", func() appender { f := sampleREP(); f.VendorID = 1 << 24; return f }(), "VendorID"},
 		{"REP RNR retry 8", func() appender { f := sampleREP(); f.RNRRetryCount = 8; return f }(), "RNRRetryCount"},
 		{"DREQ remote QPN", func() appender { f := sampleDREQ(); f.RemoteQPN = 1 << 24; return f }(), "RemoteQPN"},
 		{"SIDR_REP QPN", func() appender { f := sampleSIDRREP(); f.QPN = 1 << 24; return f }(), "QPN"},
+		{"SIDR_REP VendorID 25 bits", func() appender { f := sampleSIDRREP(); f.VendorID = 0xffffffff; return f }(), "VendorID"},
 		{"IPCM IP version 16", func() appender { f := sampleIPCM(); f.IPVersion = 16; return f }(), "IPVersion"},
 	}
 	for _, tt := range tests {
@@ -202,6 +205,17 @@ func TestValidateRange(t *testing.T) {
 				t.Error("Append wrote nothing")
 			}
 		})
+	}
+	// A field split into parts (REP VendorID: bytes 15, 19, 23) is reported
+	// whole, with its whole width.
+	rep := sampleREP()
+	rep.VendorID = 0x1abcdef
+	var re *RangeError
+	if err := rep.Validate(); !errors.As(err, &re) || re.Field != "VendorID" || re.Value != 0x1abcdef || re.Max != 0xffffff {
+		t.Errorf("REP VendorID 0x1abcdef: Validate = %v", err)
+	}
+	if got := REP(rep.Append(nil)).VendorID(); got != 0xabcdef {
+		t.Errorf("REP VendorID 0x1abcdef encodes as %#x, want it truncated to 0xabcdef", got)
 	}
 	if got := (&RangeError{"REQ", "LocalQPN", 1 << 24, 0xffffff}).Error(); got != "mad: REQ.LocalQPN = 0x1000000 out of range [0, 0xffffff]" {
 		t.Errorf("RangeError text %q", got)

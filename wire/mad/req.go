@@ -14,6 +14,7 @@ type REQ []byte
 const (
 	reqLocalCommID = iota
 	reqReserved4
+	reqVendorID
 	reqServiceID
 	reqLocalCAGUID
 	reqReserved24
@@ -70,7 +71,8 @@ const (
 // give the same (byte, bit, width). Read-only.
 var reqLayout = [...]Field{
 	reqLocalCommID:             {"LocalCommID", 0, 0, 32, KindHex},
-	reqReserved4:               {"Reserved4", 4, 0, 32, KindReserved},
+	reqReserved4:               {"Reserved4", 4, 0, 8, KindReserved},
+	reqVendorID:                {"VendorID", 5, 0, 24, KindHex},
 	reqServiceID:               {"ServiceID", 8, 0, 64, KindServiceID},
 	reqLocalCAGUID:             {"LocalCAGUID", 16, 0, 64, KindHex},
 	reqReserved24:              {"Reserved24", 24, 0, 32, KindReserved},
@@ -137,6 +139,12 @@ func (m REQ) setGID(i int, g [16]byte) {
 
 // LocalCommID returns the active side's communication ID.
 func (m REQ) LocalCommID() uint32 { return uint32(m.get(reqLocalCommID)) }
+
+// VendorID returns the 24-bit Vendor ID of Enhanced Connection Establishment
+// (ECE, added to IBTA Vol 1 Table 106 by IBA comment 9434; Linux
+// CM_REQ_VENDOR_ID): it names the vendor whose ECE options the MAD header's
+// AttributeModifier carries. Zero when the sender does not use ECE.
+func (m REQ) VendorID() uint32 { return uint32(m.get(reqVendorID)) }
 
 // ServiceID returns the service the REQ connects to.
 func (m REQ) ServiceID() ServiceID { return ServiceID(m.get(reqServiceID)) }
@@ -303,6 +311,9 @@ func (m REQ) IPCM() (IPCMHeader, error) { return ipcmOf(m.ServiceID(), m.Private
 
 // SetLocalCommID sets the local communication ID.
 func (m REQ) SetLocalCommID(v uint32) { m.set(reqLocalCommID, uint64(v)) }
+
+// SetVendorID sets the ECE Vendor ID; only the low 24 bits are stored.
+func (m REQ) SetVendorID(v uint32) { m.set(reqVendorID, uint64(v)) }
 
 // SetServiceID sets the service ID.
 func (m REQ) SetServiceID(v ServiceID) { m.set(reqServiceID, uint64(v)) }
@@ -511,6 +522,7 @@ func (m REQ) All() iter.Seq2[Field, Value] { return walk(reqLayout[:], m) }
 func (m REQ) Fields() REQFields {
 	return REQFields{
 		LocalCommID:             m.LocalCommID(),
+		VendorID:                m.VendorID(),
 		ServiceID:               m.ServiceID(),
 		LocalCAGUID:             m.LocalCAGUID(),
 		LocalQKey:               m.LocalQKey(),
@@ -542,6 +554,7 @@ func (m REQ) Fields() REQFields {
 // REQFields holds the contents of a REQ. Reserved bits are encoded as zero.
 type REQFields struct {
 	LocalCommID             uint32
+	VendorID                uint32 // 24 bits: ECE Vendor ID
 	ServiceID               ServiceID
 	LocalCAGUID             uint64
 	LocalQKey               uint32
@@ -586,6 +599,7 @@ func (f REQFields) Validate() error {
 func (f *REQFields) appendChecked(b []byte) ([]byte, error) {
 	e, b := newEncoder(b, DataLen, reqLayout[:])
 	e.uint(reqLocalCommID, uint64(f.LocalCommID))
+	e.uint(reqVendorID, uint64(f.VendorID))
 	e.uint(reqServiceID, uint64(f.ServiceID))
 	e.uint(reqLocalCAGUID, f.LocalCAGUID)
 	e.uint(reqLocalQKey, uint64(f.LocalQKey))

@@ -25,6 +25,7 @@ func sampleIPCM() IPCMHeaderFields {
 func sampleREQ() REQFields {
 	f := REQFields{
 		LocalCommID:             0xba6bbd67,
+		VendorID:                0x0002c9, // an IEEE OUI, as a vendor might use for ECE
 		ServiceID:               NewIPCMServiceID(PortSpaceTCP, 7174),
 		LocalCAGUID:             0x505400fffec0020c,
 		LocalQKey:               0x11223344,
@@ -108,6 +109,7 @@ func sampleREP() REPFields {
 		RemoteCommID:        0xba6bbd67,
 		LocalQKey:           0x01234567,
 		LocalQPN:            0x000011,
+		VendorID:            0x0002c9,
 		LocalEEContext:      0x00beef,
 		StartingPSN:         0x3439cf,
 		ResponderResources:  1,
@@ -164,6 +166,7 @@ func sampleSIDRREP() SIDRREPFields {
 		RequestID:            0xbe6bbd67,
 		Status:               SIDRRedirect,
 		AdditionalInfoLength: 72,
+		VendorID:             0x0002c9,
 		QPN:                  0x00001f,
 		ServiceID:            NewIPCMServiceID(PortSpaceUDP, 7174),
 		QKey:                 0x01234567,
