@@ -6,7 +6,7 @@ package verbs_test
 // SEND_ONLY_WITH_INVALIDATE, SEND_WITH_IMM on QP1, the exact retransmit
 // timer, the range in a remote access error's Detail, and the address
 // vector's traffic class, flow label and hop limit in the packets' network
-// headers. TestRequesterSendsInPSNOrder is skipped: it shows a known bug.
+// headers.
 
 import (
 	"bytes"
@@ -239,19 +239,13 @@ func checkAckReqSpacing(t *testing.T, sent []tapped, n, pmtu int) {
 // TestRequesterSendsInPSNOrder: on a fabric with no fault, one WRITE's
 // packets leave the requester once each and in PSN order.
 //
-// KNOWN BUG, reported, not fixed here: they do not always. PostSend builds
-// packets under the QP's lock but hands the batch's last part to the link
-// after unlocking (putTxBatch in PostSend); ACKs for the parts already sent
-// meanwhile let the device's receive loop build and send the next PSNs
-// first. The responder then NAKs a PSN sequence error and go-back-N resends
-// the rest. Under -race nearly every run shows it (e.g. packet 960 carries
-// PSN 5120 where 5056 was due; 1600 of 4096 packets retransmitted,
-// out_of_seq_request 960); without -race about one run in 60.
-// Reproduce by deleting the Skip:
-//
-//	go test ./verbs -race -run TestRequesterSendsInPSNOrder -count=4
+// They used not to: PostSend built packets under the QP's lock but handed
+// the batch's last part to the link after unlocking, and ACKs for the parts
+// already sent let the device's receive loop build and send the next PSNs
+// first (under -race nearly every run: packet 960 carried PSN 5120 where
+// 5056 was due; 1600 of 4096 packets retransmitted). A batch now holds a
+// QP's requester until it has sent its packets (txBatch.own).
 func TestRequesterSendsInPSNOrder(t *testing.T) {
-	t.Skip("KNOWN BUG (reported): the requester can send a message's packets out of PSN order; see the comment")
 	writeAndTap(t, 1<<20, verbs.MTU256, 0, func(t *testing.T, sent []tapped, p *verbstest.Pair) {
 		wantInPSNOrder(t, sent, 1<<20/256, p)
 		if c := ctr(t, p.B.QP.Counters(), "out_of_seq_request"); c != 0 {

@@ -380,7 +380,7 @@ func (d *Device) receive() {
 		for i := range bufs[:k] {
 			d.dispatch(&bufs[i], &p, &out)
 		}
-		out.flush()
+		out.release()
 		d.rxMu.Unlock()
 	}
 }

@@ -139,6 +139,12 @@ type QP struct {
 	rnrTimer  *time.Timer // guarded by mu
 	pacer     Pacer       // guarded by mu: nil, or the rate limit's (or SetPacer's)
 	paceTimer *time.Timer // guarded by mu
+	// reqBatch is the transmit batch holding the requester's packets not
+	// yet sent, if any; reqDeferred: a requester run found it held by
+	// another goroutine's batch, which runs it again on release (both
+	// guarded by mu; see txBatch.own).
+	reqBatch    *txBatch
+	reqDeferred bool
 }
 
 // CreateQP creates a queue pair in RESET (GSI: QP1).
@@ -581,9 +587,18 @@ func (q *QP) reset() {
 }
 
 // kick runs the requester outside the receive path (after a state change).
+// Called with q.mu held: the batch is sent and q given back here, as
+// release would, without taking the lock again (q is the only QP the
+// batch can hold).
 func (q *QP) kick() {
 	out := getTxBatch(q.dev)
 	q.reqRun(out)
+	out.flush()
+	if q.reqBatch == out {
+		q.reqBatch = nil
+	}
+	clear(out.owned)
+	out.owned = out.owned[:0]
 	putTxBatch(out)
 }
 

@@ -168,6 +168,11 @@ type txBatch struct {
 	// that is the batch's last packet (QP.ack coalesces into it).
 	lastACK   *QP
 	lastACKAt int
+	// owned are the QPs whose request packets this batch holds (their
+	// reqBatch): no other batch takes packets of theirs until release,
+	// so a QP's packets reach the link in PSN order. spare is owned's
+	// other buffer, for release.
+	owned, spare []*QP
 }
 
 // txFlushBytes: next sends the batch once it holds this many bytes, even
@@ -199,9 +204,42 @@ func getTxBatch(d *Device) *txBatch {
 }
 
 func putTxBatch(b *txBatch) {
-	b.flush()
+	b.release()
 	b.dev = nil
 	txBatchPool.Put(b)
+}
+
+// own records that b holds q's next request packets. Called with q.mu held.
+func (b *txBatch) own(q *QP) {
+	if q.reqBatch == nil {
+		q.reqBatch = b
+		b.owned = append(b.owned, q)
+	}
+}
+
+// release sends what b holds and gives its QPs back: each requester that
+// another goroutine found held by b (reqDeferred) runs now, into b, until
+// none is left. Called with no QP lock held.
+func (b *txBatch) release() {
+	b.flush()
+	for len(b.owned) > 0 {
+		qs := b.owned
+		b.owned, b.spare = b.spare[:0], nil
+		for i, q := range qs {
+			q.mu.Lock()
+			if q.reqBatch == b {
+				q.reqBatch = nil
+				if q.reqDeferred {
+					q.reqDeferred = false
+					q.reqRun(b)
+				}
+			}
+			q.mu.Unlock()
+			qs[i] = nil
+		}
+		b.spare = qs[:0]
+		b.flush()
+	}
 }
 
 // next returns a fresh packet whose buffer has the link's headroom.

@@ -245,6 +245,13 @@ func (q *QP) reqRun(out *txBatch) {
 	if q.state != QPSRTS && q.state != QPSSQD {
 		return
 	}
+	if q.reqBatch != nil && q.reqBatch != out {
+		// Another goroutine's batch holds this QP's earlier packets and
+		// has not sent them all yet: packets built here could overtake
+		// them. That batch runs the requester once they are out.
+		q.reqDeferred = true
+		return
+	}
 	rc := q.typ == QPTypeRC
 	sent := false
 	for q.sq.cur < q.sq.tail {
@@ -274,6 +281,7 @@ func (q *QP) reqRun(out *txBatch) {
 			return // the QP went to ERR
 		}
 		sent = true
+		out.own(q)
 		if !done {
 			continue
 		}
