@@ -478,11 +478,17 @@ func TestUDLimits(t *testing.T) {
 		}
 		dst.check(t)
 	})
-	if p.A.QP.State() != verbs.QPSRTS {
-		// The completion form of the refusal moved A to ERR; start again.
-		p = verbstest.NewPair(t, verbstest.Options{Type: verbs.UD})
-		dst = newCanary(t, p.B.PD, 40+mtu+64, verbs.AccessLocalWrite)
-		mustPostRecv(t, p.B.QP, verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{dst.mr.SGE(0, 40+mtu+64)}})
+	if s := p.A.QP.State(); s != verbs.QPSRTS {
+		// The completion form of the refusal moved A to SQE, not ERR
+		// (IBTA §10.3.1: a UD send error stops the send queue only; see
+		// sqe_test.go): SQE → RTS resumes sending, and B's receive 1,
+		// which the refused datagram never reached, is still posted.
+		if s != verbs.QPSSQE {
+			t.Fatalf("A in %v after a UD send error, want SQE", s)
+		}
+		if err := p.A.QP.Modify(&verbs.QPAttr{State: verbs.QPSRTS}, verbs.AttrState); err != nil {
+			t.Fatal(err)
+		}
 	}
 	src := source(t, p.A.PD, randBytes(100, 1))
 	t.Run("wrong-qkey", func(t *testing.T) {

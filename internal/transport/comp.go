@@ -469,12 +469,20 @@ func (q *QP) onNAK(psn wire.PSN, syn wire.Syndrome, out *txBatch) {
 		q.armRetrans()
 		return
 	}
+	if psn.Diff(q.comp.psn) < 0 {
+		// A fatal NAK for a PSN already acknowledged answers a stale
+		// duplicate of a request that has completed (a responder NAKs a
+		// late copy of an ATOMIC whose saved result it no longer holds):
+		// a ghost response, dropped as rxe's completer drops a
+		// response older than the PSN it expects.
+		return
+	}
 	// Fatal NAKs: the WQE holding psn fails, the QP goes to ERR.
 	var status WCStatus
 	var what string
 	switch syn.Value() {
 	case wire.NAKInvalidRequest:
-		status, what = WCRemInvReqErr, "rejected the request as invalid (an opcode it does not support, a misaligned atomic, a length beyond its buffers or the DMA length, or too many outstanding READ/ATOMIC)"
+		status, what = WCRemInvReqErr, "rejected the request as invalid (an opcode it does not support, a misaligned atomic, a length beyond its buffers or the DMA length, or, for a READ or ATOMIC, more of them outstanding than its max_dest_rd_atomic allows: keep this QP's max_rd_atomic at most the peer's max_dest_rd_atomic)"
 	case wire.NAKRemoteAccessError:
 		status, what = WCRemAccessErr, "denied access"
 	case wire.NAKRemoteOperationalError:

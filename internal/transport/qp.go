@@ -650,15 +650,7 @@ func (q *QP) completeSend(w *sendWQE, status WCStatus, detail string) {
 func (q *QP) enterError(failed int64, status WCStatus, detail string) {
 	q.state = QPSErr
 	q.stopTimers()
-	for i := q.sq.head; i < q.sq.tail; i++ {
-		w := q.sq.at(i)
-		if int64(i) == failed {
-			q.completeSend(w, status, detail)
-		} else {
-			q.completeSend(w, WCWRFlushErr, "")
-		}
-	}
-	q.sq.head, q.sq.cur = q.sq.tail, q.sq.tail
+	q.flushSend(failed, status, detail)
 	if q.srq == nil {
 		for e := q.rq.peek(); e != nil; e = q.rq.peek() {
 			q.recvCQ.push(WC{WRID: e.wrID, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: q.num})
@@ -671,4 +663,41 @@ func (q *QP) enterError(failed int64, status WCStatus, detail string) {
 		}
 		q.dev.events.post(AsyncEvent{Type: EventQPLastWQEReached, QPNum: q.num})
 	}
+}
+
+// flushSend empties the send queue: the WQE at failed (an SQ index, or -1)
+// completes with status and detail, every other one with
+// IBV_WC_WR_FLUSH_ERR.
+func (q *QP) flushSend(failed int64, status WCStatus, detail string) {
+	for i := q.sq.head; i < q.sq.tail; i++ {
+		w := q.sq.at(i)
+		if int64(i) == failed {
+			q.completeSend(w, status, detail)
+		} else {
+			q.completeSend(w, WCWRFlushErr, "")
+		}
+	}
+	q.sq.head, q.sq.cur = q.sq.tail, q.sq.tail
+	q.req.off = 0
+}
+
+// enterSQE moves a UC, UD or GSI QP to SQE (Send Queue Error) after a send
+// WQE completed in error: IBTA §10.3.1 and its QP state diagram send an
+// unreliable QP there, not to ERR, on a send-queue completion error (a
+// local length or protection error of a send WQE). The failed WQE
+// completes with status, the send queue's other WQEs, and any posted
+// while in SQE, with IBV_WC_WR_FLUSH_ERR; the receive queue goes on
+// working; ibv_modify_qp SQE → RTS resumes sending. No affiliated
+// asynchronous event is reported: the error completion is the report
+// (IBV_EVENT_QP_FATAL means the QP went to ERR).
+//
+// Linux rxe has no SQE: its requester moves every QP type to ERR on a
+// send error, and SQE is unreachable there (rxe_qp_from_attr only notes
+// it). goroce follows IBTA, as rxe is silent: users of hardware that
+// implements SQE recover with SQE → RTS (Linux IPoIB's UD QP does, on a
+// send completion error: ipoib_qp_state_validate_work), and a program
+// written for rxe's ERR can still modify the QP to RESET or ERR from SQE.
+func (q *QP) enterSQE(failed int64, status WCStatus, detail string) {
+	q.state = QPSSQE
+	q.flushSend(failed, status, detail)
 }

@@ -204,7 +204,9 @@ func (q *QP) postOne(wr *SendWR) error {
 		}
 	}
 	q.sq.tail++
-	if q.state == QPSErr {
+	if q.state == QPSErr || q.state == QPSSQE {
+		// ERR and SQE accept send WRs and flush them (IBTA §10.3.1; as
+		// rxe's post_send, which refuses only states before RTS).
 		q.completeSend(w, WCWRFlushErr, "")
 		q.sq.head, q.sq.cur = q.sq.tail, q.sq.tail
 	}
@@ -278,7 +280,7 @@ func (q *QP) reqRun(out *txBatch) {
 		}
 		done, ok := q.sendPacket(w, out)
 		if !ok {
-			return // the QP went to ERR
+			return // the QP went to ERR or SQE
 		}
 		sent = true
 		out.own(q)
@@ -313,7 +315,7 @@ func (q *QP) checkDrained() {
 }
 
 // sendPacket sends the next packet of w. done reports that w is fully
-// sent; ok is false when a local error moved the QP to ERR.
+// sent; ok is false when a local error moved the QP to ERR (RC) or SQE.
 func (q *QP) sendPacket(w *sendWQE, out *txBatch) (done, ok bool) {
 	pmtu := uint64(q.pmtu)
 	if !w.started {
@@ -481,13 +483,19 @@ func (q *QP) sendPacket(w *sendWQE, out *txBatch) (done, ok bool) {
 	return done, true
 }
 
-// failSend completes w with a local error and moves the QP to ERR.
+// failSend completes w with a local error. An RC QP goes to ERR and
+// reports IBV_EVENT_QP_FATAL; a UC, UD or GSI QP goes to SQE (enterSQE).
 func (q *QP) failSend(w *sendWQE, status WCStatus, detail string) {
 	idx := q.sq.cur
 	for i := q.sq.head; i < q.sq.tail; i++ {
 		if q.sq.at(i) == w {
 			idx = i
 		}
+	}
+	if q.typ != QPTypeRC {
+		q.enterSQE(int64(idx), status, detail+
+			"; the QP is now in SQE: its other send WRs are flushed, receives go on, and ibv_modify_qp to RTS resumes sending")
+		return
 	}
 	q.dev.events.post(AsyncEvent{Type: EventQPFatal, QPNum: q.num, Detail: detail})
 	q.enterError(int64(idx), status, detail)

@@ -26,7 +26,10 @@ type respState struct {
 	target []byte  // RDMA WRITE: the checked target range
 	dmaLen uint64  // RDMA WRITE: the RETH DMA length
 	ucDrop bool    // UC: drop packets until the next FIRST/ONLY
-	// Responder resources for READ/ATOMIC/FLUSH replay (IBTA §9.7.5.1.3).
+	// Responder resources (max_dest_rd_atomic of them): the READ,
+	// ATOMIC and FLUSH requests executed last, recycled oldest first as
+	// rxe does, for replaying duplicates (IBTA §9.7.5.1.3). Only an
+	// ATOMIC needs its record (its saved result); see duplicate.
 	res     []respRes
 	resNext int
 }
@@ -213,6 +216,15 @@ func (q *QP) rcRequest(p *wire.Packet, out *txBatch) {
 			fmt.Sprintf("opcode %v at PSN %v out of sequence (message in progress: %d)", p.Opcode(), psn, q.resp.inMsg))
 		return
 	}
+	if q.attr.MaxDestRdAtomic == 0 && (info.Is(wire.FlagRead) || info.Is(wire.FlagAtomic) || info.Is(wire.FlagFlush)) {
+		// No responder resources: rxe answers a READ or ATOMIC with NAK
+		// Invalid Request and goes to ERR (check_resource:
+		// RESPST_ERR_TOO_MANY_RDMA_ATM_REQ, class C), and so does goroce,
+		// for FLUSH too (it takes a resource here, as READ does).
+		q.nakFatal(out, wire.SyndromeInvalidReq, psn, EventQPReqErr,
+			fmt.Sprintf("%v at PSN %v: this QP's max_dest_rd_atomic is 0, so it takes no RDMA READ, ATOMIC or FLUSH request", p.Opcode(), psn))
+		return
+	}
 	switch {
 	case info.Is(wire.FlagSend):
 		if !q.rcSend(p, out) {
@@ -362,9 +374,21 @@ func (q *QP) rcWrite(p *wire.Packet, out *txBatch) bool {
 	return true
 }
 
-// saveRes records a READ/ATOMIC/FLUSH in the responder resources.
+// saveRes records a READ/ATOMIC/FLUSH in the responder resources,
+// overwriting the oldest record when all max_dest_rd_atomic are taken: a
+// requester that keeps within the limit (its max_rd_atomic at most this
+// max_dest_rd_atomic) has completed that request already, since it has at
+// most that many outstanding and completes them in order. The responder
+// cannot tell otherwise (it never learns which responses arrived), so
+// like rxe ("it is the requesters job to not send too many read/atomic
+// ops, we just recycle the responder resource queue") it does not refuse
+// the new request; duplicate says what becomes of a retry of an
+// overwritten one. max_dest_rd_atomic 0 never gets here (rcRequest).
 func (q *QP) saveRes(r respRes) {
-	n := max(int(q.attr.MaxDestRdAtomic), 1)
+	n := int(q.attr.MaxDestRdAtomic)
+	if n == 0 {
+		return
+	}
 	if len(q.resp.res) != n {
 		q.resp.res = make([]respRes, n)
 		q.resp.resNext = 0
@@ -384,18 +408,26 @@ func (q *QP) findRes(psn wire.PSN) *respRes {
 }
 
 // rcRead answers an RDMA READ request with response packets. replay is set
-// for a duplicate request: it is executed again from its own RETH without
-// moving the expected PSN (IBTA §9.7.5.1.3 allows re-reading).
+// for a duplicate request: it is executed again from its own RETH, as a
+// new READ is (the rkey, bounds and access checked again, a failure NAKed
+// with Remote Access Error), its responses carrying the duplicate's PSNs,
+// without moving the expected PSN or the MSN. See duplicate.
 func (q *QP) rcRead(p *wire.Packet, out *txBatch, replay bool) {
 	psn := p.BTH().PSN()
 	r := p.RETH()
 	n := uint64(r.DMALength())
+	pmtu := uint64(q.pmtu)
+	npkts := max(1, (n+pmtu-1)/pmtu)
+	if replay && npkts > uint64(q.resp.psn.Diff(psn)) {
+		// Its responses would take PSNs this responder has not reached:
+		// no READ executed here was that long. A retried READ asks for
+		// the rest of the original (the same last PSN) or less.
+		return
+	}
 	b, ok := q.checkRKey(out, psn, r.RKey(), r.VA(), n, mem.RemoteRead)
 	if !ok {
 		return
 	}
-	pmtu := uint64(q.pmtu)
-	npkts := max(1, (n+pmtu-1)/pmtu)
 	if !replay {
 		q.saveRes(respRes{valid: true, first: psn, last: psn.Add(int(npkts - 1))})
 		q.resp.msn = (q.resp.msn + 1) & wire.PSNMask
@@ -528,22 +560,61 @@ func (q *QP) rcAtomicWrite(p *wire.Packet, out *txBatch) bool {
 // §9.7.5.1.3, C9-105): SEND and WRITE are ACKed again with the latest PSN,
 // a READ is read again, an atomic's saved result is sent again (the atomic
 // is not executed twice).
+//
+// A duplicate READ is executed again whether or not its responder
+// resource is still held. A READ has no side effect and its duplicate
+// carries everything it needs (the RETH, for the part still missing, and
+// the PSN its responses start at): the responder re-executes a duplicate
+// READ rather than keep its data (IBTA §9.7.5.1.3; ipath, qib and hfi1,
+// written to it: "Don't re-execute SEND, RDMA write or atomic op"), and
+// they and rxe re-read memory from the duplicate's RETH (after checking
+// it against the record, which the full rkey, bounds and access check
+// here makes unnecessary). rxe and hfi1 drop a duplicate READ whose
+// record was recycled ("Resource not found. Class D error"); but only a
+// requester with more READ/ATOMIC outstanding than this QP's
+// max_dest_rd_atomic (max_rd_atomic set above it with a manual
+// modify_qp) retries one, and then dropping it livelocks: go-back-N
+// resends the same READs, every retry is dropped again, and with
+// retry_cnt 7 it never ends. Executing it again costs a stale network
+// duplicate only responses the requester drops.
+//
+// A duplicate FLUSH is executed again the same way: its checks again,
+// and its zero-length response.
+//
+// A duplicate ATOMIC cannot be executed again. With its saved result it
+// is answered as before. Without one (the record was recycled) it is the
+// retry of a requester over the max_dest_rd_atomic limit, or a stale copy
+// of an atomic the requester has already completed (a network duplicate
+// arriving late, since a requester within the limit never retries a
+// recycled one; see saveRes). It gets NAK Invalid Request, the answer
+// IBTA's responder error classes give to more RDMA READ/ATOMIC requests
+// than the responder has resources for (rxe's class C
+// RESPST_ERR_TOO_MANY_RDMA_ATM_REQ; hfi1 NAKs a new request that finds
+// its ack queue full): it ends the over-committed requester's wait with
+// IBV_WC_REM_INV_REQ_ERR instead of the livelock above, where rxe and
+// hfi1 drop the duplicate. Unlike a new request's Invalid Request (class C, nakFatal),
+// the responder does not go to ERR: the NAK may answer a stale copy, whose
+// requester drops it as a response to nothing outstanding (IBTA's ghost
+// response; goroce's and rxe's completers do), and a healthy connection
+// must not die of a late network duplicate.
 func (q *QP) duplicate(p *wire.Packet, out *txBatch) {
 	psn := p.BTH().PSN()
 	info := p.Info
 	switch {
 	case info.Is(wire.FlagRead):
-		if q.findRes(psn) != nil {
-			q.rcRead(p, out, true)
-		}
+		q.rcRead(p, out, true)
 	case info.Is(wire.FlagAtomic):
-		if r := q.findRes(psn); r != nil && r.atomic && r.first == psn {
+		r := q.findRes(psn)
+		switch {
+		case r == nil:
+			q.ack(out, wire.SyndromeInvalidReq, psn)
+		case r.atomic && r.first == psn:
 			q.atomicAck(out, psn, r.orig)
 		}
+		// Otherwise its PSN was another request's: a malformed
+		// duplicate, dropped.
 	case info.Is(wire.FlagFlush):
-		if q.findRes(psn) != nil {
-			q.readResponses(out, psn, nil, 1)
-		}
+		q.rcFlush(p, out, true)
 	default:
 		if p.BTH().AckReq() {
 			q.ack(out, wire.SyndromeACK, q.resp.psn.Add(-1))
