@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,6 +54,9 @@ type Device struct {
 	udp     *udp.Link
 	raw     *afpacket.Link
 	ctl     controlState // the control socket (control.go)
+
+	onGID    map[int]func() // guarded by mu: OnGIDChange's functions, by registration
+	onGIDSeq int            // guarded by mu
 }
 
 // ErrBusy is wrapped by Open's error when another process has the device open.
@@ -286,6 +291,34 @@ func (d *Device) refresh(nl *netlink.Handle) {
 	if changed {
 		dev.SetGIDs(entries)
 		d.publish()
+		d.mu.Lock()
+		fs := slices.Collect(maps.Values(d.onGID))
+		d.mu.Unlock()
+		for _, f := range fs {
+			f()
+		}
+	}
+}
+
+// OnGIDChange registers f to be called each time the netlink watch changes
+// the device's GID table (its netdev gained or lost an address), after the
+// verbs device has the new table and has posted IBV_EVENT_GID_CHANGE. f
+// runs on the watch's goroutine and should not block; it may run once more
+// after remove returns. rdmacm uses it to tell CM IDs whose address left
+// the device (ADDR_CHANGE).
+func (d *Device) OnGIDChange(f func()) (remove func()) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.onGID == nil {
+		d.onGID = map[int]func(){}
+	}
+	d.onGIDSeq++
+	k := d.onGIDSeq
+	d.onGID[k] = f
+	return func() {
+		d.mu.Lock()
+		delete(d.onGID, k)
+		d.mu.Unlock()
 	}
 }
 

@@ -17,6 +17,18 @@
 //
 // CM.Dial and CM.Listen wrap that sequence and return connected QPs.
 //
+// An ID need not own its QP: Connect and Accept on an ID without one name
+// the caller's QP in ConnParam.QPNum (rdma_conn_param.qp_num), and the
+// caller moves it through INIT, RTR and RTS itself with the attributes
+// InitQPAttr gives (rdma_init_qp_attr). The active side then gets
+// CONNECT_RESPONSE for the REP, with the REP's private data and the peer's
+// QP number and READ depths, instead of ESTABLISHED, and calls Establish
+// (rdma_establish), which sends the RTU: the passive side gets ESTABLISHED,
+// the active side no further event, as with librdmacm and the kernel. Until
+// Establish, each repeat of the REP is answered with an MRA (cma.c prepares
+// one when the REP comes, cm_dup_rep_handler sends it); Reject rejects the
+// REP and Destroy does too.
+//
 // The messages carry the values Linux puts in them (the tests compare
 // REQ, REP, RTU, DREQ and DREP field by field with rping's in
 // wire/mad/testdata): CM response timeout 20, max CM retries 15, P_Key
@@ -34,14 +46,38 @@
 // the packet lifetime (cm_mra_handler: 2^16 + 2^11 ms for Linux's MRA)
 // instead of the CM response timeout.
 //
+// A repeat of a SIDR_REQ whose CONNECT_REQUEST is still unanswered (the
+// requester's retry) is dropped, as cm.c drops it through its
+// remote_sidr_table; once the SIDR_REP is sent (Accept, Reject, or
+// Destroy, which sends status Reject as cm_destroy_id does) a repeat is a
+// new request and brings a new CONNECT_REQUEST, as in cm.c, which keeps no
+// copy of its reply.
+//
 // DEVICE_REMOVAL is delivered to each ID of a device given to
 // CM.RemoveDevice.
+//
+// ADDR_CHANGE is delivered to each ID on a device whose source address has
+// left the device's GID table (CM.GIDTableChanged, which AddRoutedDevice
+// arranges for a host.Device from its netlink watch), once until the
+// address returns and goes again. Linux's occasion differs: cma.c's
+// netdev notifier sends ADDR_CHANGE only for NETDEV_BONDING_FAILOVER on a
+// bond master, to each ID bound to it whose recorded hardware address
+// differs from the bond's new one (cma_netdev_change), and says nothing
+// when an address is deleted. goroce's device keeps the MAC it opened
+// with, so a hardware address change reaches an ID only as the loss of
+// its address (the link-local GID made from the MAC).
 //
 // Where goroce differs from Linux:
 //   - ResolveAddr has no routing table: see its doc for how it picks a device.
 //   - Listen's backlog is not enforced.
 //   - No stale-connection detection (REJ reason 10), no LAP/APR or alternate
-//     path, no multicast, no ADDR_CHANGE events (the type exists).
+//     path, no multicast.
+//   - ADDR_CHANGE comes when an ID's address leaves its device, not on a
+//     bonding failover (see above); a device added with plain AddDevice
+//     gets it only if someone calls GIDTableChanged.
+//   - A SIDR repeat is recognised by request ID and requester GID; cm.c
+//     keys remote_sidr_table by request ID and source LID, which RoCE
+//     leaves 0 for every requester.
 //   - ID.DisconnectWithData puts private data in the DREQ or DREP, as the
 //     kernel's ib_send_cm_dreq/drep can (rdma_disconnect cannot), and
 //     DISCONNECTED carries the peer's (Linux's rdma_cm drops it).
@@ -53,9 +89,11 @@
 //     its answer; cm.c waits 2 × the packet lifetime plus the remote CM
 //     response timeout, in cm_convert_to_ms's powers of two (2 × 1024 +
 //     4096 ms ≈ 6.1 s with the lab kernel's packet lifetime 18).
-//   - CONNECT_RESPONSE is never delivered: as librdmacm does for an ID with
-//     a QP, the active side answers the REP itself (RTR, RTS, RTU) and
-//     delivers ESTABLISHED; so it never sends an MRA for a REP.
+//   - For an ID with a QP the CM answers the REP itself (RTR, RTS, RTU)
+//     and delivers ESTABLISHED, as librdmacm does with the kernel's
+//     CONNECT_RESPONSE; so such an ID never sends an MRA for a REP.
+//   - Connect and Accept without a QP refuse ConnParam.QPNum 0 (EINVAL);
+//     Linux sends QPN 0 in the REQ or REP.
 package rdmacm
 
 import (
@@ -86,7 +124,11 @@ const (
 	defaultPKey       = 0xFFFF
 	udpQKey           = 0x01234567 // RDMA_UDP_QKEY
 	grhLen            = 40
-	nRecv, nSend      = 128, 128
+	// QP1's queues, as deep as ib_mad makes them (IB_MAD_QP_RECV_SIZE,
+	// IB_MAD_QP_SEND_SIZE): a burst of REQs, RTUs and DREQs from many
+	// connections at once must not find the receive queue empty, since an
+	// RTU or DREQ lost there is not sent again.
+	nRecv, nSend = 512, 128
 )
 
 // Defaults gives the RoCE mode and ToS new CM IDs copy from the rdma_cm
@@ -134,6 +176,7 @@ type CM struct {
 	bound     map[portKey][]*ID // guarded by mu: IDs bound to a port
 	byLocal   map[uint32]*ID    // guarded by mu: IDs by local comm ID
 	byRemote  map[remoteKey]*ID // guarded by mu: passive IDs by the peer's comm ID and CA GUID
+	sidrs     map[sidrKey]*ID   // guarded by mu: passive SIDR IDs whose request is unanswered
 	ids       map[*ID]struct{}  // guarded by mu: every live ID
 	probes    map[uint64]*ID    // guarded by mu: IDs by the TID of their other-version probe
 	rng       *rand.Rand        // guarded by mu
@@ -167,7 +210,7 @@ func New(o Options) *CM {
 		o.Timewait = expDuration(localACKTimeout)
 	}
 	return &CM{opts: o, listeners: map[portKey]*ID{}, bound: map[portKey][]*ID{}, byLocal: map[uint32]*ID{},
-		byRemote: map[remoteKey]*ID{}, ids: map[*ID]struct{}{}, probes: map[uint64]*ID{},
+		byRemote: map[remoteKey]*ID{}, sidrs: map[sidrKey]*ID{}, ids: map[*ID]struct{}{}, probes: map[uint64]*ID{},
 		rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
 }
 
@@ -197,6 +240,10 @@ type agent struct {
 	ahs     map[ahKey]*verbs.AH // guarded by cm.mu
 	sent    int                 // guarded by cm.mu: MADs sent
 	drop    int                 // guarded by cm.mu: MADs not sent for lack of a slot
+
+	// unwatch, if set, ends the GIDWatcher subscription (guarded by cm.mu;
+	// called without it).
+	unwatch func()
 }
 
 type ahKey struct {
@@ -215,20 +262,87 @@ type Router interface {
 	RouteTo(dst netip.Addr) (src netip.Addr, err error)
 }
 
+// A GIDWatcher tells of changes to a device's GID table, as the host
+// layer learns of its netdev's addresses from netlink: it calls f after
+// each change until remove is called. host.Device is one.
+type GIDWatcher interface {
+	OnGIDChange(f func()) (remove func())
+}
+
 // AddRoutedDevice is AddDevice for a device whose routes r knows:
-// ResolveAddr then chooses it, and the source address, by the route.
+// ResolveAddr then chooses it, and the source address, by the route. If r
+// is also a GIDWatcher (host.Device is), the CM follows the device's GID
+// table through it and delivers ADDR_CHANGE (see GIDTableChanged).
 func (cm *CM) AddRoutedDevice(dev *verbs.Device, r Router) error {
 	if err := cm.AddDevice(dev); err != nil {
 		return err
+	}
+	var remove func()
+	if w, ok := r.(GIDWatcher); ok {
+		remove = w.OnGIDChange(func() { cm.GIDTableChanged(dev) })
 	}
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
 	for _, a := range cm.agents {
 		if a.dev == dev {
-			a.router = r
+			a.router, a.unwatch = r, remove
+			return nil
 		}
 	}
+	// Removed, or the CM closed, meanwhile.
+	if remove != nil {
+		remove()
+	}
 	return nil
+}
+
+// GIDTableChanged tells the CM that dev's GID table has changed (its
+// netdev gained or lost an address); AddRoutedDevice arranges the call for
+// a device whose Router is a GIDWatcher. Each ID on dev whose source
+// address no longer has a GID on dev gets ADDR_CHANGE, once until the
+// address comes back and goes again: bound, listening, connecting or
+// connected alike, as cma.c tells every ID on the device. Nothing else
+// changes: the ID decides (a connection from an address that is gone
+// cannot send, so it is usually disconnected and made again). This is
+// goroce's occasion for ADDR_CHANGE; Linux's is a bonding failover that
+// changes the netdev's hardware address (see the package doc).
+func (cm *CM) GIDTableChanged(dev *verbs.Device) {
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	if cm.closed {
+		return
+	}
+	var a *agent
+	for _, x := range cm.agents {
+		if x.dev == dev {
+			a = x
+		}
+	}
+	if a == nil {
+		return
+	}
+	have := map[netip.Addr]bool{}
+	for _, e := range dev.GIDs() {
+		if e.GID.IsValid() {
+			have[e.GID] = true
+		}
+	}
+	for id := range cm.ids {
+		s := id.src.Addr()
+		if id.ag != a || !s.IsValid() || s.IsUnspecified() {
+			continue
+		}
+		if have[gidOf(s)] {
+			id.addrGone = false
+			continue
+		}
+		if id.addrGone {
+			continue
+		}
+		id.addrGone = true
+		id.emit(Event{Type: EventAddrChange, ID: id,
+			Err: fmt.Errorf("rdmacm: %v is no longer an address of device %s (its netdev lost it)", s, dev.Name())})
+	}
 }
 
 // AddDevice makes the CM serve dev: it creates dev's QP1 (EEXIST if
@@ -502,7 +616,12 @@ func (cm *CM) RemoveDevice(dev *verbs.Device) error {
 		id.state = stDone
 		id.emit(Event{Type: EventDeviceRemoval, ID: id, Status: -int(syscall.ENODEV)})
 	}
+	unwatch := a.unwatch
+	a.unwatch = nil
 	cm.mu.Unlock()
+	if unwatch != nil {
+		unwatch()
+	}
 	a.cancel()
 	<-a.done
 	a.destroy()
@@ -523,7 +642,17 @@ func (cm *CM) Close() error {
 		id.stopTimewait()
 	}
 	agents := cm.agents
+	var unwatch []func()
+	for _, a := range agents {
+		if a.unwatch != nil {
+			unwatch = append(unwatch, a.unwatch)
+			a.unwatch = nil
+		}
+	}
 	cm.mu.Unlock()
+	for _, f := range unwatch {
+		f()
+	}
 	for _, a := range agents {
 		a.cancel()
 	}
@@ -583,7 +712,7 @@ func (cm *CM) handle(a *agent, in *inbound) {
 		cm.handleREQ(a, in, h, req)
 	case mad.AttrREP:
 		rep, _ := m.REP()
-		cm.handleREP(rep)
+		cm.handleREP(a, in, rep)
 	case mad.AttrRTU:
 		rtu, _ := m.RTU()
 		cm.handleRTU(rtu)

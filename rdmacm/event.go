@@ -68,7 +68,9 @@ type ConnParam struct {
 	InitiatorDepth     uint8 // RDMA READ/atomic requests this side issues
 	RetryCount         uint8 // transport retries, 0-7 (Connect only)
 	RNRRetryCount      uint8 // RNR NAK retries, 0-7, 7 = infinite
-	// QPNum, in events, is the peer's QP number.
+	// QPNum, in events, is the peer's QP number. For Connect or Accept on
+	// an ID without a QP it is this side's, of a QP the caller drives
+	// itself (rdma_conn_param.qp_num; see InitQPAttr and Establish).
 	QPNum uint32
 }
 
@@ -81,10 +83,15 @@ type Event struct {
 	// Status is librdmacm's status: 0, a negative errno (UNREACHABLE:
 	// -ETIMEDOUT) or, for REJECTED, the positive IB CM reject reason.
 	Status int
-	// Err says what went wrong in words, nil on success.
+	// Err says what went wrong in words, nil on success (ADDR_CHANGE: which
+	// address left which device).
 	Err         error
 	PrivateData []byte // the peer's private data (REQ, REP, REJ, DREQ, DREP, SIDR_REQ, SIDR_REP); owned by the receiver
-	Param       ConnParam
+	// Param is the peer's side of the connection: from its REQ
+	// (CONNECT_REQUEST) or REP (CONNECT_RESPONSE, ESTABLISHED), with READ
+	// depths seen from this side (the peer's initiator depth is this
+	// side's responder resources) and the peer's QP number.
+	Param ConnParam
 }
 
 func (e Event) String() string {

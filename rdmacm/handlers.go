@@ -51,7 +51,7 @@ func (cm *CM) newChild(a *agent, in *inbound, l *ID, tid uint64, hdr mad.IPCMHea
 		return nil, false
 	}
 	c := &ID{cm: cm, ec: l.ec, ps: l.ps, state: stReqRcvd, ag: a, listen: l, sgid: sgid, gidType: in.netType(),
-		rgid: in.src, tid: tid, mtu: a.dev.ActiveMTU()}
+		rgid: in.src, tid: tid, mtu: a.dev.ActiveMTU(), psn: cm.rng.Uint32() & 0xFFFFFF}
 	c.src = netip.AddrPortFrom(hdr.DstAddr(), l.src.Port())
 	c.dst = netip.AddrPortFrom(hdr.SrcAddr(), hdr.SrcPort())
 	c.lcid = cm.newCommID()
@@ -97,7 +97,10 @@ func (cm *CM) handleREQ(a *agent, in *inbound, h mad.Header, req mad.REQ) {
 	if m := verbs.MTU(req.PathPacketPayloadMTU()); m >= verbs.MTU256 && m < c.mtu {
 		c.mtu = m
 	}
-	c.reqRetry, c.reqRNR = req.RetryCount(), req.RNRRetryCount()
+	// Until Accept says otherwise, the READ depths are the REQ's, mirrored
+	// (cm_req_handler), and the retry counts are the REQ's for good.
+	c.rd = rdParams{maxDestRd: req.InitiatorDepth(), maxRd: req.ResponderResources(),
+		retry: req.RetryCount(), rnr: req.RNRRetryCount()}
 	c.peer = ConnParam{ResponderResources: req.InitiatorDepth(), InitiatorDepth: req.ResponderResources(),
 		RetryCount: req.RetryCount(), RNRRetryCount: req.RNRRetryCount(), QPNum: req.LocalQPN()}
 	p := c.peer
@@ -105,7 +108,7 @@ func (cm *CM) handleREQ(a *agent, in *inbound, h mad.Header, req mad.REQ) {
 	c.emit(Event{Type: EventConnectRequest, ID: c, Listen: l, PrivateData: p.PrivateData, Param: p})
 }
 
-func (cm *CM) handleREP(rep mad.REP) {
+func (cm *CM) handleREP(a *agent, in *inbound, rep mad.REP) {
 	id := cm.byLocal[rep.RemoteCommID()]
 	if id == nil {
 		return
@@ -114,6 +117,14 @@ func (cm *CM) handleREP(rep mad.REP) {
 	case stEstablished:
 		if id.rcid == rep.LocalCommID() && id.lastRTU != nil {
 			id.ag.send(id.rgid, id.sgid, id.tos, id.lastRTU, 1) // the RTU was lost
+		}
+		return
+	case stRepRcvd:
+		// The consumer has CONNECT_RESPONSE but has not called Establish:
+		// cma.c prepared an MRA when the REP came (ib_prepare_cm_mra), and
+		// cm_dup_rep_handler sends it for each repeat of the REP.
+		if id.rcid == rep.LocalCommID() {
+			cm.sendMRA(a, in, id, mad.MsgREP)
 		}
 		return
 	case stReqSent:
@@ -126,9 +137,18 @@ func (cm *CM) handleREP(rep mad.REP) {
 		RNRRetryCount: rep.RNRRetryCount(), QPNum: rep.LocalQPN(),
 		PrivateData: append([]byte(nil), rep.PrivateData()...)}
 	id.peer = p
+	id.rd = rdParams{maxDestRd: id.local.ResponderResources, maxRd: min(id.local.InitiatorDepth, rep.ResponderResources()),
+		retry: id.local.RetryCount, rnr: rep.RNRRetryCount()}
+	if id.qp == nil {
+		// cma_ib_handler: an ID without a QP gets CONNECT_RESPONSE and
+		// completes the connection itself (Establish).
+		id.state = stRepRcvd
+		id.emit(Event{Type: EventConnectResponse, ID: id, PrivateData: p.PrivateData, Param: p})
+		return
+	}
 	// librdmacm's ucma_process_conn_resp: RTR, RTS, then rdma_accept (RTU).
-	if err := id.rtrRTS(id.local.ResponderResources, min(id.local.InitiatorDepth, rep.ResponderResources()),
-		id.local.RetryCount, rep.RNRRetryCount()); err != nil {
+	id.state = stRepRcvd
+	if err := id.rtrRTS(); err != nil {
 		id.sendREJ(mad.MsgREP, mad.RejectNoResources, nil)
 		id.forget()
 		id.state = stDone
@@ -157,7 +177,7 @@ func (cm *CM) handleREJ(rej mad.REJ) {
 		return
 	}
 	switch id.state {
-	case stReqSent, stRepSent:
+	case stReqSent, stRepSent, stRepRcvd:
 	case stEstablished:
 		if rej.MessageRejected() != mad.MsgREP {
 			return
@@ -287,9 +307,25 @@ func (id *ID) connectSIDR(p ConnParam) error {
 	return nil
 }
 
+// sidrKey identifies a SIDR request: the requester's request ID and GID.
+type sidrKey struct {
+	reqID uint32
+	src   netip.Addr
+}
+
 func (cm *CM) handleSIDRREQ(a *agent, in *inbound, h mad.Header, m mad.MAD) {
 	req, ok := m.SIDRREQ()
 	if !ok {
+		return
+	}
+	// A repeat of a request whose CONNECT_REQUEST is still unanswered
+	// (the requester's retry) is dropped, as cm_sidr_req_handler drops it
+	// when cm_insert_remote_sidr finds it in remote_sidr_table. The entry
+	// goes when the SIDR_REP is sent (Accept, Reject, Destroy): a repeat
+	// after that is a new request, as in cm.c, which keeps no copy of the
+	// reply.
+	k := sidrKey{req.RequestID(), in.src}
+	if cm.sidrs[k] != nil {
 		return
 	}
 	reply := func(st mad.SIDRStatus) {
@@ -314,6 +350,8 @@ func (cm *CM) handleSIDRREQ(a *agent, in *inbound, h mad.Header, m mad.MAD) {
 	c.rcid = req.RequestID()
 	c.rqkey = udpQKey // marks the child as SIDR
 	c.tos = in.tc
+	c.sidr = k
+	cm.sidrs[k] = c
 	pd := append([]byte(nil), req.PrivateData()[mad.IPCMHeaderLen:]...)
 	c.emit(Event{Type: EventConnectRequest, ID: c, Listen: l, PrivateData: pd, Param: ConnParam{PrivateData: pd}})
 }
@@ -322,13 +360,11 @@ func (id *ID) acceptSIDR(p ConnParam) error {
 	if len(p.PrivateData) > mad.RDMACMMaxSIDRREPPrivateData {
 		return id.errorf("accept", syscall.EINVAL, "private data of %d bytes: at most %d", len(p.PrivateData), mad.RDMACMMaxSIDRREPPrivateData)
 	}
-	if id.qp == nil {
-		return id.errorf("accept", syscall.EINVAL, "no QP: call CreateQP first")
+	if id.qp == nil && p.QPNum == 0 {
+		return id.errorf("accept", syscall.EINVAL, "no QP: call CreateQP first, or give ConnParam.QPNum for a QP you drive yourself")
 	}
-	f := mad.SIDRREPFields{RequestID: id.rcid, Status: mad.SIDRSuccess, QPN: id.qp.Num(),
-		ServiceID: mad.NewIPCMServiceID(id.ps, id.src.Port()), QKey: udpQKey}
-	copy(f.PrivateData[:], p.PrivateData)
-	id.ag.send(id.rgid, id.sgid, id.tos, buildMAD(mad.AttrSIDRREP, id.tid, f), 1)
+	id.local = p
+	id.sendSIDRREP(mad.SIDRSuccess, id.qpNum(), p.PrivateData)
 	id.forget()
 	id.state = stEstablished
 	return nil
@@ -338,12 +374,21 @@ func (id *ID) rejectSIDR(pd []byte) error {
 	if len(pd) > mad.RDMACMMaxSIDRREPPrivateData {
 		return id.errorf("reject", syscall.EINVAL, "private data of %d bytes: at most %d", len(pd), mad.RDMACMMaxSIDRREPPrivateData)
 	}
-	f := mad.SIDRREPFields{RequestID: id.rcid, Status: mad.SIDRReject, ServiceID: mad.NewIPCMServiceID(id.ps, id.src.Port())}
-	copy(f.PrivateData[:], pd)
-	id.ag.send(id.rgid, id.sgid, id.tos, buildMAD(mad.AttrSIDRREP, id.tid, f), 1)
+	id.sendSIDRREP(mad.SIDRReject, 0, pd)
 	id.forget()
 	id.state = stDone
 	return nil
+}
+
+// sendSIDRREP answers the ID's SIDR request: with the QP (qpn, Q_Key) on
+// success, else with status st alone.
+func (id *ID) sendSIDRREP(st mad.SIDRStatus, qpn uint32, pd []byte) {
+	f := mad.SIDRREPFields{RequestID: id.rcid, Status: st, ServiceID: mad.NewIPCMServiceID(id.ps, id.src.Port())}
+	if st == mad.SIDRSuccess {
+		f.QPN, f.QKey = qpn, udpQKey
+	}
+	copy(f.PrivateData[:], pd)
+	id.ag.send(id.rgid, id.sgid, id.tos, buildMAD(mad.AttrSIDRREP, id.tid, f), 1)
 }
 
 // UDParam is what an ESTABLISHED event of a UD ID tells (rdma_ud_param):

@@ -25,6 +25,7 @@ const (
 	stReqSent             // active: REQ (or SIDR_REQ) sent, waiting for REP
 	stReqRcvd             // passive: CONNECT_REQUEST delivered, waiting for Accept/Reject
 	stRepSent             // passive: REP sent, waiting for RTU
+	stRepRcvd             // active, no QP: CONNECT_RESPONSE delivered, waiting for Establish
 	stEstablished         // connected
 	stDreqSent            // DREQ sent, waiting for DREP
 	stDreqRcvd            // DREQ received, DISCONNECTED delivered; Disconnect sends DREP
@@ -34,7 +35,7 @@ const (
 )
 
 var stateNames = [...]string{"IDLE", "ADDR_BOUND", "ROUTE_RESOLVED", "LISTEN", "REQ_SENT", "REQ_RCVD",
-	"REP_SENT", "ESTABLISHED", "DREQ_SENT", "DREQ_RCVD", "TIMEWAIT", "DONE", "DESTROYED"}
+	"REP_SENT", "REP_RCVD", "ESTABLISHED", "DREQ_SENT", "DREQ_RCVD", "TIMEWAIT", "DONE", "DESTROYED"}
 
 func (s state) String() string {
 	if int(s) < len(stateNames) {
@@ -74,10 +75,11 @@ type ID struct {
 	remoteKey remoteKey // passive: key in cm.byRemote
 	local     ConnParam // what this side asked for
 	peer      ConnParam // what the peer's REQ/REP said, from this side's view
-	reqRetry  uint8     // REQ retry count
-	reqRNR    uint8     // RNR retry count the peer asked this side to use
+	rd        rdParams  // the QP's RTR/RTS values, once the peer is known
 	lastRTU   []byte    // active: RTU sent, resent on a duplicate REP
 	lastDREP  []byte    // DREP sent, resent on a duplicate DREQ
+	sidr      sidrKey   // passive SIDR: key in cm.sidrs while the request is pending
+	addrGone  bool      // ADDR_CHANGE delivered: the source address left the device
 
 	// retransmission, guarded by cm.mu
 	msg     []byte // MAD waiting for an answer
@@ -88,6 +90,14 @@ type ID struct {
 	timer   *time.Timer
 	gen     uint64
 	twTimer *time.Timer
+}
+
+// rdParams are what the connection's QP needs beyond the path, as cm.c
+// keeps them for ib_cm_init_qp_attr: RDMA READ/atomic depths each way,
+// and the retry counts.
+type rdParams struct {
+	maxDestRd, maxRd uint8 // max_dest_rd_atomic (RTR), max_rd_atomic (RTS)
+	retry, rnr       uint8 // retry_cnt, rnr_retry (RTS)
 }
 
 // CreateID is rdma_create_id: a new CM ID in port space ps whose events
@@ -103,7 +113,9 @@ func (cm *CM) CreateID(ec *EventChannel, ps PortSpace) (*ID, error) {
 	if cm.closed {
 		return nil, fmt.Errorf("rdmacm: create_id: %w", syscall.ESHUTDOWN)
 	}
-	id := &ID{cm: cm, ec: ec, ps: ps}
+	// The Starting PSN is chosen now, as __rdma_create_id picks seq_num, so
+	// InitQPAttr can give it before the REQ or REP carries it.
+	id := &ID{cm: cm, ec: ec, ps: ps, psn: cm.rng.Uint32() & 0xFFFFFF}
 	cm.ids[id] = struct{}{}
 	return id, nil
 }
@@ -421,14 +433,8 @@ func (id *ID) CreateQP(pd *verbs.PD, init verbs.QPInitAttr) (*verbs.QP, error) {
 	if err != nil {
 		return nil, err
 	}
-	attr := &verbs.QPAttr{State: verbs.QPSInit, PortNum: 1}
-	mask := verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort
-	if init.Type == verbs.UD {
-		attr.QKey, mask = udpQKey, mask|verbs.AttrQKey
-	} else {
-		attr.AccessFlags, mask = verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic, mask|verbs.AttrAccessFlags
-	}
-	if err := qp.Modify(attr, mask); err != nil {
+	attr, mask := initAttr(init.Type == verbs.UD)
+	if err := qp.Modify(&attr, mask); err != nil {
 		qp.Destroy()
 		return nil, err
 	}
@@ -439,6 +445,19 @@ func (id *ID) CreateQP(pd *verbs.PD, init verbs.QPInitAttr) (*verbs.QP, error) {
 	}
 	id.qp = qp
 	return qp, nil
+}
+
+// initAttr returns the INIT attributes rdma_cm gives a connection's QP
+// (RC: remote write, plus read and atomic; UD: Q_Key RDMA_UDP_QKEY).
+func initAttr(ud bool) (verbs.QPAttr, verbs.QPAttrMask) {
+	attr := verbs.QPAttr{State: verbs.QPSInit, PortNum: 1}
+	mask := verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort
+	if ud {
+		attr.QKey, mask = udpQKey, mask|verbs.AttrQKey
+	} else {
+		attr.AccessFlags, mask = verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic, mask|verbs.AttrAccessFlags
+	}
+	return attr, mask
 }
 
 // QP returns the ID's QP, nil before CreateQP.
@@ -495,31 +514,92 @@ func (id *ID) Listen(backlog int) error {
 	return nil
 }
 
-// rtrRTS moves the connected QP to RTR then RTS. Called with cm.mu held.
-//
-// Each side's Starting PSN (in its REQ or REP) is the PSN it expects to
-// receive, as Linux's cm.c uses it (ib_send_cm_rep takes its rq_psn from
-// the REP it sends; cm_rep_handler its sq_psn from the REP it gets): so
-// the receive queue starts at our own PSN and the send queue at the
-// peer's. The rping capture in ../shared/traces shows it: the client's
-// first SEND carries the REP's PSN, the server's first READ the REQ's.
-func (id *ID) rtrRTS(maxDestRd, maxRd, retry, rnr uint8) error {
+// rtrRTS moves the connected QP, if the ID has one, to RTR then RTS.
+// Called with cm.mu held.
+func (id *ID) rtrRTS() error {
 	if id.qp == nil {
 		return nil
 	}
-	mtu := id.mtu
-	rtr := &verbs.QPAttr{State: verbs.QPSRTR, PathMTU: mtu, DestQPN: id.rqpn, RQPSN: wirePSN(id.psn),
-		MaxDestRdAtomic: maxDestRd, MinRNRTimer: 0,
-		AH: verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: id.rgid, FlowLabel: id.flow,
-			SGIDIndex: id.sgid, HopLimit: hopLimit, TrafficClass: id.tos}}}
-	if err := id.qp.Modify(rtr, verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|
-		verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer); err != nil {
-		return err
+	for _, st := range []verbs.QPState{verbs.QPSRTR, verbs.QPSRTS} {
+		attr, mask, err := id.qpAttr(st)
+		if err == nil {
+			err = id.qp.Modify(&attr, mask)
+		}
+		if err != nil {
+			return err
+		}
 	}
-	rts := &verbs.QPAttr{State: verbs.QPSRTS, SQPSN: wirePSN(id.rpsn), Timeout: localACKTimeout, RetryCnt: retry,
-		RNRRetry: rnr, MaxRdAtomic: maxRd}
-	return id.qp.Modify(rts, verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|
-		verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic)
+	return nil
+}
+
+// InitQPAttr is rdma_init_qp_attr: the attributes, and the mask saying
+// which to apply, that move a QP to state st for this ID's connection,
+// for a caller who drives its QP itself (an ID without a QP: Connect or
+// Accept with ConnParam.QPNum). INIT: port 1, P_Key index 0, and remote
+// access (RC) or Q_Key 0x01234567 (UD), as CreateQP gives them. RTR: the
+// path to the peer (GID, flow label, traffic class, hop limit), path MTU,
+// the peer's QP number, this side's Starting PSN as rq_psn (the PSN this
+// side expects, which its REQ or REP carries) and max_dest_rd_atomic.
+// RTS: the peer's Starting PSN as sq_psn, local ACK timeout 19, retry
+// and RNR retry counts and max_rd_atomic. RTR and RTS of an RC QP need
+// the peer: the passive side has it from CONNECT_REQUEST (before Accept
+// the READ depths are the REQ's, after it Accept's), the active side from
+// CONNECT_RESPONSE; before that they are EINVAL, as ib_cm_init_qp_attr
+// refuses them. A UD QP's RTR and RTS need nothing (sq_psn 0).
+func (id *ID) InitQPAttr(st verbs.QPState) (verbs.QPAttr, verbs.QPAttrMask, error) {
+	id.cm.mu.Lock()
+	defer id.cm.mu.Unlock()
+	return id.qpAttr(st)
+}
+
+// qpAttr is InitQPAttr. Called with cm.mu held.
+func (id *ID) qpAttr(st verbs.QPState) (verbs.QPAttr, verbs.QPAttrMask, error) {
+	if id.ag == nil {
+		return verbs.QPAttr{}, 0, id.errorf("init_qp_attr", syscall.EINVAL, "ID has no device yet")
+	}
+	ud := id.ps == PSUDP || id.rqkey != 0 || id.qp != nil && id.qp.Type() == verbs.UD
+	switch {
+	case st == verbs.QPSInit:
+		attr, mask := initAttr(ud)
+		return attr, mask, nil
+	case ud && st == verbs.QPSRTR:
+		return verbs.QPAttr{State: verbs.QPSRTR}, verbs.AttrState, nil
+	case ud && st == verbs.QPSRTS:
+		return verbs.QPAttr{State: verbs.QPSRTS}, verbs.AttrState | verbs.AttrSQPSN, nil
+	case st != verbs.QPSRTR && st != verbs.QPSRTS:
+		return verbs.QPAttr{}, 0, id.errorf("init_qp_attr", syscall.EINVAL, "state %v: INIT, RTR or RTS", st)
+	}
+	switch id.state {
+	case stReqRcvd, stRepSent, stRepRcvd, stEstablished:
+	default:
+		return verbs.QPAttr{}, 0, id.errorf("init_qp_attr", syscall.EINVAL, "%v needs the peer's QP, known after CONNECT_REQUEST or CONNECT_RESPONSE (state %v)", st, id.state)
+	}
+	// Each side's Starting PSN (in its REQ or REP) is the PSN it expects to
+	// receive, as Linux's cm.c uses it (rdma_init_qp_attr sets rq_psn to
+	// the ID's own seq_num, ib_cm_init_qp_attr sq_psn to the peer's): so
+	// the receive queue starts at our own PSN and the send queue at the
+	// peer's. The rping capture in ../shared/traces shows it: the client's
+	// first SEND carries the REP's PSN, the server's first READ the REQ's.
+	if st == verbs.QPSRTR {
+		return verbs.QPAttr{State: verbs.QPSRTR, PathMTU: id.mtu, DestQPN: id.rqpn, RQPSN: wirePSN(id.psn),
+				MaxDestRdAtomic: id.rd.maxDestRd, MinRNRTimer: 0,
+				AH: verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: id.rgid, FlowLabel: id.flow,
+					SGIDIndex: id.sgid, HopLimit: hopLimit, TrafficClass: id.tos}}},
+			verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN |
+				verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer, nil
+	}
+	return verbs.QPAttr{State: verbs.QPSRTS, SQPSN: wirePSN(id.rpsn), Timeout: localACKTimeout, RetryCnt: id.rd.retry,
+			RNRRetry: id.rd.rnr, MaxRdAtomic: id.rd.maxRd},
+		verbs.AttrState | verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic, nil
+}
+
+// qpNum is the number of the ID's QP: its own, or the one the caller
+// named in ConnParam.QPNum for a QP it drives itself.
+func (id *ID) qpNum() uint32 {
+	if id.qp != nil {
+		return id.qp.Num()
+	}
+	return id.local.QPNum
 }
 
 // toErr moves the QP to ERR, flushing its work requests.
@@ -532,6 +612,12 @@ func (id *ID) toErr() {
 // Connect is rdma_connect: it sends a REQ (RC, port space TCP or IB) or a
 // SIDR_REQ (UD, port space UDP) with Linux's field values. ESTABLISHED,
 // REJECTED or UNREACHABLE follows.
+//
+// An RC ID without a QP connects the QP numbered p.QPNum, which the caller
+// drives itself (rdma_connect's conn_param->qp_num): the REP then brings
+// CONNECT_RESPONSE instead of ESTABLISHED, the caller moves its QP to RTR
+// and RTS (InitQPAttr) and calls Establish, which sends the RTU. p.QPNum 0
+// is EINVAL there (no QP at all: call CreateQP first).
 func (id *ID) Connect(p ConnParam) error {
 	cm := id.cm
 	cm.mu.Lock()
@@ -548,13 +634,12 @@ func (id *ID) Connect(p ConnParam) error {
 	if p.RetryCount > 7 || p.RNRRetryCount > 7 {
 		return id.errorf("connect", syscall.EINVAL, "retry_count %d, rnr_retry_count %d: valid 0-7", p.RetryCount, p.RNRRetryCount)
 	}
-	if id.qp == nil {
-		return id.errorf("connect", syscall.EINVAL, "no QP: call CreateQP first")
+	if id.qp == nil && p.QPNum == 0 {
+		return id.errorf("connect", syscall.EINVAL, "no QP: call CreateQP first, or give ConnParam.QPNum for a QP you drive yourself")
 	}
 	id.local = p
 	id.lcid = cm.newCommID()
 	cm.byLocal[id.lcid] = id
-	id.psn = cm.rng.Uint32() & 0xFFFFFF
 	id.tid = id.ag.tid(id.lcid)
 	id.msg = buildMAD(mad.AttrREQ, id.tid, id.reqFields(p))
 	id.msgQPN = 1
@@ -578,7 +663,7 @@ func (id *ID) reqFields(p ConnParam) mad.REQFields {
 		LocalCommID:             id.lcid,
 		ServiceID:               mad.NewIPCMServiceID(id.ps, id.dst.Port()),
 		LocalCAGUID:             id.ag.dev.GUID(),
-		LocalQPN:                id.qp.Num(),
+		LocalQPN:                id.qpNum(),
 		ResponderResources:      p.ResponderResources,
 		InitiatorDepth:          p.InitiatorDepth,
 		RemoteCMResponseTimeout: cmResponseTimeout,
@@ -701,6 +786,9 @@ func (id *ID) forget() {
 	if id.remoteKey != (remoteKey{}) && cm.byRemote[id.remoteKey] == id {
 		delete(cm.byRemote, id.remoteKey)
 	}
+	if id.sidr != (sidrKey{}) && cm.sidrs[id.sidr] == id {
+		delete(cm.sidrs, id.sidr)
+	}
 }
 
 func (id *ID) enterTimewait() {
@@ -728,7 +816,10 @@ func (id *ID) sendREJ(msg mad.MsgType, reason mad.RejectReason, pd []byte) {
 
 // Accept is rdma_accept on an ID from CONNECT_REQUEST: as cma_accept_ib it
 // moves the QP to RTR and RTS, then sends the REP; ESTABLISHED follows the
-// RTU. For UD it sends a SIDR_REP.
+// RTU. For UD it sends a SIDR_REP. An ID without a QP answers for the QP
+// numbered p.QPNum, which the caller drives itself (InitQPAttr; RTR and
+// RTS before Accept, as cma_accept_ib does them); p.QPNum 0 is EINVAL
+// there.
 func (id *ID) Accept(p ConnParam) error {
 	cm := id.cm
 	cm.mu.Lock()
@@ -742,18 +833,18 @@ func (id *ID) Accept(p ConnParam) error {
 	if len(p.PrivateData) > mad.RDMACMMaxREPPrivateData {
 		return id.errorf("accept", syscall.EINVAL, "private data of %d bytes: at most %d", len(p.PrivateData), mad.RDMACMMaxREPPrivateData)
 	}
-	if id.qp == nil {
-		return id.errorf("accept", syscall.EINVAL, "no QP: call CreateQP first")
+	if id.qp == nil && p.QPNum == 0 {
+		return id.errorf("accept", syscall.EINVAL, "no QP: call CreateQP first, or give ConnParam.QPNum for a QP you drive yourself")
 	}
 	if p.RNRRetryCount > 7 {
 		return id.errorf("accept", syscall.EINVAL, "rnr_retry_count %d: valid 0-7", p.RNRRetryCount)
 	}
 	id.local = p
-	id.psn = cm.rng.Uint32() & 0xFFFFFF
-	if err := id.rtrRTS(p.ResponderResources, p.InitiatorDepth, id.reqRetry, id.reqRNR); err != nil {
+	id.rd.maxDestRd, id.rd.maxRd = p.ResponderResources, p.InitiatorDepth
+	if err := id.rtrRTS(); err != nil {
 		return err
 	}
-	f := mad.REPFields{LocalCommID: id.lcid, RemoteCommID: id.rcid, LocalQPN: id.qp.Num(), StartingPSN: id.psn,
+	f := mad.REPFields{LocalCommID: id.lcid, RemoteCommID: id.rcid, LocalQPN: id.qpNum(), StartingPSN: id.psn,
 		ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth, TargetACKDelay: targetACKDelay,
 		RNRRetryCount: p.RNRRetryCount, LocalCAGUID: id.ag.dev.GUID()}
 	copy(f.PrivateData[:], p.PrivateData)
@@ -765,13 +856,15 @@ func (id *ID) Accept(p ConnParam) error {
 }
 
 // Reject is rdma_reject: a REJ with reason Consumer Reject (28) and private
-// data (at most 148 bytes).
+// data (at most 148 bytes), for a CONNECT_REQUEST or, on the active side,
+// a CONNECT_RESPONSE (the REJ then rejects the REP, as cm.c's does from
+// REP_RCVD).
 func (id *ID) Reject(privateData []byte) error {
 	cm := id.cm
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
-	if id.state != stReqRcvd {
-		return id.errorf("reject", syscall.EINVAL, "no connection request pending (state %v)", id.state)
+	if id.state != stReqRcvd && id.state != stRepRcvd {
+		return id.errorf("reject", syscall.EINVAL, "no connection request or response pending (state %v)", id.state)
 	}
 	if id.rqkey != 0 {
 		return id.rejectSIDR(privateData)
@@ -779,9 +872,36 @@ func (id *ID) Reject(privateData []byte) error {
 	if len(privateData) > mad.RDMACMMaxREJPrivateData {
 		return id.errorf("reject", syscall.EINVAL, "private data of %d bytes: at most %d", len(privateData), mad.RDMACMMaxREJPrivateData)
 	}
-	id.sendREJ(mad.MsgREQ, mad.RejectConsumer, privateData)
+	msg := mad.MsgREQ
+	if id.state == stRepRcvd {
+		msg = mad.MsgREP
+	}
+	id.sendREJ(msg, mad.RejectConsumer, privateData)
 	id.forget()
 	id.state = stDone
+	return nil
+}
+
+// Establish is rdma_establish: after CONNECT_RESPONSE on an ID without a
+// QP, whose QP the caller has moved to RTR and RTS itself (InitQPAttr),
+// it sends the RTU. The peer gets ESTABLISHED; this side gets no event,
+// as with librdmacm (rdma_establish sends the RTU through rdma_accept and
+// the kernel reports nothing to the active side). A repeated REP is
+// answered with the RTU again. EINVAL on an ID with a QP (the CM moved it
+// and sent the RTU itself) or with no connection response pending.
+func (id *ID) Establish() error {
+	cm := id.cm
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	if id.qp != nil {
+		return id.errorf("establish", syscall.EINVAL, "the ID has QP %d: the CM completes its connection itself", id.qp.Num())
+	}
+	if id.state != stRepRcvd {
+		return id.errorf("establish", syscall.EINVAL, "no connection response pending (state %v)", id.state)
+	}
+	id.lastRTU = buildMAD(mad.AttrRTU, id.tid, mad.RTUFields{LocalCommID: id.lcid, RemoteCommID: id.rcid})
+	id.ag.send(id.rgid, id.sgid, id.tos, id.lastRTU, 1)
+	id.state = stEstablished
 	return nil
 }
 
@@ -838,7 +958,8 @@ func (id *ID) drep(tid uint64, privateData []byte) []byte {
 }
 
 // Destroy is rdma_destroy_id: what the ID still owes the peer is sent (REJ
-// for an unanswered request, DREQ for a connection, DREP for a DREQ), and
+// for an unanswered request or response, SIDR_REP with status Reject for
+// an unanswered SIDR request, DREQ for a connection, DREP for a DREQ), and
 // its timers stop. The QP, if any, is destroyed.
 func (id *ID) Destroy() error {
 	cm := id.cm
@@ -852,7 +973,12 @@ func (id *ID) Destroy() error {
 		case stReqRcvd:
 			if id.rqkey == 0 {
 				id.sendREJ(mad.MsgREQ, mad.RejectConsumer, nil)
+			} else {
+				// cm_destroy_id in SIDR_REQ_RCVD: a SIDR_REP with status Reject.
+				id.sendSIDRREP(mad.SIDRReject, 0, nil)
 			}
+		case stRepRcvd:
+			id.sendREJ(mad.MsgREP, mad.RejectConsumer, nil)
 		case stReqSent:
 			if id.ps != PSUDP {
 				id.sendREJ(mad.MsgREQ, mad.RejectTimeout, nil)

@@ -47,7 +47,7 @@ func (id *ID) rdmaState() string {
 		return "ROUTE_RESOLVED"
 	case stListen:
 		return "LISTEN"
-	case stReqSent, stReqRcvd, stRepSent, stEstablished:
+	case stReqSent, stReqRcvd, stRepSent, stRepRcvd, stEstablished:
 		return "CONNECT"
 	case stDreqSent, stDreqRcvd, stTimewait, stDone:
 		return "DISCONNECT"
