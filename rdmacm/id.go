@@ -58,7 +58,9 @@ type ID struct {
 	sgid      uint8
 	gidType   verbs.GIDType
 	probe     probe // the other-version probe of an unanswered REQ
-	tos       uint8
+	tos       uint8 // the route's traffic class (passive: the REQ's)
+	optTOS    uint8 // SetTOS's type of service, for the next ResolveRoute
+	optTOSSet bool  // SetTOS was called (cma.c's tos_set)
 	mtu       verbs.MTU
 	qp        *verbs.QP
 	listen    *ID // passive: the listener the request came to
@@ -378,10 +380,36 @@ func (cm *CM) defaults(a *agent) (verbs.GIDType, uint8, error) {
 	return mode, 0, nil
 }
 
+// SetTOS is rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos,
+// 1), the kernel's rdma_set_service_type: the ID's type of service (IP
+// TOS, RoCE traffic class), which the next ResolveRoute gives its route
+// instead of the port's default_roce_tos. Every packet of the connection
+// then carries it both ways (its REQ, RTU and DREQ/DREP, whose REQ names
+// it as the primary path's traffic class, and its QP's data and ACKs; the
+// peer's REP and QP take it from the REQ), as do a UD ID's SIDR_REQ and
+// UDParam.
+//
+// As with Linux, it is accepted in any state, and the last call before
+// ResolveRoute wins; set after ResolveRoute it leaves the resolved route
+// (and so the connection) as it is. On a passive ID it changes nothing:
+// Linux's RoCE connection IDs take their path, traffic class included,
+// from the peer's REQ, not from their listener's or their own TOS (a
+// listener's TOS reaches only iWARP's connections). The only error is
+// EINVAL on a destroyed ID.
+func (id *ID) SetTOS(tos uint8) error {
+	id.cm.mu.Lock()
+	defer id.cm.mu.Unlock()
+	if id.state == stDestroyed {
+		return id.errorf("set_option", syscall.EINVAL, "RDMA_OPTION_ID_TOS: the ID is destroyed")
+	}
+	id.optTOS, id.optTOSSet = tos, true
+	return nil
+}
+
 // ResolveRoute is rdma_resolve_route: path MTU = the port's active MTU,
-// traffic class = default_roce_tos, GID type = default_roce_mode (the
-// source GID index is that of the source address with that type).
-// ROUTE_RESOLVED or ROUTE_ERROR follows.
+// traffic class = the ID's TOS (SetTOS) or else default_roce_tos, GID type
+// = default_roce_mode (the source GID index is that of the source address
+// with that type). ROUTE_RESOLVED or ROUTE_ERROR follows.
 func (id *ID) ResolveRoute(timeout time.Duration) error {
 	cm := id.cm
 	cm.mu.Lock()
@@ -400,6 +428,9 @@ func (id *ID) ResolveRoute(timeout time.Duration) error {
 			Err: fmt.Errorf("rdmacm: device %s has no %v GID for %v (default_roce_mode is %v): %w",
 				id.ag.dev.Name(), mode, id.src.Addr(), mode, syscall.EINVAL)})
 		return nil
+	}
+	if id.optTOSSet { // cma_resolve_iboe_route: tos_set ? tos : default_roce_tos
+		tos = id.optTOS
 	}
 	id.sgid, id.gidType, id.tos, id.mtu = sgid, mode, tos, id.ag.dev.ActiveMTU()
 	id.rgid = gidOf(id.dst.Addr())
