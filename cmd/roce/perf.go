@@ -12,10 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/goroce/goroce/config"
-	"github.com/goroce/goroce/host"
 	"github.com/goroce/goroce/internal/perftest"
-	"github.com/goroce/goroce/rdmacm"
 )
 
 func newPerfCmd() *cobra.Command {
@@ -121,17 +118,10 @@ func newPerfVerbCmd(name string, verb perftest.Verb, bw, lat string) *cobra.Comm
 				if a, err := netip.ParseAddr(c.Server); err == nil {
 					family = a.Unmap()
 				}
-				var (
-					cm      *rdmacm.CM
-					closeCM func()
-					err     error
-				)
-				if c.SetTOS {
-					c.CMDefaults = perftest.NewCMDefaults(config.Open(rundirOf(cmd)))
-					cm, closeCM, err = openCMWithDefaults(cmd, devs, pcapFile, family, c.CMDefaults)
-				} else {
-					cm, closeCM, err = openCM(cmd, devs, pcapFile, netip.Addr{}, family)
-				}
+				// -T is set on the test QPs' CM IDs (perftest.Config.TOS);
+				// the exchange's connection has the rundir's
+				// default_roce_tos, as perftest's has the kernel's.
+				cm, closeCM, err := openCM(cmd, devs, pcapFile, netip.Addr{}, family)
 				if err != nil {
 					return err
 				}
@@ -192,56 +182,4 @@ func interrupted(ctx context.Context, err error) error {
 		return nil
 	}
 	return err
-}
-
-// openCMWithDefaults is openCM (ping.go) with the CM's defaults given, for
-// -T: goroce's rdmacm gives a connection the type of service of its CM's
-// defaults (it has no rdma_set_option(RDMA_OPTION_ID_TOS) of its own), and
-// perftest.CMDefaults switch to -T's while the test's QPs connect.
-func openCMWithDefaults(cmd *cobra.Command, devs []string, pcapFile string, family netip.Addr, defaults rdmacm.Defaults) (*rdmacm.CM, func(), error) {
-	dir := rundirOf(cmd)
-	if len(devs) == 0 {
-		var err error
-		if devs, err = cmDevices(host.NewRegistry(dir), netip.Addr{}, family); err != nil {
-			return nil, nil, err
-		}
-	}
-	if pcapFile != "" && len(devs) > 1 {
-		return nil, nil, usageError{fmt.Errorf("--pcap captures one device; choose one of %v with --dev", devs)}
-	}
-	stderr := cmd.ErrOrStderr()
-	opened := map[string]*host.Device{} // written before the first event can come
-	cm := rdmacm.New(rdmacm.Options{Defaults: defaults,
-		Logf: func(format string, args ...any) {
-			fmt.Fprintf(stderr, "roce: "+format+"\n", args...)
-		},
-		OnEvent: func(dev string, e rdmacm.Event) {
-			if d := opened[dev]; d != nil {
-				d.CountCMEvent(e.Type.String())
-			}
-		}})
-	var closers []func()
-	closeAll := func() {
-		cm.Close()
-		for i := len(closers) - 1; i >= 0; i-- {
-			closers[i]()
-		}
-	}
-	for _, name := range devs {
-		d, closeDev, err := openDevice(cmd, name, pcapFile)
-		if err != nil {
-			closeAll()
-			return nil, nil, err
-		}
-		closers = append(closers, closeDev)
-		opened[name] = d
-		closers = append(closers, d.AddCMIDSource(func() []host.CMID { return cmIDs(cm, d) }))
-	}
-	for _, name := range devs {
-		if err := cm.AddDevice(opened[name].Device); err != nil {
-			closeAll()
-			return nil, nil, err
-		}
-	}
-	return cm, closeAll, nil
 }

@@ -62,6 +62,11 @@ func TestPerfOverVeth(t *testing.T) {
 			t.Fatalf("link add %s: exit %d: %s", l.name, code, stderr)
 		}
 	}
+	// The client's device has default_roce_tos 32: its -R connections
+	// carry it, except the test QPs' with -T, which have -T's.
+	if code, _, stderr := roceIn(t, hb, dir, "tos", "-d", "rxe1", "-t", strconv.Itoa(clientDefaultTOS)); code != 0 {
+		t.Fatalf("tos -d rxe1: exit %d: %s", code, stderr)
+	}
 	cases := [][]string{
 		{"write", "-s", "4096", "-n", "50"},
 		{"read", "-s", "4096", "-n", "50", "-q", "2"},
@@ -98,9 +103,11 @@ func TestPerfOverVeth(t *testing.T) {
 		{"read", "-D", "2", "-s", "4096"},
 		{"atomic", "-D", "2"},
 		// -T: the test QPs' packets both ways carry the TOS, as perftest's
-		// -R -T; the exchange's connection's do not.
+		// -R -T; the exchange's connection's carry the client device's
+		// default_roce_tos (clientDefaultTOS), -T 0 or not.
 		{"write", "-R", "-T", "106", "-s", "4096", "-n", "50", "--pcap", "{side}.pcap"},
 		{"send", "-R", "--lat", "-T", "0xb8", "-s", "64", "-n", "50", "--pcap", "{side}.pcap"},
+		{"read", "-R", "-T", "0", "-s", "4096", "-n", "50", "--pcap", "{side}.pcap"},
 	}
 	files := t.TempDir()
 	for i, args := range cases {
@@ -185,6 +192,10 @@ func TestPerfOverVeth(t *testing.T) {
 		})
 	}
 }
+
+// clientDefaultTOS is the default_roce_tos of TestPerfOverVeth's client
+// device.
+const clientDefaultTOS = 32
 
 // signalWriter collects output and closes ch once it contains on.
 type signalWriter struct {
@@ -329,13 +340,14 @@ func tableRows(out string) []string {
 // and wire: every RoCE packet parses and its ICRC is right; both ways
 // are there; no payload is above mtu, and a write test's WRITEs were
 // segmented to it. With tos >= 0 (-T, with -R), the connections of the
-// test QPs (qpns) carry tos both ways and the exchange's carries 0, as
-// perftest's do.
+// test QPs (qpns) carry tos both ways and the exchange's carries the
+// client device's default_roce_tos (clientDefaultTOS), as perftest's do.
 func checkPerfCapture(t *testing.T, side, file string, tos int, qpns map[uint32]bool, mtu int, verb string) {
 	t.Helper()
 	from := map[netip.Addr]int{} // packets by source address
 	conns := map[string]int{}    // with -T: packets by connection and direction
 	ops := map[string]int{}
+	comms := map[uint32]string{} // for connOf
 	err := capture.ReadFile(file, func(f capture.Frame) error {
 		var p wire.Packet
 		if err := p.ParseFrame(f.Data, wire.RoCEv2Port); err != nil {
@@ -354,8 +366,8 @@ func checkPerfCapture(t *testing.T, side, file string, tos int, qpns map[uint32]
 		}
 		from[h.Src()]++
 		if tos >= 0 {
-			conn := connOf(&p, qpns)
-			want := map[string]int{"test": tos, "exchange": 0}[conn]
+			conn := connOf(&p, qpns, comms)
+			want := map[string]int{"test": tos, "exchange": clientDefaultTOS}[conn]
 			if conn != "" && int(h.TOS()) != want {
 				t.Errorf("%s capture: frame %d (%s: %v %v → %v): TOS %d, want %d", side, f.Number, conn, p.Opcode(), h.Src(), h.Dst(), h.TOS(), want)
 			}
@@ -391,22 +403,41 @@ func checkPerfCapture(t *testing.T, side, file string, tos int, qpns map[uint32]
 
 // connOf says which connection of a -R run p belongs to, "test" (of the
 // QPs numbered qpns) or "exchange": data and ACKs by their destination QP,
-// REQs and REPs by the sender's QPN in them; "" for the other CM MADs,
-// which name no QP.
-func connOf(p *wire.Packet, qpns map[uint32]bool) string {
+// REQs and REPs by the sender's QPN in them, the other CM MADs (RTU, DREQ,
+// DREP, MRA, REJ) by a comm ID of theirs that a REQ or REP carried before
+// (comms, which connOf fills); "" for a MAD of neither.
+func connOf(p *wire.Packet, qpns map[uint32]bool, comms map[uint32]string) string {
 	qpn := p.BTH().DestQP()
 	if qpn == 1 {
 		m, err := mad.Parse(p.Payload())
 		if err != nil {
 			return ""
 		}
+		var local, remote uint32
 		if req, ok := m.REQ(); ok {
-			qpn = req.LocalQPN()
+			qpn, local = req.LocalQPN(), req.LocalCommID()
 		} else if rep, ok := m.REP(); ok {
-			qpn = rep.LocalQPN()
+			qpn, local = rep.LocalQPN(), rep.LocalCommID()
 		} else {
-			return ""
+			if r, ok := m.RTU(); ok {
+				local, remote = r.LocalCommID(), r.RemoteCommID()
+			} else if r, ok := m.DREQ(); ok {
+				local, remote = r.LocalCommID(), r.RemoteCommID()
+			} else if r, ok := m.DREP(); ok {
+				local, remote = r.LocalCommID(), r.RemoteCommID()
+			} else if r, ok := m.MRA(); ok {
+				local, remote = r.LocalCommID(), r.RemoteCommID()
+			} else if r, ok := m.REJ(); ok {
+				local, remote = r.LocalCommID(), r.RemoteCommID()
+			}
+			if c := comms[local]; c != "" {
+				return c
+			}
+			return comms[remote]
 		}
+		conn := map[bool]string{true: "test", false: "exchange"}[qpns[qpn]]
+		comms[local] = conn
+		return conn
 	}
 	if qpns[qpn] {
 		return "test"

@@ -36,64 +36,6 @@ import (
 // arm64: the receive each side keeps posted, so no message may be longer.
 const pingpongDestLen = 56
 
-// CMDefaults are the rdmacm.Defaults of the CM a -R client connects
-// through when it has -T (Config.CMDefaults): base's default_roce_mode and
-// default_roce_tos (RoCE v2 and 0 when base is nil), except that while Run
-// connects the test's QPs new CM IDs get -T's TOS. That is what perftest
-// does: it sets RDMA_OPTION_ID_TOS on the test QPs' CM IDs only (in
-// rdma_cm_address_handler), not on its exchange's connection. goroce's
-// rdmacm takes an ID's TOS from its CM's defaults, having no per-ID
-// option, hence this switch.
-type CMDefaults struct {
-	base rdmacm.Defaults
-	mu   sync.Mutex
-	tos  int // -1: base's
-}
-
-// NewCMDefaults returns CMDefaults over base (which may be nil).
-func NewCMDefaults(base rdmacm.Defaults) *CMDefaults { return &CMDefaults{base: base, tos: -1} }
-
-func (d *CMDefaults) DefaultMode(dev string, port int) (verbs.GIDType, error) {
-	if d.base == nil {
-		return verbs.GIDTypeRoCEv2, nil
-	}
-	return d.base.DefaultMode(dev, port)
-}
-
-func (d *CMDefaults) DefaultTOS(dev string, port int) (uint8, error) {
-	d.mu.Lock()
-	tos := d.tos
-	d.mu.Unlock()
-	switch {
-	case tos >= 0:
-		return uint8(tos), nil
-	case d.base == nil:
-		return 0, nil
-	}
-	return d.base.DefaultTOS(dev, port)
-}
-
-// setTOS makes new IDs get tos (-1: base's again).
-func (d *CMDefaults) setTOS(tos int) {
-	d.mu.Lock()
-	d.tos = tos
-	d.mu.Unlock()
-}
-
-// checkTOS is the client's check, with -T, that RDMA CM connected the
-// test's qp with the TOS asked for (its CM's defaults must be
-// Config.CMDefaults).
-func (r *run) checkTOS(qp *verbs.QP) error {
-	if !r.SetTOS || !r.client || qp == nil {
-		return nil
-	}
-	if tc := qp.Query().AH.GRH.TrafficClass; int(tc) != r.TOS {
-		return fmt.Errorf("-T %d: RDMA CM connected QP %d with TOS %d: make the CM with Options.Defaults = Config.CMDefaults",
-			r.TOS, qp.Num(), tc)
-	}
-	return nil
-}
-
 // cmRetries and cmRetryDelay are rdma_cm_client_connection's.
 const (
 	cmRetries    = 10
@@ -343,9 +285,12 @@ func cmWait(ctx context.Context, ec *rdmacm.EventChannel, want rdmacm.EventType)
 }
 
 // connectID resolves dst on a new ID of ec, has mk create its QP and
-// connects it with param; it returns the ID once ESTABLISHED. On error the
-// ID is destroyed.
-func connectID(ctx context.Context, cm *rdmacm.CM, ec *rdmacm.EventChannel, dst netip.AddrPort,
+// connects it with param; it returns the ID once ESTABLISHED. With tos
+// >= 0 the ID gets that type of service once its address is resolved, as
+// perftest's rdma_cm_address_handler sets RDMA_OPTION_ID_TOS before
+// rdma_resolve_route; with -1 its route has the CM's default_roce_tos. On
+// error the ID is destroyed.
+func connectID(ctx context.Context, cm *rdmacm.CM, ec *rdmacm.EventChannel, dst netip.AddrPort, tos int,
 	mk func(*rdmacm.ID) error, param rdmacm.ConnParam) (*rdmacm.ID, error) {
 	id, err := cm.CreateID(ec, rdmacm.PSTCP)
 	if err != nil {
@@ -357,6 +302,11 @@ func connectID(ctx context.Context, cm *rdmacm.CM, ec *rdmacm.EventChannel, dst 
 		}
 		if _, err := cmWait(ctx, ec, rdmacm.EventAddrResolved); err != nil {
 			return err
+		}
+		if tos >= 0 {
+			if err := id.SetTOS(uint8(tos)); err != nil {
+				return fmt.Errorf("Failed to set ToS(Type of Service) option for RDMA CM connection: %w", err)
+			}
 		}
 		if err := id.ResolveRoute(2 * time.Second); err != nil {
 			return fmt.Errorf("rdma_resolve_route failed: %w", err)
@@ -392,7 +342,7 @@ func dialCMComm(ctx context.Context, cm *rdmacm.CM, server string, port int) (*c
 	for try := 0; ; try++ {
 		ec := cm.CreateEventChannel()
 		var l *cmLink
-		_, err := connectID(ctx, cm, ec, dst, func(id *rdmacm.ID) (err error) {
+		_, err := connectID(ctx, cm, ec, dst, -1, func(id *rdmacm.ID) (err error) {
 			l, err = newCMLink(ctx, id, ec)
 			return err
 		}, rdmacm.ConnParam{RetryCount: 7, RNRRetryCount: 7})
@@ -514,9 +464,6 @@ func (r *run) connectCM(ctx context.Context) error {
 		return fmt.Errorf("Failed to create RDMA CM connection: %w", err)
 	}
 	for _, q := range r.qps {
-		if err := r.checkTOS(q.qp); err != nil {
-			return err
-		}
 		if err := r.setMy(q); err != nil {
 			return err
 		}
@@ -543,9 +490,11 @@ func (r *run) connectCMClient(ctx context.Context, param rdmacm.ConnParam) error
 	if err != nil {
 		return err
 	}
-	if r.SetTOS && r.CMDefaults != nil {
-		r.CMDefaults.setTOS(r.TOS)
-		defer r.CMDefaults.setTOS(-1)
+	// -T: the test QPs' IDs get the TOS (not the exchange's, which
+	// dialCMComm connects with the CM's default_roce_tos).
+	tos := -1
+	if r.SetTOS {
+		tos = r.TOS
 	}
 	dst := netip.AddrPortFrom(a, uint16(r.Port))
 	for try := 0; ; try++ {
@@ -555,7 +504,7 @@ func (r *run) connectCMClient(ctx context.Context, param rdmacm.ConnParam) error
 		r.cmd.ec = r.CM.CreateEventChannel()
 		d := &cmData{ec: r.cmd.ec}
 		for i := range r.qps {
-			id, err2 := connectID(ctx, r.CM, d.ec, dst, func(id *rdmacm.ID) error { return r.cmQP(id, i) }, param)
+			id, err2 := connectID(ctx, r.CM, d.ec, dst, tos, func(id *rdmacm.ID) error { return r.cmQP(id, i) }, param)
 			if err2 != nil {
 				r.qps[i].qp = nil // destroyed with its ID
 				err = err2

@@ -119,15 +119,13 @@ type Config struct {
 	// service, 0-255, of the test QPs' RDMA CM connections, which every
 	// packet of them carries as its IP TOS or traffic class. perftest
 	// takes it with -R only, and so does goroce. The client sets it on
-	// the test QPs' CM IDs, not on the exchange's (perftest's
-	// rdma_set_option(RDMA_OPTION_ID_TOS) before rdma_resolve_route); the
+	// the test QPs' CM IDs (rdmacm.ID.SetTOS, as perftest calls
+	// rdma_set_option(RDMA_OPTION_ID_TOS) before rdma_resolve_route), not
+	// on the exchange's, which keeps the CM's default_roce_tos; the
 	// server's connections take the client's from its REQ, as Linux's do,
-	// so the server's -T only shows in its banner. The client needs
-	// CMDefaults: the defaults its CM was made with (Run checks that its
-	// QPs got the TOS).
-	TOS        int
-	SetTOS     bool
-	CMDefaults *CMDefaults
+	// so the server's -T only shows in its banner.
+	TOS    int
+	SetTOS bool
 	// Verify makes a goroce-to-goroce run check the data: the server checks
 	// what WRITE and SEND placed and what FETCH_AND_ADD summed, the client
 	// what READ brought back. perftest peers do not fill buffers this way.

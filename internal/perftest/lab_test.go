@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -269,17 +271,19 @@ var labRDMACMTools = []struct {
 	lat   bool
 	size  int
 	bidir bool // -b
+	tos   int  // -T on both sides; 0: not given
 }{
-	{"ib_write_bw", perftest.Write, false, 4096, false},
-	{"ib_read_bw", perftest.Read, false, 4096, false},
-	{"ib_send_bw", perftest.Send, false, 2048, false},
-	{"ib_atomic_bw", perftest.Atomic, false, 0, false},
-	{"ib_write_lat", perftest.Write, true, 64, false},
-	{"ib_send_lat", perftest.Send, true, 64, false},
-	{"ib_read_lat", perftest.Read, true, 64, false},
-	{"ib_write_bw", perftest.Write, false, 4096, true},
-	{"ib_read_bw", perftest.Read, false, 4096, true},
-	{"ib_send_bw", perftest.Send, false, 2048, true},
+	{"ib_write_bw", perftest.Write, false, 4096, false, 0},
+	{"ib_read_bw", perftest.Read, false, 4096, false, 0},
+	{"ib_send_bw", perftest.Send, false, 2048, false, 0},
+	{"ib_atomic_bw", perftest.Atomic, false, 0, false, 0},
+	{"ib_write_lat", perftest.Write, true, 64, false, 0},
+	{"ib_send_lat", perftest.Send, true, 64, false, 0},
+	{"ib_read_lat", perftest.Read, true, 64, false, 0},
+	{"ib_write_bw", perftest.Write, false, 4096, true, 0},
+	{"ib_read_bw", perftest.Read, false, 4096, true, 0},
+	{"ib_send_bw", perftest.Send, false, 2048, true, 0},
+	{"ib_write_bw", perftest.Write, false, 4096, false, 106},
 }
 
 // TestLabInteropRDMACM runs goroce's perf -R against perftest 6.06's -R
@@ -314,6 +318,9 @@ func TestLabInteropRDMACM(t *testing.T) {
 			if tc.bidir {
 				name += "-b"
 			}
+			if tc.tos != 0 {
+				name += fmt.Sprintf("-T%d", tc.tos)
+			}
 			t.Run(name+"/goroce-"+role, func(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 				defer cancel()
@@ -326,6 +333,11 @@ func TestLabInteropRDMACM(t *testing.T) {
 				}
 				if tc.size != 0 {
 					args += fmt.Sprintf(" -s %d", tc.size)
+				}
+				if tc.tos != 0 {
+					c.TOS, c.SetTOS = tc.tos, true
+					args += fmt.Sprintf(" -T %d", tc.tos)
+					startTOSCapture(t, l, vm)
 				}
 				var theirs string
 				if role == "client" {
@@ -388,6 +400,9 @@ func TestLabInteropRDMACM(t *testing.T) {
 				if tc.bidir {
 					checkDuplexInterop(t, out.String(), theirs)
 				}
+				if tc.tos != 0 {
+					checkTOSCapture(t, l, vm, tc.tos)
+				}
 				t.Logf("goroce %s:\n%s%s:\n%s", role, out, tc.tool, theirs)
 			})
 		}
@@ -399,6 +414,55 @@ func TestLabInteropRDMACM(t *testing.T) {
 		}
 	}
 	t.Logf("goroce counters: %v", d.Counters().Snapshot())
+}
+
+// startTOSCapture starts tcpdump on vm's RoCE link, printing each RoCE v2
+// packet's IP header (-v) to /tmp/tos.txt, and waits until it listens.
+func startTOSCapture(t *testing.T, l *lab.Lab, vm lab.VM) {
+	t.Helper()
+	l.MustExec(t, vm, "rm -f /tmp/tos.txt; (tcpdump -i eth0 -n -v -l udp port 4791 > /tmp/tos.txt 2>&1 & echo $! > /tmp/tcpdump.pid)")
+	for try := 0; ; try++ {
+		out, _, _ := l.Exec(vm, "cat /tmp/tos.txt")
+		if strings.Contains(out, "listening on") {
+			return
+		}
+		if try == 100 {
+			t.Fatalf("tcpdump in %s does not listen:\n%s", vm.Name, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// checkTOSCapture stops startTOSCapture's tcpdump and checks what it saw
+// of a -R -T tos run: packets with tos and with 0 (the exchange's
+// connection, perftest's and goroce's default_roce_tos) both ways, and no
+// other TOS. Linux's side carries tos as the passive side too, which then
+// has it from goroce's REQ only (perftest's server sets no TOS on its IDs).
+func checkTOSCapture(t *testing.T, l *lab.Lab, vm lab.VM, tos int) {
+	t.Helper()
+	l.Exec(vm, "kill $(cat /tmp/tcpdump.pid)")
+	time.Sleep(500 * time.Millisecond) // tcpdump flushes and exits
+	out := l.MustExec(t, vm, "cat /tmp/tos.txt")
+	// "IP (tos 0x6a,ECT(0), ttl 64, ...)\n    192.0.2.1.49152 > 192.0.2.11.4791: UDP, ..."
+	re := regexp.MustCompile(`IP \(tos (0x[0-9a-f]+)[^\n]*\n\s*(\S+)\.\d+ > (\S+)\.\d+: `)
+	seen := map[string]map[int]int{} // source → TOS → packets
+	for _, m := range re.FindAllStringSubmatch(out, -1) {
+		v, err := strconv.ParseUint(m[1], 0, 8)
+		if err != nil {
+			t.Fatalf("tcpdump: TOS %q: %v", m[1], err)
+		}
+		if seen[m[2]] == nil {
+			seen[m[2]] = map[int]int{}
+		}
+		seen[m[2]][int(v)]++
+	}
+	for _, src := range []string{lab.HostIPv4, vm.IPv4} {
+		got := seen[src]
+		if got[tos] == 0 || got[0] == 0 || len(got) != 2 {
+			t.Errorf("packets from %s by TOS: %v, want some with %d (the test's) and some with 0 (the exchange's), no other", src, got, tos)
+		}
+	}
+	t.Logf("tcpdump in %s: packets by source and TOS: %v", vm.Name, seen)
 }
 
 // syncBuilder is a strings.Builder safe for a writer and a reader.

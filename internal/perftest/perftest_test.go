@@ -107,8 +107,16 @@ type modeCase struct {
 	all    bool
 	uc     bool // -c UC
 	bidir  bool // -b
-	tos    int  // -T (with -R); 0: not given
+	tos    int  // -T (with -R); 0: not given, unless tos0
+	tos0   bool // -T 0
+	// defTOS is the default_roce_tos of the client's CM (with -R; the
+	// server's is another, which its passive connections never use): the
+	// exchange's connection carries it, the test's -T's instead.
+	defTOS int
 }
+
+// tosFlag returns -T's value and whether it is given.
+func (m modeCase) tosFlag() (int, bool) { return m.tos, m.tos != 0 || m.tos0 }
 
 func (m modeCase) name() string {
 	s := strings.ToLower(m.verb.String())
@@ -132,8 +140,11 @@ func (m modeCase) name() string {
 	if m.bidir {
 		s += "/bidir"
 	}
-	if m.tos != 0 {
-		s += "/tos" + strconv.Itoa(m.tos)
+	if tos, ok := m.tosFlag(); ok {
+		s += "/tos" + strconv.Itoa(tos)
+	}
+	if m.defTOS != 0 {
+		s += "/default" + strconv.Itoa(m.defTOS)
 	}
 	return s
 }
@@ -203,6 +214,11 @@ var rdmaCMModes = []modeCase{
 	{verb: Send, size: 2048, qps: 2, tos: 106},
 	{verb: Atomic, bidir: true, tos: 106},
 	{verb: Send, lat: true, size: 64, tos: 0x2e << 2},
+	// -T overrides the client CM's default_roce_tos on the test's
+	// connections only (RDMA_OPTION_ID_TOS on their IDs), -T 0 too; the
+	// exchange's connection keeps the default.
+	{verb: Write, size: 4096, tos: 106, defTOS: 32},
+	{verb: Send, lat: true, size: 64, tos0: true, defTOS: 32},
 }
 
 // The same with -R: the exchange over an RDMA CM connection and the QPs
@@ -217,7 +233,8 @@ func runFabric(t *testing.T, m modeCase, rdmaCM bool) {
 	var sdev, cdev *verbs.Device
 	var sgid netip.Addr
 	var cp *capturedPair
-	if m.tos != 0 {
+	tos, setTOS := m.tosFlag()
+	if setTOS {
 		cp = newCapturedPair(t)
 		sdev, cdev, sgid = cp.a, cp.b, cp.aGID
 	} else {
@@ -235,8 +252,8 @@ func runFabric(t *testing.T, m modeCase, rdmaCM bool) {
 	if m.uc {
 		cfg.Connection = "UC"
 	}
-	if m.tos != 0 {
-		cfg.TOS, cfg.SetTOS = m.tos, true
+	if setTOS {
+		cfg.TOS, cfg.SetTOS = tos, true
 	}
 	var sout, cout bytes.Buffer
 	sc, cc := cfg, cfg
@@ -244,12 +261,11 @@ func runFabric(t *testing.T, m modeCase, rdmaCM bool) {
 	cc.Out, cc.JSONFile = &cout, filepath.Join(t.TempDir(), "c.json")
 	ready := make(chan struct{})
 	if rdmaCM {
-		for _, c := range []*Config{&sc, &cc} {
+		for i, c := range []*Config{&sc, &cc} {
 			c.RDMACM = true
 			o := rdmacm.Options{Timewait: 20 * time.Millisecond}
-			if m.tos != 0 {
-				c.CMDefaults = NewCMDefaults(nil)
-				o.Defaults = c.CMDefaults
+			if m.defTOS != 0 {
+				o.Defaults = roceDefaults{tos: uint8(m.defTOS + 64*(1-i))} // the server's differs
 			}
 			c.CM = rdmacm.New(o)
 			t.Cleanup(func() { c.CM.Close() }) // before the pair's cleanup: LIFO
@@ -330,8 +346,8 @@ func runFabric(t *testing.T, m modeCase, rdmaCM bool) {
 	}
 	method := " Data ex. method : Ethernet\n"
 	switch {
-	case m.tos != 0: // perftest's banner line with -T
-		method = fmt.Sprintf(" Data ex. method : rdma_cm \tTOS    : %d\n", m.tos)
+	case setTOS: // perftest's banner line with -T
+		method = fmt.Sprintf(" Data ex. method : rdma_cm \tTOS    : %d\n", tos)
 	case rdmaCM:
 		method = " Data ex. method : rdma_cm\n"
 	}
@@ -347,13 +363,13 @@ func runFabric(t *testing.T, m modeCase, rdmaCM bool) {
 	if m.bidir && !strings.Contains(string(js), "test: "+strings.ReplaceAll(duplexTitle(t, m), " ", "_")+",\n") {
 		t.Errorf("--out_json does not name the bidirectional test:\n%s", js)
 	}
-	if m.tos != 0 {
-		if want := fmt.Sprintf("Data_ex_method: rdma_cm,\nTOS: %d,\n},\n", m.tos); !strings.Contains(string(js), want) {
+	if setTOS {
+		if want := fmt.Sprintf("Data_ex_method: rdma_cm,\nTOS: %d,\n},\n", tos); !strings.Contains(string(js), want) {
 			t.Errorf("--out_json lacks %q:\n%s", want, js)
 		}
 		sc.CM.Close()
 		cc.CM.Close()
-		cp.checkTOS(t, uint8(m.tos), addressQPNs(t, cout.String(), sout.String()))
+		cp.checkTOS(t, uint8(tos), uint8(m.defTOS), addressQPNs(t, cout.String(), sout.String()))
 	}
 }
 
@@ -405,12 +421,14 @@ func (p *capturedPair) close() {
 // checkTOS closes the pair (the CMs must be closed already, so that
 // nothing sends any more) and checks the capture as perftest's -R -T
 // does it: the test QPs' connections (qpns, both sides') carry tos both
-// ways, their data and ACKs and their REQ and REP; the exchange's
-// connection carries the default, 0.
-func (p *capturedPair) checkTOS(t *testing.T, tos uint8, qpns map[uint32]bool) {
+// ways, their data and ACKs and their CM MADs (REQ, REP, RTU, DREQ,
+// DREP); the exchange's connection carries the client CM's
+// default_roce_tos, def, likewise.
+func (p *capturedPair) checkTOS(t *testing.T, tos, def uint8, qpns map[uint32]bool) {
 	t.Helper()
 	p.close()
 	count := map[string]int{}
+	comms := map[uint32]string{}
 	err := capture.Read(bytes.NewReader(p.pcap.Bytes()), func(f capture.Frame) error {
 		var pk wire.Packet
 		if err := pk.ParseFrame(f.Data, wire.RoCEv2Port); err != nil {
@@ -424,8 +442,8 @@ func (p *capturedPair) checkTOS(t *testing.T, tos uint8, qpns map[uint32]bool) {
 		if h == nil {
 			t.Fatalf("frame %d: not RoCE v2 over IPv4", f.Number)
 		}
-		conn := connOf(&pk, qpns)
-		want := map[string]uint8{"test": tos, "exchange": 0}[conn]
+		conn := connOf(&pk, qpns, comms)
+		want := map[string]uint8{"test": tos, "exchange": def}[conn]
 		if conn != "" && h.TOS() != want {
 			t.Errorf("frame %d (%s: %v %v → %v QP %d): TOS %d, want %d", f.Number, conn, pk.Opcode(), h.Src(), h.Dst(), pk.BTH().DestQP(), h.TOS(), want)
 		}
@@ -455,22 +473,41 @@ func (p *capturedPair) checkTOS(t *testing.T, tos uint8, qpns map[uint32]bool) {
 
 // connOf says which connection of a -R run pk belongs to, "test" (of the
 // QPs numbered qpns) or "exchange": data and ACKs by their destination QP,
-// REQs and REPs by the sender's QPN in them; "" for the other CM MADs,
-// which name no QP.
-func connOf(pk *wire.Packet, qpns map[uint32]bool) string {
+// REQs and REPs by the sender's QPN in them, the other CM MADs (RTU, DREQ,
+// DREP, MRA, REJ) by a comm ID of theirs that a REQ or REP carried before
+// (comms, which connOf fills); "" for a MAD of neither.
+func connOf(pk *wire.Packet, qpns map[uint32]bool, comms map[uint32]string) string {
 	qpn := pk.BTH().DestQP()
 	if qpn == 1 {
 		m, err := mad.Parse(pk.Payload())
 		if err != nil {
 			return ""
 		}
+		var local, remote uint32
 		if req, ok := m.REQ(); ok {
-			qpn = req.LocalQPN()
+			qpn, local = req.LocalQPN(), req.LocalCommID()
 		} else if rep, ok := m.REP(); ok {
-			qpn = rep.LocalQPN()
+			qpn, local = rep.LocalQPN(), rep.LocalCommID()
 		} else {
-			return ""
+			if r, ok := m.RTU(); ok {
+				local, remote = r.LocalCommID(), r.RemoteCommID()
+			} else if r, ok := m.DREQ(); ok {
+				local, remote = r.LocalCommID(), r.RemoteCommID()
+			} else if r, ok := m.DREP(); ok {
+				local, remote = r.LocalCommID(), r.RemoteCommID()
+			} else if r, ok := m.MRA(); ok {
+				local, remote = r.LocalCommID(), r.RemoteCommID()
+			} else if r, ok := m.REJ(); ok {
+				local, remote = r.LocalCommID(), r.RemoteCommID()
+			}
+			if c := comms[local]; c != "" {
+				return c
+			}
+			return comms[remote]
 		}
+		conn := map[bool]string{true: "test", false: "exchange"}[qpns[qpn]]
+		comms[local] = conn
+		return conn
 	}
 	if qpns[qpn] {
 		return "test"
@@ -802,42 +839,11 @@ func TestTOSValidate(t *testing.T) {
 	}
 }
 
-// With -T, a client whose CM's defaults are not its Config.CMDefaults
-// fails rather than run without the TOS.
-func TestTOSNeedsCMDefaults(t *testing.T) {
-	pair := verbstest.NewPair(t, verbstest.Options{NoConnect: true})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cfg := Config{Verb: Write, Size: 64, Iters: 5, GIDIndex: -1, RDMACM: true, SetTOS: true, TOS: 106}
-	sc, cc := cfg, cfg
-	var sout, cout bytes.Buffer
-	ready := make(chan struct{})
-	sc.Out, cc.Out = &signalWriter{w: &sout, on: waitBanner, ch: ready}, &cout
-	for i, c := range []*Config{&sc, &cc} {
-		c.CM = rdmacm.New(rdmacm.Options{Timewait: 20 * time.Millisecond})
-		t.Cleanup(func() { c.CM.Close() })
-		if err := c.CM.AddDevice([]*verbs.Device{pair.A.Dev, pair.B.Dev}[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cc.Server = pair.A.GID.GID.Unmap().String()
-	serr := make(chan error, 1)
-	go func() {
-		_, err := Run(ctx, nil, sc)
-		serr <- err
-	}()
-	select {
-	case <-ready:
-	case err := <-serr:
-		t.Fatalf("server: %v\n%s", err, sout.String())
-	}
-	_, err := Run(ctx, nil, cc)
-	if err == nil || !strings.Contains(err.Error(), "Config.CMDefaults") {
-		t.Errorf("client: %v, want an error naming Config.CMDefaults", err)
-	}
-	cancel()
-	<-serr
-}
+// roceDefaults are rdmacm.Defaults: RoCE v2 and default_roce_tos tos.
+type roceDefaults struct{ tos uint8 }
+
+func (roceDefaults) DefaultMode(string, int) (verbs.GIDType, error) { return verbs.GIDTypeRoCEv2, nil }
+func (d roceDefaults) DefaultTOS(string, int) (uint8, error)        { return d.tos, nil }
 
 // Run's error, when ctx ends while a server waits for its client (over
 // TCP or RDMA CM), is ctx's, not the closed socket's or listener's.
