@@ -161,10 +161,7 @@ func TestMRAExtendsTimer(t *testing.T) {
 		if e.Err == nil || !strings.Contains(e.Err.Error(), "acknowledged the connection request (MRA)") {
 			t.Errorf("UNREACHABLE error %v, want it to say the peer's CM sent an MRA", e.Err)
 		}
-		a.cm.mu.Lock()
-		n := a.cm.agents[0].sent
-		a.cm.mu.Unlock()
-		if n != 17 {
+		if n := sentMADs(a); n != 17 {
 			t.Errorf("%d MADs sent, want the REQ, 15 retries and the REJ (Timeout)", n)
 		}
 		ca.Destroy()

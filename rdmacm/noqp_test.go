@@ -168,14 +168,7 @@ func TestConnectWithoutQP(t *testing.T) {
 	send(t, a, b, qa, qb, []byte("active to passive"))
 	send(t, b, a, qb, qa, []byte("passive to active"))
 
-	if err := ca.Disconnect(); err != nil {
-		t.Fatal(err)
-	}
-	b.want(t, EventDisconnected)
-	if err := cb.Disconnect(); err != nil {
-		t.Fatal(err)
-	}
-	a.want(t, EventDisconnected)
+	disconnectBoth(t, a, b, ca, cb)
 	ca.Destroy()
 	cb.Destroy()
 }
@@ -212,13 +205,7 @@ func TestConnectResponseMRA(t *testing.T) {
 		if err := ca.Connect(ConnParam{QPNum: qa.Num(), RetryCount: 7, RNRRetryCount: 7}); err != nil {
 			t.Fatal(err)
 		}
-		cb := b.want(t, EventConnectRequest).ID
-		if _, err := cb.CreateQP(b.pd, rcInit(b)); err != nil {
-			t.Fatal(err)
-		}
-		if err := cb.Accept(ConnParam{RNRRetryCount: 7}); err != nil {
-			t.Fatal(err)
-		}
+		cb := acceptRC(t, b)
 		a.want(t, EventConnectResponse)
 
 		time.Sleep(100 * time.Second) // the consumer thinks it over
@@ -270,13 +257,7 @@ func TestRejectConnectResponse(t *testing.T) {
 			if err := ca.Connect(ConnParam{QPNum: 0x123, RetryCount: 7, RNRRetryCount: 7}); err != nil {
 				t.Fatal(err)
 			}
-			cb := b.want(t, EventConnectRequest).ID
-			if _, err := cb.CreateQP(b.pd, rcInit(b)); err != nil {
-				t.Fatal(err)
-			}
-			if err := cb.Accept(ConnParam{RNRRetryCount: 7}); err != nil {
-				t.Fatal(err)
-			}
+			cb := acceptRC(t, b)
 			a.want(t, EventConnectResponse)
 			if how == "reject" {
 				if err := ca.Reject([]byte("not today")); err != nil {

@@ -41,14 +41,7 @@ func TestPortSpaceIB(t *testing.T) {
 		b.want(t, EventEstablished)
 		send(t, a, b, ca.QP(), cb.QP(), []byte("over PS_IB"))
 		send(t, b, a, cb.QP(), ca.QP(), []byte("and back"))
-		if err := ca.Disconnect(); err != nil {
-			t.Fatal(err)
-		}
-		b.want(t, EventDisconnected)
-		if err := cb.Disconnect(); err != nil {
-			t.Fatal(err)
-		}
-		a.want(t, EventDisconnected)
+		disconnectBoth(t, a, b, ca, cb)
 
 		// The port is PS_IB's only: a PS_TCP REQ to it is rejected.
 		tcp := dial(t, a, PSTCP, netip.AddrPortFrom(b.ip, 7174))
@@ -82,15 +75,7 @@ func TestPortSpaceIB(t *testing.T) {
 		if req, _ := m.SIDRREQ(); req.ServiceID() != serviceID(7175) {
 			t.Errorf("SIDR_REQ service ID %#x, want %#x", uint64(req.ServiceID()), uint64(serviceID(7175)))
 		}
-		init := rcInit(b)
-		init.Type = verbs.UD
-		qb, err := e.ID.CreateQP(b.pd, init)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := e.ID.Accept(ConnParam{PrivateData: []byte("served")}); err != nil {
-			t.Fatal(err)
-		}
+		qb := acceptUD(t, b, e.ID, []byte("served"))
 		est := a.want(t, EventEstablished)
 		if string(est.PrivateData[:6]) != "served" {
 			t.Errorf("ESTABLISHED private data %q", est.PrivateData[:6])

@@ -80,6 +80,57 @@ func (s *side) want(t *testing.T, typ EventType) Event {
 	return e
 }
 
+// disconnectBoth has a's ID ca disconnect first, then b's cb once b has
+// seen DISCONNECTED, and waits for a's DISCONNECTED.
+func disconnectBoth(t *testing.T, a, b *side, ca, cb *ID) {
+	t.Helper()
+	if err := ca.Disconnect(); err != nil {
+		t.Fatal(err)
+	}
+	b.want(t, EventDisconnected)
+	if err := cb.Disconnect(); err != nil {
+		t.Fatal(err)
+	}
+	a.want(t, EventDisconnected)
+}
+
+// sentMADs is how many MADs s's CM has sent on its first device.
+func sentMADs(s *side) int {
+	s.cm.mu.Lock()
+	defer s.cm.mu.Unlock()
+	return s.cm.agents[0].sent
+}
+
+// acceptUD gives the SIDR request's ID a UD QP and accepts it with
+// private data pd, returning the QP.
+func acceptUD(t *testing.T, s *side, id *ID, pd []byte) *verbs.QP {
+	t.Helper()
+	init := rcInit(s)
+	init.Type = verbs.UD
+	qp, err := id.CreateQP(s.pd, init)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := id.Accept(ConnParam{PrivateData: pd}); err != nil {
+		t.Fatal(err)
+	}
+	return qp
+}
+
+// acceptRC takes s's next CONNECT_REQUEST, gives its ID an RC QP and
+// accepts it (rnr_retry 7), returning the ID.
+func acceptRC(t *testing.T, s *side) *ID {
+	t.Helper()
+	id := s.want(t, EventConnectRequest).ID
+	if _, err := id.CreateQP(s.pd, rcInit(s)); err != nil {
+		t.Fatal(err)
+	}
+	if err := id.Accept(ConnParam{RNRRetryCount: 7}); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
 func rcInit(s *side) verbs.QPInitAttr {
 	return verbs.QPInitAttr{Type: verbs.RC, SendCQ: s.cq, RecvCQ: s.cq,
 		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}}
@@ -115,18 +166,7 @@ func dial(t *testing.T, a *side, ps PortSpace, dst netip.AddrPort) *ID {
 // dialQP is dial with a QP of type typ.
 func dialQP(t *testing.T, a *side, ps PortSpace, dst netip.AddrPort, typ verbs.QPType) *ID {
 	t.Helper()
-	id, err := a.cm.CreateID(a.ec, ps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := id.ResolveAddr(netip.Addr{}, dst, time.Second); err != nil {
-		t.Fatal(err)
-	}
-	a.want(t, EventAddrResolved)
-	if err := id.ResolveRoute(time.Second); err != nil {
-		t.Fatal(err)
-	}
-	a.want(t, EventRouteResolved)
+	id := resolve(t, a, ps, dst)
 	init := rcInit(a)
 	init.Type = typ
 	if _, err := id.CreateQP(a.pd, init); err != nil {
@@ -387,13 +427,7 @@ func TestLossyCM(t *testing.T) {
 		if err := ca.Connect(ConnParam{RetryCount: 7, RNRRetryCount: 7}); err != nil {
 			t.Fatal(err)
 		}
-		cb := b.want(t, EventConnectRequest).ID
-		if _, err := cb.CreateQP(b.pd, rcInit(b)); err != nil {
-			t.Fatal(err)
-		}
-		if err := cb.Accept(ConnParam{RNRRetryCount: 7}); err != nil {
-			t.Fatal(err)
-		}
+		cb := acceptRC(t, b)
 		a.want(t, EventEstablished)
 		b.want(t, EventEstablished)
 		if err := ca.Disconnect(); err != nil {
@@ -477,10 +511,7 @@ func TestUnreachableLinuxDefaults(t *testing.T) {
 		if e.Err == nil || !strings.Contains(e.Err.Error(), "port 1 has no RoCE v1 GID") {
 			t.Errorf("UNREACHABLE error %v", e.Err)
 		}
-		a.cm.mu.Lock()
-		n := a.cm.agents[0].sent
-		a.cm.mu.Unlock()
-		if n != 17 {
+		if n := sentMADs(a); n != 17 {
 			t.Errorf("%d MADs sent, want the REQ, 15 retries and the REJ (Timeout) cm.c sends on giving up", n)
 		}
 		ca.Destroy()

@@ -184,15 +184,7 @@ func TestSIDR(t *testing.T) {
 	if string(e.PrivateData[:3]) != "ud?" {
 		t.Errorf("SIDR private data %q", e.PrivateData[:3])
 	}
-	init := rcInit(b)
-	init.Type = verbs.UD
-	qb, err := e.ID.CreateQP(b.pd, init)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.ID.Accept(ConnParam{PrivateData: []byte("ud!")}); err != nil {
-		t.Fatal(err)
-	}
+	qb := acceptUD(t, b, e.ID, []byte("ud!"))
 	est := a.want(t, EventEstablished)
 	sendUD(t, a, b, ca, est, qb, []byte("datagram"))
 }
@@ -285,14 +277,7 @@ func TestExchangeMatchesRping(t *testing.T) {
 	hb, inB := all()
 	a, b := newSidesHook(t, "", fastOptions, fastOptions, ha, hb)
 	ca, cb := connect(t, a, b, nil, nil)
-	if err := ca.Disconnect(); err != nil {
-		t.Fatal(err)
-	}
-	b.want(t, EventDisconnected)
-	if err := cb.Disconnect(); err != nil {
-		t.Fatal(err)
-	}
-	a.want(t, EventDisconnected)
+	disconnectBoth(t, a, b, ca, cb)
 	got := map[mad.AttributeID]mad.MAD{}
 	for len(got) < 5 {
 		var in *inbound

@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,8 +16,8 @@ import (
 
 	"github.com/goroce/goroce/internal/capture"
 	"github.com/goroce/goroce/internal/nettest"
+	"github.com/goroce/goroce/internal/perftest/perftestcheck"
 	"github.com/goroce/goroce/wire"
-	"github.com/goroce/goroce/wire/mad"
 )
 
 func TestPerfUsage(t *testing.T) {
@@ -308,7 +307,7 @@ func checkPerfFlags(t *testing.T, args []string, sideArgs func(side string) []st
 	}
 	var qpns map[uint32]bool // the test QPs', both sides'
 	if tos >= 0 {
-		qpns = addressQPNs(t, out["server"], out["client"])
+		qpns = perftestcheck.AddressQPNs(t, out["server"], out["client"])
 	}
 	for _, side := range []string{"server", "client"} {
 		a := sideArgs(side)
@@ -347,7 +346,7 @@ func checkPerfCapture(t *testing.T, side, file string, tos int, qpns map[uint32]
 	from := map[netip.Addr]int{} // packets by source address
 	conns := map[string]int{}    // with -T: packets by connection and direction
 	ops := map[string]int{}
-	comms := map[uint32]string{} // for connOf
+	comms := map[uint32]string{} // for perftestcheck.ConnOf
 	err := capture.ReadFile(file, func(f capture.Frame) error {
 		var p wire.Packet
 		if err := p.ParseFrame(f.Data, wire.RoCEv2Port); err != nil {
@@ -366,7 +365,7 @@ func checkPerfCapture(t *testing.T, side, file string, tos int, qpns map[uint32]
 		}
 		from[h.Src()]++
 		if tos >= 0 {
-			conn := connOf(&p, qpns, comms)
+			conn := perftestcheck.ConnOf(&p, qpns, comms)
 			want := map[string]int{"test": tos, "exchange": clientDefaultTOS}[conn]
 			if conn != "" && int(h.TOS()) != want {
 				t.Errorf("%s capture: frame %d (%s: %v %v → %v): TOS %d, want %d", side, f.Number, conn, p.Opcode(), h.Src(), h.Dst(), h.TOS(), want)
@@ -399,70 +398,6 @@ func checkPerfCapture(t *testing.T, side, file string, tos int, qpns map[uint32]
 		t.Logf("%s capture: %v", side, conns)
 	}
 	t.Logf("%s capture: %v", side, ops)
-}
-
-// connOf says which connection of a -R run p belongs to, "test" (of the
-// QPs numbered qpns) or "exchange": data and ACKs by their destination QP,
-// REQs and REPs by the sender's QPN in them, the other CM MADs (RTU, DREQ,
-// DREP, MRA, REJ) by a comm ID of theirs that a REQ or REP carried before
-// (comms, which connOf fills); "" for a MAD of neither.
-func connOf(p *wire.Packet, qpns map[uint32]bool, comms map[uint32]string) string {
-	qpn := p.BTH().DestQP()
-	if qpn == 1 {
-		m, err := mad.Parse(p.Payload())
-		if err != nil {
-			return ""
-		}
-		var local, remote uint32
-		if req, ok := m.REQ(); ok {
-			qpn, local = req.LocalQPN(), req.LocalCommID()
-		} else if rep, ok := m.REP(); ok {
-			qpn, local = rep.LocalQPN(), rep.LocalCommID()
-		} else {
-			if r, ok := m.RTU(); ok {
-				local, remote = r.LocalCommID(), r.RemoteCommID()
-			} else if r, ok := m.DREQ(); ok {
-				local, remote = r.LocalCommID(), r.RemoteCommID()
-			} else if r, ok := m.DREP(); ok {
-				local, remote = r.LocalCommID(), r.RemoteCommID()
-			} else if r, ok := m.MRA(); ok {
-				local, remote = r.LocalCommID(), r.RemoteCommID()
-			} else if r, ok := m.REJ(); ok {
-				local, remote = r.LocalCommID(), r.RemoteCommID()
-			}
-			if c := comms[local]; c != "" {
-				return c
-			}
-			return comms[remote]
-		}
-		conn := map[bool]string{true: "test", false: "exchange"}[qpns[qpn]]
-		comms[local] = conn
-		return conn
-	}
-	if qpns[qpn] {
-		return "test"
-	}
-	return "exchange"
-}
-
-// addressQPNs returns the QPNs of perftest's address lines in outs
-// (" local address: LID 0000 QPN 0x0013 ...").
-func addressQPNs(t *testing.T, outs ...string) map[uint32]bool {
-	t.Helper()
-	qpns := map[uint32]bool{}
-	for _, out := range outs {
-		for _, m := range regexp.MustCompile(` address: LID \S+ QPN (\S+) `).FindAllStringSubmatch(out, -1) {
-			n, err := strconv.ParseUint(m[1], 0, 24)
-			if err != nil {
-				t.Fatal(err)
-			}
-			qpns[uint32(n)] = true
-		}
-	}
-	if len(qpns) == 0 {
-		t.Fatal("no address lines")
-	}
-	return qpns
 }
 
 // checkPerfJSON parses a side's --out_json file, which is perftest's

@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/capture"
+	"github.com/goroce/goroce/internal/perftest/perftestcheck"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/fabric"
 	"github.com/goroce/goroce/link/pcap"
@@ -24,7 +24,6 @@ import (
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/verbs/verbstest"
 	"github.com/goroce/goroce/wire"
-	"github.com/goroce/goroce/wire/mad"
 )
 
 func TestDestMessage(t *testing.T) {
@@ -369,7 +368,7 @@ func runFabric(t *testing.T, m modeCase, rdmaCM bool) {
 		}
 		sc.CM.Close()
 		cc.CM.Close()
-		cp.checkTOS(t, uint8(tos), uint8(m.defTOS), addressQPNs(t, cout.String(), sout.String()))
+		cp.checkTOS(t, uint8(tos), uint8(m.defTOS), perftestcheck.AddressQPNs(t, cout.String(), sout.String()))
 	}
 }
 
@@ -442,7 +441,7 @@ func (p *capturedPair) checkTOS(t *testing.T, tos, def uint8, qpns map[uint32]bo
 		if h == nil {
 			t.Fatalf("frame %d: not RoCE v2 over IPv4", f.Number)
 		}
-		conn := connOf(&pk, qpns, comms)
+		conn := perftestcheck.ConnOf(&pk, qpns, comms)
 		want := map[string]uint8{"test": tos, "exchange": def}[conn]
 		if conn != "" && h.TOS() != want {
 			t.Errorf("frame %d (%s: %v %v → %v QP %d): TOS %d, want %d", f.Number, conn, pk.Opcode(), h.Src(), h.Dst(), pk.BTH().DestQP(), h.TOS(), want)
@@ -469,70 +468,6 @@ func (p *capturedPair) checkTOS(t *testing.T, tos, def uint8, qpns map[uint32]bo
 		}
 	}
 	t.Logf("packets by connection: %v", count)
-}
-
-// connOf says which connection of a -R run pk belongs to, "test" (of the
-// QPs numbered qpns) or "exchange": data and ACKs by their destination QP,
-// REQs and REPs by the sender's QPN in them, the other CM MADs (RTU, DREQ,
-// DREP, MRA, REJ) by a comm ID of theirs that a REQ or REP carried before
-// (comms, which connOf fills); "" for a MAD of neither.
-func connOf(pk *wire.Packet, qpns map[uint32]bool, comms map[uint32]string) string {
-	qpn := pk.BTH().DestQP()
-	if qpn == 1 {
-		m, err := mad.Parse(pk.Payload())
-		if err != nil {
-			return ""
-		}
-		var local, remote uint32
-		if req, ok := m.REQ(); ok {
-			qpn, local = req.LocalQPN(), req.LocalCommID()
-		} else if rep, ok := m.REP(); ok {
-			qpn, local = rep.LocalQPN(), rep.LocalCommID()
-		} else {
-			if r, ok := m.RTU(); ok {
-				local, remote = r.LocalCommID(), r.RemoteCommID()
-			} else if r, ok := m.DREQ(); ok {
-				local, remote = r.LocalCommID(), r.RemoteCommID()
-			} else if r, ok := m.DREP(); ok {
-				local, remote = r.LocalCommID(), r.RemoteCommID()
-			} else if r, ok := m.MRA(); ok {
-				local, remote = r.LocalCommID(), r.RemoteCommID()
-			} else if r, ok := m.REJ(); ok {
-				local, remote = r.LocalCommID(), r.RemoteCommID()
-			}
-			if c := comms[local]; c != "" {
-				return c
-			}
-			return comms[remote]
-		}
-		conn := map[bool]string{true: "test", false: "exchange"}[qpns[qpn]]
-		comms[local] = conn
-		return conn
-	}
-	if qpns[qpn] {
-		return "test"
-	}
-	return "exchange"
-}
-
-// addressQPNs returns the QPNs of perftest's address lines in outs
-// (" local address: LID 0000 QPN 0x0013 ...").
-func addressQPNs(t *testing.T, outs ...string) map[uint32]bool {
-	t.Helper()
-	qpns := map[uint32]bool{}
-	for _, out := range outs {
-		for _, m := range regexp.MustCompile(` address: LID \S+ QPN (\S+) `).FindAllStringSubmatch(out, -1) {
-			n, err := strconv.ParseUint(m[1], 0, 24)
-			if err != nil {
-				t.Fatal(err)
-			}
-			qpns[uint32(n)] = true
-		}
-	}
-	if len(qpns) == 0 {
-		t.Fatal("no address lines")
-	}
-	return qpns
 }
 
 // checkDuplex checks a -b run as perftest prints it: both banners say
