@@ -672,13 +672,14 @@ func TestRetransmitTimerExact(t *testing.T) {
 					t.Errorf("IBV_WC_RETRY_EXC_ERR %v after the first transmission, want exactly (retry_cnt %d + 1) × %v = %v",
 						el, c.retryCnt, d, want)
 				}
+				// The words say how long it waited between tries: the
+				// timer's wait, 4 × SRTT when that ruled.
 				if c.delay == 0 {
-					// The words say how long it waited between tries.
 					wantWord(t, "Detail", wc.Detail, fmt.Sprintf("%d retransmissions", c.retryCnt))
-					wantWord(t, "Detail", wc.Detail, d.String())
+				} else {
+					wantWord(t, "Detail", wc.Detail, fmt.Sprintf("%d timeouts", c.retryCnt+1))
 				}
-				// (After a sample, the Detail names the timeout attribute's
-				// 4.096 µs × 2^timeout, not the 4 × SRTT the timer used.)
+				wantWord(t, "Detail", wc.Detail, d.String())
 				t.Logf("Detail: %s", wc.Detail)
 			})
 		})

@@ -141,7 +141,7 @@ func (q *QP) spendRetry() {
 
 // retryDetail explains a transport retry counter exceeded error.
 func (q *QP) retryDetail() string {
-	to := TimeoutDuration(q.attr.Timeout)
+	to := q.retransTimeout() // the QP's timeout, or 4 × SRTT when longer: what the timer waited
 	peer := fmt.Sprintf("QP %#x at %v (%v)", q.attr.DestQPN, unmap(q.path.dgid), q.path.version)
 	switch {
 	case !q.comp.heard:
@@ -152,8 +152,12 @@ func (q *QP) retryDetail() string {
 		return fmt.Sprintf("%s kept answering with PSN sequence error NAKs (%d in a row): its expected PSN and our sq_psn "+
 			"disagree, or packets keep getting lost", peer, q.comp.seqNAKs)
 	default:
-		return fmt.Sprintf("%s answered before but stopped acknowledging PSN %v: %d timeouts of %v, retry_cnt %d exhausted",
-			peer, q.comp.psn, q.comp.timeouts, to, q.attr.RetryCnt)
+		why := ""
+		if attr := TimeoutDuration(q.attr.Timeout); to > attr {
+			why = fmt.Sprintf(" (4 × the smoothed round-trip time %v, above the QP's timeout of %v)", q.comp.srtt, attr)
+		}
+		return fmt.Sprintf("%s answered before but stopped acknowledging PSN %v: %d timeouts of %v%s, retry_cnt %d exhausted",
+			peer, q.comp.psn, q.comp.timeouts, to, why, q.attr.RetryCnt)
 	}
 }
 
