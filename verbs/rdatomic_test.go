@@ -305,3 +305,61 @@ func TestMaxDestRdAtomicZero(t *testing.T) {
 		})
 	}
 }
+
+// TestReadStaleDuplicateAfterDereg: a late network copy of a READ the
+// requester completed long ago, whose region the responder has since
+// deregistered, draws a Remote Access Error NAK that is fatal to neither
+// side: the responder stays in RTS, the requester drops the NAK as a ghost,
+// and the READs posted after it complete. (When the re-executed duplicate's
+// failed rkey check was fatal, the responder went to ERR and the requester,
+// retry_cnt 7, waited forever.)
+func TestReadStaleDuplicateAfterDereg(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		stale := &staleLink{op: wire.TransportRC | wire.OpReadRequest, from: firstPSN, at: firstPSN.Add(2)}
+		p, links := overCommitted(t, 1, 1, nil, nil, func(l link.Link) link.Link {
+			stale.Link = l
+			return stale
+		})
+		r1 := newCanary(t, p.B.PD, 64, allRemote)
+		r1.set(0, randBytes(64, 21))
+		local := newCanary(t, p.A.PD, 256, verbs.AccessLocalWrite)
+		mustPostSend(t, p.A.QP, verbs.SendWR{WRID: 0, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
+			SGList: []verbs.SGE{local.mr.SGE(0, 64)}, RemoteAddr: r1.addr(0), RKey: r1.mr.RKey()})
+		wantOK(t, p.A.CQ, 0, verbs.WCRDMARead)
+		if err := r1.mr.Dereg(); err != nil {
+			t.Fatal(err)
+		}
+		data := randBytes(64, 22)
+		r2 := newCanary(t, p.B.PD, 64, allRemote)
+		r2.set(0, data)
+		var wrs []verbs.SendWR
+		for i := 1; i <= 3; i++ {
+			wrs = append(wrs, verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
+				SGList: []verbs.SGE{local.mr.SGE(64*i, 64)}, RemoteAddr: r2.addr(0), RKey: r2.mr.RKey()})
+		}
+		mustPostSend(t, p.A.QP, wrs...) // PSNs firstPSN+1..+3: the copy of firstPSN arrives before +2
+		for i := 1; i <= 3; i++ {
+			wantOK(t, p.A.CQ, uint64(i), verbs.WCRDMARead)
+		}
+		stale.mu.Lock()
+		injected := stale.injected
+		stale.mu.Unlock()
+		if injected != 1 {
+			t.Fatalf("the stale duplicate was delivered %d times, want 1", injected)
+		}
+		if n := links[1].sentCount(wire.OpcodeRCAcknowledge, firstPSN); n != 1 {
+			t.Errorf("%d NAKs for the stale duplicate, want 1", n)
+		}
+		for _, s := range []*verbstest.Side{&p.A, &p.B} {
+			if st := s.QP.State(); st != verbs.QPSRTS {
+				t.Errorf("%s QP in %v, want RTS", s.Dev.Name(), st)
+			}
+		}
+		r2.check(t, piece{0, data})
+		for i := 1; i <= 3; i++ {
+			if !bytes.Equal(local.region()[64*i:64*i+64], data) {
+				t.Errorf("READ %d brought the wrong data", i)
+			}
+		}
+	})
+}

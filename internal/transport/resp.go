@@ -313,19 +313,34 @@ func (q *QP) rcSend(p *wire.Packet, out *txBatch) bool {
 // (qp_access_flags) and the region's (IBTA §10.6.3.3, C10-?); on failure it
 // NAKs with Remote Access Error and reports IBV_EVENT_QP_ACCESS_ERR.
 func (q *QP) checkRKey(out *txBatch, psn wire.PSN, rkey uint32, va, n uint64, need mem.Access) ([]byte, bool) {
-	if q.attr.AccessFlags&need != need {
-		q.nakFatal(out, wire.SyndromeRemAccessErr, psn, EventQPAccessErr,
-			fmt.Sprintf("PSN %v: this QP's qp_access_flags %v do not allow %v (rkey %#x addr %#x len %d)",
-				psn, q.attr.AccessFlags, need, rkey, va, n))
+	return q.checkAccess(out, psn, rkey, va, n, need, false)
+}
+
+// checkAccess is checkRKey; for a replayed duplicate (replay) a failure
+// is NAKed with Remote Access Error but is not fatal here: the duplicate
+// may be a late network copy of a READ or FLUSH the requester completed
+// long ago, its region since deregistered, and a healthy connection must
+// not die of it (the requester drops the NAK as a ghost; a genuine retry
+// fails with IBV_WC_REM_ACCESS_ERR). See duplicate.
+func (q *QP) checkAccess(out *txBatch, psn wire.PSN, rkey uint32, va, n uint64, need mem.Access, replay bool) ([]byte, bool) {
+	fail := func(detail string) ([]byte, bool) {
+		if replay {
+			q.ack(out, wire.SyndromeRemAccessErr, psn)
+		} else {
+			q.nakFatal(out, wire.SyndromeRemAccessErr, psn, EventQPAccessErr, detail)
+		}
 		return nil, false
+	}
+	if q.attr.AccessFlags&need != need {
+		return fail(fmt.Sprintf("PSN %v: this QP's qp_access_flags %v do not allow %v (rkey %#x addr %#x len %d)",
+			psn, q.attr.AccessFlags, need, rkey, va, n))
 	}
 	if n == 0 {
 		return nil, true // a zero-length transfer checks no key (§9.4.1.1, §9.4.3)
 	}
 	b, err := q.dev.mem.Slice(q.pd.pd, rkey, false, va, n, need)
 	if err != nil {
-		q.nakFatal(out, wire.SyndromeRemAccessErr, psn, EventQPAccessErr, fmt.Sprintf("PSN %v: %v", psn, err))
-		return nil, false
+		return fail(fmt.Sprintf("PSN %v: %v", psn, err))
 	}
 	return b, true
 }
@@ -410,7 +425,8 @@ func (q *QP) findRes(psn wire.PSN) *respRes {
 // rcRead answers an RDMA READ request with response packets. replay is set
 // for a duplicate request: it is executed again from its own RETH, as a
 // new READ is (the rkey, bounds and access checked again, a failure NAKed
-// with Remote Access Error), its responses carrying the duplicate's PSNs,
+// with Remote Access Error, not fatal here: checkAccess), its responses
+// carrying the duplicate's PSNs,
 // without moving the expected PSN or the MSN. See duplicate.
 func (q *QP) rcRead(p *wire.Packet, out *txBatch, replay bool) {
 	psn := p.BTH().PSN()
@@ -424,7 +440,7 @@ func (q *QP) rcRead(p *wire.Packet, out *txBatch, replay bool) {
 		// the rest of the original (the same last PSN) or less.
 		return
 	}
-	b, ok := q.checkRKey(out, psn, r.RKey(), r.VA(), n, mem.RemoteRead)
+	b, ok := q.checkAccess(out, psn, r.RKey(), r.VA(), n, mem.RemoteRead, replay)
 	if !ok {
 		return
 	}
@@ -526,7 +542,7 @@ func (q *QP) rcFlush(p *wire.Packet, out *txBatch, replay bool) {
 			va, n = iova, l
 		}
 	}
-	if _, ok := q.checkRKey(out, psn, r.RKey(), va, n, need); !ok {
+	if _, ok := q.checkAccess(out, psn, r.RKey(), va, n, need, replay); !ok {
 		return
 	}
 	if !replay {
@@ -576,7 +592,9 @@ func (q *QP) rcAtomicWrite(p *wire.Packet, out *txBatch) bool {
 // modify_qp) retries one, and then dropping it livelocks: go-back-N
 // resends the same READs, every retry is dropped again, and with
 // retry_cnt 7 it never ends. Executing it again costs a stale network
-// duplicate only responses the requester drops.
+// duplicate only responses the requester drops; if its region has gone
+// meanwhile, the Remote Access Error NAK is not fatal to this QP
+// (checkAccess), for the same reason as an ATOMIC's below.
 //
 // A duplicate FLUSH is executed again the same way: its checks again,
 // and its zero-length response.
