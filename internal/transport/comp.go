@@ -444,6 +444,23 @@ func (q *QP) onAtomicAck(p *wire.Packet, psn wire.PSN, out *txBatch) {
 }
 
 func (q *QP) onNAK(psn wire.PSN, syn wire.Syndrome, out *txBatch) {
+	if psn.Diff(q.comp.psn) < 0 {
+		// A NAK for a PSN already acknowledged answers a stale duplicate
+		// of a request that has completed (a late sequence-error NAK, or
+		// a responder NAKing a late copy of an ATOMIC whose saved result
+		// it no longer holds): a ghost response, dropped as rxe's
+		// completer drops a response older than the PSN it expects;
+		// going back to resend would only repeat what was acknowledged.
+		// A sequence-error NAK is still counted: if they keep coming,
+		// the responder expects a PSN we are past (its rq_psn and our
+		// sq_psn disagree), and the Detail of the retry-exceeded error
+		// the timer ends with says so.
+		if syn.Value() == wire.NAKPSNSequenceError {
+			q.count(RcvdSeqErr)
+			q.comp.seqNAKs++
+		}
+		return
+	}
 	// A NAK acknowledges every PSN before it (C9-?? §9.7.5.1.2).
 	if stuck := q.completeThrough(psn.Add(-1)); stuck {
 		w := q.sq.at(q.sq.head)
@@ -457,9 +474,7 @@ func (q *QP) onNAK(psn wire.PSN, syn wire.Syndrome, out *txBatch) {
 			return // the RNR timer already sends us back to psn
 		}
 		q.comp.seqNAKs++
-		if psn.Diff(q.comp.psn) >= 0 {
-			q.advanceCompPSN(psn)
-		}
+		q.advanceCompPSN(psn)
 		if q.comp.retrying {
 			return // the retry under way covers this gap
 		}
@@ -471,14 +486,6 @@ func (q *QP) onNAK(psn wire.PSN, syn wire.Syndrome, out *txBatch) {
 		q.spendRetry()
 		q.retry(out)
 		q.armRetrans()
-		return
-	}
-	if psn.Diff(q.comp.psn) < 0 {
-		// A fatal NAK for a PSN already acknowledged answers a stale
-		// duplicate of a request that has completed (a responder NAKs a
-		// late copy of an ATOMIC whose saved result it no longer holds):
-		// a ghost response, dropped as rxe's completer drops a
-		// response older than the PSN it expects.
 		return
 	}
 	// Fatal NAKs: the WQE holding psn fails, the QP goes to ERR.
