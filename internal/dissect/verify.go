@@ -147,6 +147,19 @@ func (r *restoration) apply(b []byte) {
 	binary.BigEndian.PutUint16(b[r.off:], w&^r.mask|r.val&r.mask)
 }
 
+// isTPID reports whether t is a tag protocol identifier other than
+// 802.1Q's: 802.1ad's service tag, or the vendor TPIDs before it. Frames
+// behind one are not RoCE to goroce, and no restoration may take the tag
+// for a corrupted Ethertype: the ICRC does not cover the Ethernet header,
+// so a match after "restoring" it would prove nothing.
+func isTPID(t uint16) bool {
+	switch t {
+	case 0x88A8, 0x9100, 0x9200, 0x9300:
+		return true
+	}
+	return false
+}
+
 // restorations appends to rs the restorations worth trying on frame b.
 func restorations(rs []restoration, b []byte, port uint16) []restoration {
 	if len(b) < wire.EthernetLen {
@@ -160,13 +173,16 @@ func restorations(rs []restoration, b []byte, port uint16) []restoration {
 			break
 		}
 		t := be16(b[at:])
+		if isTPID(t) {
+			continue // a real tag goroce does not parse (802.1ad...), not a corrupted Ethertype
+		}
 		if g := etherTypeOf(b[at+2:]); g != 0 && g != t {
 			rs = append(rs, restoration{off: at, mask: 0xFFFF, val: g, field: selEtherType, got: t, want: g})
 		}
 	}
 	// A corrupted 802.1Q TPID: an Ethertype RoCE uses where the tag's
 	// inner Ethertype would be, and what it announces after it.
-	if !tagged && len(b) >= wire.EthernetLen+wire.VLANTagLen {
+	if !tagged && !isTPID(be16(b[12:])) && len(b) >= wire.EthernetLen+wire.VLANTagLen {
 		if inner := be16(b[16:]); inner != 0 && etherTypeOf(b[18:]) == inner {
 			rs = append(rs, restoration{off: 12, mask: 0xFFFF, val: wire.EtherTypeVLAN, field: selVLAN, got: be16(b[12:]), want: inner})
 		}

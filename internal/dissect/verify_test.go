@@ -209,12 +209,25 @@ func TestNotRoCEStaysQuiet(t *testing.T) {
 	ip.SetChecksum(ip.ComputeChecksum()) // a frame sent as TCP
 	arp := append(bytes.Repeat([]byte{0xff}, 12), 0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1)
 	good := frame(t, v2Fields(wire.OpcodeRCSendOnly))
+	// RoCE behind a service tag (802.1ad, or an older vendor TPID), which
+	// goroce does not parse: the restoration of a corrupted 802.1Q TPID
+	// must not take a real tag for one (the ICRC does not cover the
+	// Ethernet header, so it would prove nothing).
+	stag := func(tpid uint16) []byte {
+		f := v2Fields(wire.OpcodeRCSendOnly)
+		f.Eth.VLAN, f.Eth.VLANTCI = true, 0x6007
+		b := frame(t, f)
+		binary.BigEndian.PutUint16(b[12:], tpid)
+		return b
+	}
 	for _, tc := range []struct {
 		name    string
 		data    []byte
 		port    uint16
 		origLen int
 	}{
+		{"802.1ad S-tag", stag(0x88A8), 0, 0},
+		{"TPID 0x9100", stag(0x9100), 0, 0},
 		{"UDP to port 53", frame(t, other), 0, 0},
 		{"RoCE to 4791 with --udp-port 4792", good, 4792, 0},
 		{"RoCE v6 to 4791 with --udp-port 4792", frame(t, v2IPv6Fields(wire.OpcodeRCSendOnly)), 4792, 0},
