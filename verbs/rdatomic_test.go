@@ -275,6 +275,12 @@ func TestMaxDestRdAtomicZero(t *testing.T) {
 			return verbs.SendWR{Opcode: verbs.WRAtomicCmpAndSwp, SGList: []verbs.SGE{local.mr.SGE(0, 8)}, RemoteAddr: remote.addr(0),
 				RKey: remote.mr.RKey(), Swap: 7}
 		}},
+		{"atomic_write", func(local, remote *canary) verbs.SendWR {
+			// Its 8 bytes are local's fill pattern, which remote.check would
+			// find in the remote region had it been executed.
+			return verbs.SendWR{Opcode: verbs.WRAtomicWrite, SGList: []verbs.SGE{local.mr.SGE(0, 8)}, RemoteAddr: remote.addr(0),
+				RKey: remote.mr.RKey()}
+		}},
 		{"flush", func(local, remote *canary) verbs.SendWR {
 			return verbs.SendWR{Opcode: verbs.WRFlush, RemoteAddr: remote.addr(0), RKey: remote.mr.RKey(), SGList: []verbs.SGE{{Length: 64}},
 				FlushSel: wire.FlushSelMRRange, FlushPlacement: wire.FlushGlobalVisibility}

@@ -216,13 +216,15 @@ func (q *QP) rcRequest(p *wire.Packet, out *txBatch) {
 			fmt.Sprintf("opcode %v at PSN %v out of sequence (message in progress: %d)", p.Opcode(), psn, q.resp.inMsg))
 		return
 	}
-	if q.attr.MaxDestRdAtomic == 0 && (info.Is(wire.FlagRead) || info.Is(wire.FlagAtomic) || info.Is(wire.FlagFlush)) {
-		// No responder resources: rxe answers a READ or ATOMIC with NAK
-		// Invalid Request and goes to ERR (check_resource:
+	if q.attr.MaxDestRdAtomic == 0 && (info.Is(wire.FlagRead) || info.Is(wire.FlagAtomic) || info.Is(wire.FlagAtomicWrite) ||
+		info.Is(wire.FlagFlush)) {
+		// No responder resources: rxe answers a READ, ATOMIC or
+		// ATOMIC_WRITE with NAK Invalid Request and goes to ERR
+		// (check_resource: RXE_READ_OR_ATOMIC_MASK | RXE_ATOMIC_WRITE_MASK,
 		// RESPST_ERR_TOO_MANY_RDMA_ATM_REQ, class C), and so does goroce,
 		// for FLUSH too (it takes a resource here, as READ does).
 		q.nakFatal(out, wire.SyndromeInvalidReq, psn, EventQPReqErr,
-			fmt.Sprintf("%v at PSN %v: this QP's max_dest_rd_atomic is 0, so it takes no RDMA READ, ATOMIC or FLUSH request", p.Opcode(), psn))
+			fmt.Sprintf("%v at PSN %v: this QP's max_dest_rd_atomic is 0, so it takes no RDMA READ, ATOMIC, ATOMIC_WRITE or FLUSH request", p.Opcode(), psn))
 		return
 	}
 	switch {
