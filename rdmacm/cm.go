@@ -34,7 +34,7 @@
 // wire/mad/testdata): CM response timeout 20, max CM retries 15, P_Key
 // 0xFFFF, LIDs 0xFFFF, hop limit 64, local ACK timeout 19, target ACK delay
 // 15, flow label (sport × 31 + dport) & 0xFFFFF for RoCE v2, traffic class
-// default_roce_tos, transaction ID = agent high TID over the comm ID as
+// the ID's SetTOS, else default_roce_tos, transaction ID = agent high TID over the comm ID as
 // cm_form_tid makes it; REP, RTU, MRA and the active side's DREQ reuse the
 // REQ's transaction ID, DREP the DREQ's.
 //
@@ -68,7 +68,9 @@
 // its address (the link-local GID made from the MAC).
 //
 // Where goroce differs from Linux:
-//   - ResolveAddr has no routing table: see its doc for how it picks a device.
+//   - ResolveAddr follows the host's routes only for devices added with
+//     AddRoutedDevice; for the others it picks by address family (see its
+//     doc).
 //   - Listen's backlog is not enforced.
 //   - No stale-connection detection (REJ reason 10), no LAP/APR or alternate
 //     path, no multicast.
@@ -126,8 +128,9 @@ const (
 	grhLen            = 40
 	// QP1's queues, as deep as ib_mad makes them (IB_MAD_QP_RECV_SIZE,
 	// IB_MAD_QP_SEND_SIZE): a burst of REQs, RTUs and DREQs from many
-	// connections at once must not find the receive queue empty, since an
-	// RTU or DREQ lost there is not sent again.
+	// connections at once must not find the receive queue empty: an RTU
+	// lost there is never sent again (nor is Destroy's one DREQ), and a
+	// lost REQ, REP or DREQ costs a retry's timeout.
 	nRecv, nSend = 512, 128
 )
 
@@ -284,7 +287,7 @@ func (cm *CM) AddRoutedDevice(dev *verbs.Device, r Router) error {
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
 	for _, a := range cm.agents {
-		if a.dev == dev {
+		if a.dev == dev && !cm.closed { // Close collects the unwatch functions: none may come after
 			a.router, a.unwatch = r, remove
 			return nil
 		}

@@ -470,8 +470,13 @@ func (id *ID) CreateQP(pd *verbs.PD, init verbs.QPInitAttr) (*verbs.QP, error) {
 		return nil, err
 	}
 	if init.Type == verbs.UD {
-		if err := qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR}, verbs.AttrState); err == nil {
+		err := qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR}, verbs.AttrState)
+		if err == nil {
 			err = qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: 0}, verbs.AttrState|verbs.AttrSQPSN)
+		}
+		if err != nil {
+			qp.Destroy()
+			return nil, err
 		}
 	}
 	id.qp = qp
@@ -784,6 +789,7 @@ func (id *ID) timeout() {
 	id.disarm()
 	switch id.state {
 	case stReqSent, stRepSent:
+		repSent := id.state == stRepSent
 		// cm.c sends a REJ with reason Timeout when it gives up.
 		if id.state == stReqSent && id.ps != PSUDP {
 			id.sendREJ(mad.MsgREQ, mad.RejectTimeout, nil)
@@ -791,8 +797,18 @@ func (id *ID) timeout() {
 		id.forget()
 		id.state = stDone
 		err := fmt.Errorf("rdmacm: %v %v: %w after %d tries", id.dst, errTimedOut, syscall.ETIMEDOUT, id.cm.opts.MaxRetries+1)
-		if d := id.unreachableDiagnosis(); d != "" {
-			err = fmt.Errorf("%w; %s", err, d)
+		switch {
+		case repSent:
+			// The peer's CM did answer (with its REQ); what never came is
+			// the RTU for our REP.
+			err = fmt.Errorf("rdmacm: %v sent no RTU for our REP: %w after %d tries", id.dst, syscall.ETIMEDOUT, id.cm.opts.MaxRetries+1)
+			if id.mraRcvd {
+				err = fmt.Errorf("%w; the peer's CM acknowledged the REP (MRA) but its consumer did not call rdma_establish in time", err)
+			}
+		default:
+			if d := id.unreachableDiagnosis(); d != "" {
+				err = fmt.Errorf("%w; %s", err, d)
+			}
 		}
 		id.emit(Event{Type: EventUnreachable, ID: id, Status: -int(syscall.ETIMEDOUT), Err: err})
 	case stDreqSent:

@@ -479,6 +479,10 @@ func TestRTULost(t *testing.T) {
 	if e.Status != -int(syscall.ETIMEDOUT) {
 		t.Errorf("UNREACHABLE status %d, want -ETIMEDOUT", e.Status)
 	}
+	// The peer answered (it sent the REQ): the error says what never came.
+	if e.Err == nil || !strings.Contains(e.Err.Error(), "sent no RTU for our REP") || strings.Contains(e.Err.Error(), "no answer") {
+		t.Errorf("UNREACHABLE error %v, want it to name the missing RTU", e.Err)
+	}
 	// The REP and each of its retries drew an RTU.
 	if n, want := a.fab.FaultStats().Lost.Load(), uint64(fastOptions.MaxRetries+1); n != want {
 		t.Errorf("%d frames lost from the active side, want %d RTUs", n, want)
