@@ -169,6 +169,27 @@ type staleLink struct {
 	injected int // guarded by mu
 }
 
+// wantStaleNAKed checks that stale delivered its copy once, that the
+// responder's link b sent one NAK for it (at firstPSN), and that both QPs
+// are still in RTS: the NAK was fatal to neither.
+func wantStaleNAKed(t *testing.T, p *verbstest.Pair, stale *staleLink, b *dropLink) {
+	t.Helper()
+	stale.mu.Lock()
+	injected := stale.injected
+	stale.mu.Unlock()
+	if injected != 1 {
+		t.Fatalf("the stale duplicate was delivered %d times, want 1", injected)
+	}
+	if n := b.sentCount(wire.OpcodeRCAcknowledge, firstPSN); n != 1 {
+		t.Errorf("%d NAKs for the stale duplicate, want 1", n)
+	}
+	for _, s := range []*verbstest.Side{&p.A, &p.B} {
+		if st := s.QP.State(); st != verbs.QPSRTS {
+			t.Errorf("%s QP in %v, want RTS", s.Dev.Name(), st)
+		}
+	}
+}
+
 func (l *staleLink) Recv(pkts []link.Packet) (int, error) {
 	n, err := l.Link.Recv(pkts)
 	l.mu.Lock()
@@ -225,20 +246,7 @@ func TestAtomicStaleDuplicate(t *testing.T) {
 			wantOK(t, p.A.CQ, uint64(i), verbs.WCFetchAdd)
 		}
 		wantOK(t, p.A.CQ, 5, verbs.WCRDMARead)
-		stale.mu.Lock()
-		injected := stale.injected
-		stale.mu.Unlock()
-		if injected != 1 {
-			t.Fatalf("the stale duplicate was delivered %d times, want 1", injected)
-		}
-		if n := links[1].sentCount(wire.OpcodeRCAcknowledge, firstPSN); n != 1 {
-			t.Errorf("%d NAKs for the stale duplicate, want 1", n)
-		}
-		for _, s := range []*verbstest.Side{&p.A, &p.B} {
-			if st := s.QP.State(); st != verbs.QPSRTS {
-				t.Errorf("%s QP in %v, want RTS", s.Dev.Name(), st)
-			}
-		}
+		wantStaleNAKed(t, p, stale, links[1])
 		// Each FETCH_ADD saw the sum of those before it; the READ sees all.
 		var want [48]byte
 		for i := range 5 {
@@ -347,20 +355,7 @@ func TestReadStaleDuplicateAfterDereg(t *testing.T) {
 		for i := 1; i <= 3; i++ {
 			wantOK(t, p.A.CQ, uint64(i), verbs.WCRDMARead)
 		}
-		stale.mu.Lock()
-		injected := stale.injected
-		stale.mu.Unlock()
-		if injected != 1 {
-			t.Fatalf("the stale duplicate was delivered %d times, want 1", injected)
-		}
-		if n := links[1].sentCount(wire.OpcodeRCAcknowledge, firstPSN); n != 1 {
-			t.Errorf("%d NAKs for the stale duplicate, want 1", n)
-		}
-		for _, s := range []*verbstest.Side{&p.A, &p.B} {
-			if st := s.QP.State(); st != verbs.QPSRTS {
-				t.Errorf("%s QP in %v, want RTS", s.Dev.Name(), st)
-			}
-		}
+		wantStaleNAKed(t, p, stale, links[1])
 		r2.check(t, piece{0, data})
 		for i := 1; i <= 3; i++ {
 			if !bytes.Equal(local.region()[64*i:64*i+64], data) {
