@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/host"
+	"github.com/goroce/goroce/internal/rundir"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -19,10 +20,10 @@ import (
 // flock(2) on <rundir>/config/rdma_cm/.lock, so writers in any process
 // take turns. Readers do not lock: a change replaces a file by rename(2).
 func (t *Tree) lock() (unlock func(), err error) {
-	if err := os.MkdirAll(t.root, 0o755); err != nil {
+	if err := rundir.MkdirAll(t.rundir, t.root); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(filepath.Join(t.root, lockFile), os.O_CREATE|os.O_RDWR, 0o644)
+	f, err := rundir.OpenLock(filepath.Join(t.root, lockFile))
 	if err != nil {
 		return nil, err
 	}
@@ -39,22 +40,14 @@ func (t *Tree) lock() (unlock func(), err error) {
 	return func() { f.Close() }, nil
 }
 
-// writeFile replaces the file at p with content: written beside it, then
-// renamed over it, so a reader sees the old content or the new. The
-// caller holds the lock (which makes the temporary name safe).
+// writeFile replaces the file at p with content: written beside it under a
+// new random name, then renamed over it (rundir.WriteFile), so a reader
+// sees the old content or the new. The caller holds the lock.
 func (t *Tree) writeFile(p, content string) error {
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+	if err := rundir.MkdirAll(t.rundir, filepath.Dir(p)); err != nil {
 		return err
 	}
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, p); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
+	return rundir.WriteFile(p, []byte(content), 0o644)
 }
 
 // instanceOf identifies the device a value belongs to: a device deleted and
@@ -73,7 +66,7 @@ func (t *Tree) valuePath(dev string, port int, attr string) string {
 // device of that name). Reading the instance before the value pairs with
 // syncInstance's order: a value read after a current instance is current.
 func (t *Tree) loadRaw(def host.DeviceDef, v host.Versions, attr string) (raw []byte, ok bool, err error) {
-	inst, err := os.ReadFile(filepath.Join(t.root, def.Name, instance))
+	inst, err := rundir.ReadFile(filepath.Join(t.root, def.Name, instance))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, false, nil
 	}
@@ -83,7 +76,7 @@ func (t *Tree) loadRaw(def host.DeviceDef, v host.Versions, attr string) (raw []
 	if string(inst) != instanceOf(def, v) {
 		return nil, false, nil
 	}
-	raw, err = os.ReadFile(t.valuePath(def.Name, 1, attr))
+	raw, err = rundir.ReadFile(t.valuePath(def.Name, 1, attr))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, false, nil
 	}
@@ -139,7 +132,7 @@ func (t *Tree) loadTOS(def host.DeviceDef) (uint8, error) {
 func (t *Tree) syncInstance(def host.DeviceDef, v host.Versions) error {
 	want := instanceOf(def, v)
 	p := filepath.Join(t.root, def.Name, instance)
-	got, err := os.ReadFile(p)
+	got, err := rundir.ReadFile(p)
 	if err == nil && string(got) == want {
 		return nil
 	}

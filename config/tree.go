@@ -46,6 +46,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/host"
+	"github.com/goroce/goroce/internal/rundir"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -83,14 +84,15 @@ const (
 // its own: any number of Trees, in any number of processes, share the
 // runtime directory's, and all its methods may be called concurrently.
 type Tree struct {
-	reg  *host.Registry
-	root string // <rundir>/config/rdma_cm
+	reg    *host.Registry
+	rundir string // the runtime directory
+	root   string // <rundir>/config/rdma_cm
 }
 
 // Open returns the tree of the runtime directory rundir, whose device
 // registry says which devices exist. Nothing is created until a change.
 func Open(rundir string) *Tree {
-	return &Tree{reg: host.NewRegistry(rundir), root: filepath.Join(rundir, "config", "rdma_cm")}
+	return &Tree{reg: host.NewRegistry(rundir), rundir: rundir, root: filepath.Join(rundir, "config", "rdma_cm")}
 }
 
 // StateDir is where the tree keeps its state: <rundir>/config/rdma_cm.
@@ -161,7 +163,7 @@ func (t *Tree) marker(dev string) (gen uint64, ok bool, err error) {
 	if host.ValidName(dev) != nil {
 		return 0, false, nil
 	}
-	b, err := os.ReadFile(filepath.Join(t.root, dev, dirMarker))
+	b, err := rundir.ReadFile(filepath.Join(t.root, dev, dirMarker))
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, false, nil
 	}

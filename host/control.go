@@ -40,6 +40,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/internal/capture"
+	"github.com/goroce/goroce/internal/rundir"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/afpacket"
 	"github.com/goroce/goroce/wire"
@@ -361,7 +362,7 @@ func sockName(path string) (name string, dirFD int, err error) {
 func (d *Device) startControl() error {
 	c := &d.ctl
 	dir := filepath.Join(d.reg.Dir, "run")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := rundir.MkdirAll(d.reg.Dir, dir); err != nil {
 		return fmt.Errorf("control socket: %w", err)
 	}
 	c.path = d.reg.ControlSocket(d.Def.Name)

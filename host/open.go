@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"net/netip"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/goroce/goroce/internal/rundir"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/afpacket"
 	"github.com/goroce/goroce/link/udp"
@@ -70,7 +72,12 @@ type Owner struct {
 
 // OwnerOf returns the process holding name's data path, if one does.
 func (r *Registry) OwnerOf(name string) (Owner, bool) {
-	f, err := os.Open(filepath.Join(r.devDir(), name+".owner"))
+	f, err := rundir.Open(filepath.Join(r.devDir(), name+".owner"))
+	if errors.Is(err, fs.ErrPermission) {
+		// The lock file is its owner's alone (0600, rundir.OpenLock), so
+		// another user learns the owner from the published GID table.
+		return r.publishedOwner(name)
+	}
 	if err != nil {
 		return Owner{}, false
 	}
@@ -197,11 +204,11 @@ func (f closerFunc) Close() error { return f() }
 
 // takeLock takes the device's data-path lock, or says who holds it.
 func (d *Device) takeLock() error {
-	if err := os.MkdirAll(d.reg.devDir(), 0o755); err != nil {
+	if err := rundir.MkdirAll(d.reg.Dir, d.reg.devDir()); err != nil {
 		return err
 	}
 	p := filepath.Join(d.reg.devDir(), d.Def.Name+".owner")
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_RDWR, 0o644)
+	f, err := rundir.OpenLock(p)
 	if err != nil {
 		return err
 	}
@@ -348,20 +355,28 @@ func (d *Device) publish() {
 		}
 	}
 	b, _ := json.MarshalIndent(pg, "", "  ")
-	// A temporary file of its own: Open and the netlink watch may publish
-	// at once, and a reader must only ever see a whole table.
-	p := filepath.Join(d.reg.devDir(), d.Def.Name+".gids")
-	f, err := os.CreateTemp(d.reg.devDir(), d.Def.Name+".gids.*")
+	// A temporary file of its own (rundir.WriteFile): Open and the netlink
+	// watch may publish at once, and a reader must only ever see a whole table.
+	rundir.WriteFile(filepath.Join(d.reg.devDir(), d.Def.Name+".gids"), b, 0o644)
+}
+
+// publishedOwner is OwnerOf for a user who may not open the owner's lock
+// file: the PID in the device's published GID table, if that process is
+// still alive (Close removes the table; a crashed owner's stays behind).
+func (r *Registry) publishedOwner(name string) (Owner, bool) {
+	b, err := rundir.ReadFile(filepath.Join(r.devDir(), name+".gids"))
 	if err != nil {
-		return
+		return Owner{}, false
 	}
-	_, werr := f.Write(b)
-	f.Chmod(0o644)
-	if cerr := f.Close(); werr == nil && cerr == nil {
-		os.Rename(f.Name(), p)
-	} else {
-		os.Remove(f.Name())
+	var pg publishedGIDs
+	if json.Unmarshal(b, &pg) != nil || pg.PID <= 0 {
+		return Owner{}, false
 	}
+	cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pg.PID))
+	if err != nil {
+		return Owner{}, false
+	}
+	return Owner{PID: pg.PID, Command: strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " "))}, true
 }
 
 // Close stops the device, closes its links and releases its lock.
@@ -412,7 +427,7 @@ func (r *Registry) GIDTableOf(def DeviceDef) ([]verbs.GIDEntry, Netdev, error) {
 		return nil, nd, err
 	}
 	if _, busy := r.OwnerOf(def.Name); busy {
-		if b, err := os.ReadFile(filepath.Join(r.devDir(), def.Name+".gids")); err == nil {
+		if b, err := rundir.ReadFile(filepath.Join(r.devDir(), def.Name+".gids")); err == nil {
 			var pg publishedGIDs
 			if json.Unmarshal(b, &pg) == nil {
 				var out []verbs.GIDEntry

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/internal/rundir"
 )
 
 // DefaultRunDir is where runtime state lives unless GOROCE_RUNDIR says otherwise.
@@ -95,10 +97,10 @@ func ValidName(name string) error {
 
 // lock takes the registry's lock for a change.
 func (r *Registry) lock() (func(), error) {
-	if err := os.MkdirAll(r.devDir(), 0o755); err != nil {
+	if err := rundir.MkdirAll(r.Dir, r.devDir()); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(filepath.Join(r.devDir(), ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	f, err := rundir.OpenLock(filepath.Join(r.devDir(), ".lock"))
 	if err != nil {
 		return nil, err
 	}
@@ -140,11 +142,7 @@ func (r *Registry) Add(d DeviceDef) error {
 	if err != nil {
 		return err
 	}
-	tmp := r.path(d.Name) + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, r.path(d.Name))
+	return rundir.WriteFile(r.path(d.Name), append(b, '\n'), 0o644)
 }
 
 // Delete removes a device definition; ENODEV when there is none, EBUSY
@@ -174,7 +172,7 @@ func (r *Registry) Delete(name string) error {
 // Get returns a device definition; ENODEV when there is none.
 func (r *Registry) Get(name string) (DeviceDef, error) {
 	var d DeviceDef
-	b, err := os.ReadFile(r.path(name))
+	b, err := rundir.ReadFile(r.path(name))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return d, fmt.Errorf("device %s is not in %s (roce link show lists the devices there): %w", name, r.Dir, syscall.ENODEV)
