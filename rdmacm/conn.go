@@ -1,9 +1,12 @@
 package rdmacm
 
 import (
+	"container/list"
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
+	"sync"
 	"syscall"
 	"time"
 
@@ -128,15 +131,43 @@ func (cm *CM) Dial(ctx context.Context, dst netip.AddrPort, ep Endpoint) (*Conn,
 
 // Listener accepts connections on one port of port space TCP.
 type Listener struct {
-	id *ID
-	ec *EventChannel
-	ep Endpoint
+	id     *ID
+	ec     *EventChannel
+	ep     Endpoint
+	wake   chan struct{} // a token when ec or a pending connection's channel has news
+	closed chan struct{} // closed by Close
+	once   sync.Once
+
+	mu      sync.Mutex                     // serializes Accept's work; held while calling into the CM
+	pending map[*EventChannel]*pendingConn // guarded by mu: accepted, awaiting the RTU
+	peak    int                            // guarded by mu: for shrunk
+	order   list.List                      // guarded by mu: the pending connections, oldest first
+
+	rmu   sync.Mutex                 // guards ready; taken with the CM's lock held
+	ready map[*EventChannel]struct{} // guarded by rmu: channels with news
+}
+
+// pendingConn is a connection Accept has accepted (REP sent) whose RTU
+// has not come yet.
+type pendingConn struct {
+	id   *ID
+	qp   *verbs.QP
+	ec   *EventChannel
+	pd   []byte // the REQ's private data
+	elem *list.Element
 }
 
 // Listen listens on addr (the unspecified address: every device) and makes
-// each accepted connection's QP as ep says.
+// each accepted connection's QP as ep says. Its backlog is
+// Options.MaxBacklog (ID.Listen's, 1024 by default).
+//
+// Errors: EADDRINUSE if the port has a listener; EADDRNOTAVAIL if no
+// device has addr; ESHUTDOWN after Close.
 func (cm *CM) Listen(addr netip.AddrPort, ep Endpoint) (*Listener, error) {
+	l := &Listener{ep: ep, wake: make(chan struct{}, 1), closed: make(chan struct{}),
+		pending: map[*EventChannel]*pendingConn{}, ready: map[*EventChannel]struct{}{}}
 	ec := cm.CreateEventChannel()
+	ec.notify = l.notify
 	id, err := cm.CreateID(ec, PSTCP)
 	if err == nil {
 		if err = id.BindAddr(addr); err == nil {
@@ -150,63 +181,210 @@ func (cm *CM) Listen(addr netip.AddrPort, ep Endpoint) (*Listener, error) {
 		ec.Close()
 		return nil, err
 	}
-	return &Listener{id: id, ec: ec, ep: ep}, nil
+	l.id, l.ec = id, ec
+	return l, nil
+}
+
+// notify records that ec has news and wakes an Accept. Called with the
+// CM's lock held.
+func (l *Listener) notify(ec *EventChannel) {
+	l.rmu.Lock()
+	l.ready[ec] = struct{}{}
+	l.rmu.Unlock()
+	l.poke()
+}
+
+func (l *Listener) poke() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
 }
 
 // Addr returns the address the listener is bound to.
 func (l *Listener) Addr() netip.AddrPort { return l.id.LocalAddr() }
 
-// Accept waits for a connection request, creates its QP on the listener's
-// PD, calls the Endpoint's Prepare and accepts it, returning once the RTU
-// arrives. A request that cannot be served is rejected and Accept waits
-// for the next.
+// Accept returns the next connection to complete. For each connection
+// request it creates the QP on the listener's PD, calls the Endpoint's
+// Prepare and accepts (sends the REP) without waiting: the connections
+// whose RTU has not come yet wait together, and Accept returns whichever
+// is established first, so a peer that never sends its RTU delays no
+// one. Such a connection is destroyed when its REP has been sent
+// Options.MaxRetries+1 times (cm_rtu_timeouts in CM.Counters), or sooner
+// when more than the listener's backlog (Options.MaxBacklog, default 1024)
+// wait at once: the oldest is given up for the newest (counted as
+// cm_listener_evictions), as FreeBSD's SYN cache drops its oldest entry
+// (syncache_insert) rather than every new SYN, so that a flood of requests
+// that never complete cannot keep out a peer that does. A request that
+// cannot be served (its QP or REP fails, the peer rejects or disconnects
+// it) is rejected or destroyed, and Accept goes on.
+//
+// Requests and pending connections advance only while some goroutine is
+// in Accept; until then at most the backlog of requests wait, and more
+// are dropped for their senders to retry (ID.Listen).
+//
+// Errors: ctx.Err() when ctx ends (pending connections stay for the next
+// Accept); net.ErrClosed after Close; the error of Endpoint.Prepare, after
+// rejecting that request.
 func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 	for {
-		e, err := l.ec.Get(ctx)
-		if err != nil {
-			return nil, err
+		c, err := l.step()
+		if c != nil || err != nil {
+			return c, err
 		}
-		if e.Type != EventConnectRequest {
-			continue
+		select {
+		case <-l.wake:
+		case <-l.closed:
+			return nil, net.ErrClosed
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		}
-		c := e.ID
-		ec := l.id.cm.CreateEventChannel()
-		c.Migrate(ec)
-		init := l.ep.QP
-		if init.Type == 0 {
-			init.Type = verbs.RC
-		}
-		qp, err := c.CreateQP(l.ep.PD, init)
-		if err == nil && l.ep.Prepare != nil {
-			if err := l.ep.Prepare(qp); err != nil {
-				c.Reject(nil)
-				c.Destroy()
-				ec.Close()
-				return nil, err
-			}
-		}
-		if err == nil {
-			err = c.Accept(l.ep.Param)
-		}
-		if err == nil {
-			_, err = next(ctx, ec, EventEstablished)
-		}
-		if err != nil {
-			c.Reject(nil)
-			c.Destroy()
-			ec.Close()
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			continue
-		}
-		return &Conn{ID: c, QP: qp, PrivateData: e.PrivateData, Events: ec}, nil
 	}
 }
 
-// Close stops listening.
+// step does what is ready: it hands out a connection whose ESTABLISHED has
+// come, drops those that failed, and starts accepting each new request.
+func (l *Listener) step() (*Conn, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	select {
+	case <-l.closed:
+		return nil, net.ErrClosed
+	default:
+	}
+	l.rmu.Lock()
+	ready := make([]*EventChannel, 0, len(l.ready))
+	for ec := range l.ready {
+		ready = append(ready, ec)
+	}
+	if len(l.ready) < minShrink {
+		clear(l.ready)
+	} else {
+		l.ready = map[*EventChannel]struct{}{} // let a burst's buckets go
+	}
+	l.rmu.Unlock()
+	for i, ec := range ready {
+		p := l.pending[ec]
+		if p == nil {
+			continue // the listener's own, or handed out or dropped already
+		}
+		if c := l.advance(p); c != nil {
+			// Keep what is left for the next Accept.
+			l.rmu.Lock()
+			for _, r := range ready[i+1:] {
+				l.ready[r] = struct{}{}
+			}
+			l.rmu.Unlock()
+			l.poke()
+			return c, nil
+		}
+	}
+	for {
+		e, ok, err := l.ec.tryGet()
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, nil
+		}
+		if e.Type != EventConnectRequest || e.ID == l.id {
+			continue
+		}
+		if err := l.start(e); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// advance reads a pending connection's events: ESTABLISHED hands it out,
+// an end (UNREACHABLE for want of an RTU, REJECTED, DISCONNECTED, device
+// removal) destroys it. Called with l.mu held.
+func (l *Listener) advance(p *pendingConn) *Conn {
+	for {
+		e, ok, _ := p.ec.tryGet()
+		if !ok {
+			return nil
+		}
+		switch e.Type {
+		case EventEstablished:
+			l.forget(p)
+			p.ec.setNotify(nil) // its later events are the Conn's
+			return &Conn{ID: p.id, QP: p.qp, PrivateData: p.pd, Events: p.ec}
+		case EventUnreachable, EventRejected, EventDisconnected, EventConnectError, EventDeviceRemoval:
+			l.drop(p)
+			return nil
+		}
+	}
+}
+
+// start accepts request e: a QP, Prepare, the REP. Only Prepare's error
+// ends Accept; any other failure rejects the request. Called with l.mu
+// held.
+func (l *Listener) start(e Event) error {
+	c := e.ID
+	ec := l.id.cm.CreateEventChannel()
+	ec.notify = l.notify
+	c.Migrate(ec)
+	init := l.ep.QP
+	if init.Type == 0 {
+		init.Type = verbs.RC
+	}
+	qp, err := c.CreateQP(l.ep.PD, init)
+	if err == nil && l.ep.Prepare != nil {
+		if err := l.ep.Prepare(qp); err != nil {
+			c.Reject(nil)
+			c.Destroy()
+			ec.Close()
+			return err
+		}
+	}
+	if err != nil {
+		c.Reject(nil)
+		c.Destroy()
+		ec.Close()
+		return nil
+	}
+	if l.order.Len() >= l.id.backlogOf() {
+		oldest := l.order.Front().Value.(*pendingConn)
+		oldest.id.countEviction()
+		l.drop(oldest)
+	}
+	p := &pendingConn{id: c, qp: qp, ec: ec, pd: e.PrivateData}
+	p.elem = l.order.PushBack(p)
+	l.pending[ec] = p // before the REP: its RTU may come at once
+	if err := c.Accept(l.ep.Param); err != nil {
+		c.Reject(nil)
+		l.drop(p)
+	}
+	return nil
+}
+
+// forget removes p from the pending connections. Called with l.mu held.
+func (l *Listener) forget(p *pendingConn) {
+	delete(l.pending, p.ec)
+	l.pending = shrunk(l.pending, &l.peak)
+	l.order.Remove(p.elem)
+}
+
+// drop gives up pending connection p. Called with l.mu held.
+func (l *Listener) drop(p *pendingConn) {
+	l.forget(p)
+	p.id.Destroy()
+	p.ec.Close()
+}
+
+// Close stops listening: the listening ID, the requests not yet accepted
+// (rejected) and the connections still waiting for their RTU are
+// destroyed, and any Accept returns net.ErrClosed. Connections Accept has
+// returned are the caller's.
 func (l *Listener) Close() error {
+	l.once.Do(func() { close(l.closed) })
 	err := l.id.Destroy()
 	l.ec.Close()
+	l.mu.Lock()
+	for l.order.Len() > 0 {
+		l.drop(l.order.Front().Value.(*pendingConn))
+	}
+	l.mu.Unlock()
 	return err
 }

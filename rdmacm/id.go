@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -82,6 +83,12 @@ type ID struct {
 	lastDREP  []byte    // DREP sent, resent on a duplicate DREQ
 	sidr      sidrKey   // passive SIDR: key in cm.sidrs while the request is pending
 	addrGone  bool      // ADDR_CHANGE delivered: the source address left the device
+	backlog   int       // listener: CONNECT_REQUESTs it may have unread (rdma_listen's backlog)
+
+	// queued is how many of a listener's CONNECT_REQUESTs are queued and
+	// not yet read: taken under cm.mu (admit), given back by the event
+	// channel when one is read or discarded.
+	queued atomic.Int32
 
 	// retransmission, guarded by cm.mu
 	msg     []byte // MAD waiting for an answer
@@ -89,9 +96,8 @@ type ID struct {
 	retries int
 	rto     time.Duration // how long msg waits for its answer; an MRA lengthens it
 	mraRcvd bool          // the peer sent an MRA for msg (cm.c's MRA_REQ_RCVD/MRA_REP_RCVD)
-	timer   *time.Timer
-	gen     uint64
-	twTimer *time.Timer
+	timer   *cmTimer      // the response timer (CM.after)
+	twTimer *cmTimer      // timewait's
 }
 
 // rdParams are what the connection's QP needs beyond the path, as cm.c
@@ -529,6 +535,17 @@ func (id *ID) RemoteAddr() netip.AddrPort {
 
 // Listen is rdma_listen: CONNECT_REQUEST events for the bound port follow.
 // An unbound ID is bound to the unspecified address and a free port.
+//
+// backlog is how many CONNECT_REQUESTs may wait unread on the event
+// channel, as Linux's ucma counts them (ucma_listen): 1 to
+// Options.MaxBacklog (default 1024, net.rdma_ucm.max_backlog) as given,
+// that maximum for 0, a negative value or more. A REQ beyond it is dropped
+// without a REJ, so the requester's retry may find room once the consumer
+// has read its events; a SIDR_REQ beyond it is answered with SIDR_REP
+// status Reject. Each counts as cm_listen_drops (CM.Counters).
+//
+// Errors: EINVAL if the ID is connecting or connected; EADDRINUSE if the
+// port has a listener; BindAddr's for an unbound ID.
 func (id *ID) Listen(backlog int) error {
 	cm := id.cm
 	cm.mu.Lock()
@@ -545,7 +562,11 @@ func (id *ID) Listen(backlog int) error {
 	if o := cm.listeners[k]; o != nil {
 		return id.errorf("listen", syscall.EADDRINUSE, "%v port %d has a listener", id.ps, k.port)
 	}
+	if backlog <= 0 || backlog > cm.opts.MaxBacklog {
+		backlog = cm.opts.MaxBacklog
+	}
 	cm.listeners[k] = id
+	id.backlog = backlog
 	id.state = stListen
 	return nil
 }
@@ -730,39 +751,24 @@ func (id *ID) sendArm() {
 	id.arm(id.rto)
 }
 
+// arm (re)starts the response timer: timeout runs after d. Called with
+// cm.mu held.
 func (id *ID) arm(d time.Duration) {
-	if id.timer != nil {
-		id.timer.Stop()
-	}
-	id.gen++
-	g := id.gen
-	id.timer = time.AfterFunc(d, func() {
-		cm := id.cm
-		cm.mu.Lock()
-		defer cm.mu.Unlock()
-		if id.gen != g || cm.closed {
-			return
-		}
-		id.timeout()
-	})
+	id.cm.stopTimer(id.timer)
+	id.timer = id.cm.after(d, id.timeout)
 }
 
 // disarm stops the response timer; the MAD waiting for an answer is
 // forgotten.
 func (id *ID) disarm() {
-	id.gen++
-	if id.timer != nil {
-		id.timer.Stop()
-		id.timer = nil
-	}
+	id.cm.stopTimer(id.timer)
+	id.timer = nil
 	id.msg = nil
 }
 
 func (id *ID) stopTimewait() {
-	if id.twTimer != nil {
-		id.twTimer.Stop()
-		id.twTimer = nil
-	}
+	id.cm.stopTimer(id.twTimer)
+	id.twTimer = nil
 }
 
 // timeout resends the waiting MAD or, after the last retry, gives up as
@@ -800,7 +806,10 @@ func (id *ID) timeout() {
 		switch {
 		case repSent:
 			// The peer's CM did answer (with its REQ); what never came is
-			// the RTU for our REP.
+			// the RTU for our REP. The half-open connection is given up
+			// (cm.c's REP_ERROR): counted, as a peer that sends REQs and
+			// never an RTU is how a listener is flooded.
+			id.ag.count(ctrRTUTimeouts)
 			err = fmt.Errorf("rdmacm: %v sent no RTU for our REP: %w after %d tries", id.dst, syscall.ETIMEDOUT, id.cm.opts.MaxRetries+1)
 			if id.mraRcvd {
 				err = fmt.Errorf("%w; the peer's CM acknowledged the REP (MRA) but its consumer did not call rdma_establish in time", err)
@@ -829,23 +838,24 @@ func (id *ID) forget() {
 	}
 	if id.lcid != 0 && cm.byLocal[id.lcid] == id {
 		delete(cm.byLocal, id.lcid)
+		cm.byLocal = shrunk(cm.byLocal, &cm.peaks.byLocal)
 	}
 	if id.remoteKey != (remoteKey{}) && cm.byRemote[id.remoteKey] == id {
 		delete(cm.byRemote, id.remoteKey)
+		cm.byRemote = shrunk(cm.byRemote, &cm.peaks.byRemote)
 	}
 	if id.sidr != (sidrKey{}) && cm.sidrs[id.sidr] == id {
 		delete(cm.sidrs, id.sidr)
+		cm.sidrs = shrunk(cm.sidrs, &cm.peaks.sidrs)
 	}
 }
 
 func (id *ID) enterTimewait() {
 	id.state = stTimewait
 	id.stopTimewait()
-	id.twTimer = time.AfterFunc(id.cm.opts.Timewait, func() {
-		cm := id.cm
-		cm.mu.Lock()
-		defer cm.mu.Unlock()
-		if cm.closed || id.state != stTimewait {
+	id.twTimer = id.cm.after(id.cm.opts.Timewait, func() {
+		id.twTimer = nil
+		if id.state != stTimewait {
 			return
 		}
 		id.forget()
@@ -1009,9 +1019,14 @@ func (id *ID) drep(tid uint64, privateData []byte) []byte {
 // an unanswered SIDR request, DREQ for a connection, DREP for a DREQ), and
 // its timers stop. The QP, if any, is destroyed.
 func (id *ID) Destroy() error {
+	id.cm.mu.Lock()
+	defer id.cm.mu.Unlock()
+	return id.destroy()
+}
+
+// destroy is Destroy. Called with cm.mu held.
+func (id *ID) destroy() error {
 	cm := id.cm
-	cm.mu.Lock()
-	defer cm.mu.Unlock()
 	if id.state == stDestroyed {
 		return nil
 	}
@@ -1045,6 +1060,7 @@ func (id *ID) Destroy() error {
 		delete(cm.listeners, portKey{id.ps, id.src.Port()})
 	}
 	delete(cm.ids, id)
+	cm.ids = shrunk(cm.ids, &cm.peaks.ids)
 	id.state = stDestroyed
 	var err error
 	if id.qp != nil {
