@@ -142,6 +142,7 @@ type Listener struct {
 	pending map[*EventChannel]*pendingConn // guarded by mu: accepted, awaiting the RTU
 	peak    int                            // guarded by mu: for shrunk
 	order   list.List                      // guarded by mu: the pending connections, oldest first
+	done    []*Conn                        // guarded by mu: established, found while making room; returned first
 
 	rmu   sync.Mutex                 // guards ready; taken with the CM's lock held
 	ready map[*EventChannel]struct{} // guarded by rmu: channels with news
@@ -252,6 +253,15 @@ func (l *Listener) step() (*Conn, error) {
 		return nil, net.ErrClosed
 	default:
 	}
+	if len(l.done) > 0 {
+		c := l.done[0]
+		l.done[0] = nil
+		if l.done = l.done[1:]; len(l.done) == 0 {
+			l.done = nil
+		}
+		l.poke()
+		return c, nil
+	}
 	l.rmu.Lock()
 	ready := make([]*EventChannel, 0, len(l.ready))
 	for ec := range l.ready {
@@ -268,7 +278,7 @@ func (l *Listener) step() (*Conn, error) {
 		if p == nil {
 			continue // the listener's own, or handed out or dropped already
 		}
-		if c := l.advance(p); c != nil {
+		if c, _ := l.advance(p); c != nil {
 			// Keep what is left for the next Accept.
 			l.rmu.Lock()
 			for _, r := range ready[i+1:] {
@@ -296,23 +306,24 @@ func (l *Listener) step() (*Conn, error) {
 	}
 }
 
-// advance reads a pending connection's events: ESTABLISHED hands it out,
-// an end (UNREACHABLE for want of an RTU, REJECTED, DISCONNECTED, device
-// removal) destroys it. Called with l.mu held.
-func (l *Listener) advance(p *pendingConn) *Conn {
+// advance reads a pending connection's events: ESTABLISHED hands it out
+// (c), an end (UNREACHABLE for want of an RTU, REJECTED, DISCONNECTED,
+// device removal) destroys it; either way it is no longer pending (gone).
+// Called with l.mu held.
+func (l *Listener) advance(p *pendingConn) (c *Conn, gone bool) {
 	for {
 		e, ok, _ := p.ec.tryGet()
 		if !ok {
-			return nil
+			return nil, false
 		}
 		switch e.Type {
 		case EventEstablished:
 			l.forget(p)
 			p.ec.setNotify(nil) // its later events are the Conn's
-			return &Conn{ID: p.id, QP: p.qp, PrivateData: p.pd, Events: p.ec}
+			return &Conn{ID: p.id, QP: p.qp, PrivateData: p.pd, Events: p.ec}, true
 		case EventUnreachable, EventRejected, EventDisconnected, EventConnectError, EventDeviceRemoval:
 			l.drop(p)
-			return nil
+			return nil, true
 		}
 	}
 }
@@ -344,8 +355,17 @@ func (l *Listener) start(e Event) error {
 		ec.Close()
 		return nil
 	}
-	if l.order.Len() >= l.id.backlogOf() {
+	for max := l.id.backlogOf(); l.order.Len() >= max; {
 		oldest := l.order.Front().Value.(*pendingConn)
+		// Its RTU may have come since the last look: then it is the
+		// next connection to hand out, not one to give up.
+		c, gone := l.advance(oldest)
+		if c != nil {
+			l.done = append(l.done, c)
+		}
+		if gone {
+			continue
+		}
 		oldest.id.countEviction()
 		l.drop(oldest)
 	}
@@ -385,6 +405,10 @@ func (l *Listener) Close() error {
 	for l.order.Len() > 0 {
 		l.drop(l.order.Front().Value.(*pendingConn))
 	}
+	for _, c := range l.done { // established, but never returned
+		c.Close()
+	}
+	l.done = nil
 	l.mu.Unlock()
 	return err
 }
