@@ -76,6 +76,36 @@
 // timeout, as cm.c gives it up; QP1's cached address handles; its send
 // backlog. Listener.Accept returns whichever connection completes first.
 //
+// # Errors
+//
+// Every error a function of this package returns wraps a syscall.Errno,
+// so errors.Is(err, syscall.EINVAL) and the like tell the cause, as the
+// kernel's rdma_cm and librdmacm report it; the text says what was wrong
+// and, where there is one, what to do. Each function's doc lists its own.
+// The exceptions are waits: EventChannel.Get and Listener.Accept return
+// net.ErrClosed after Close and ctx.Err() when ctx ends; Dial returns
+// ctx.Err() wrapped with the peer and how far it got.
+//
+//	EINVAL        a bad argument (the valid values named), or a call the
+//	              ID's state does not allow (the state named)
+//	EADDRINUSE    BindAddr, Listen: the port is taken, or has a listener
+//	EADDRNOTAVAIL BindAddr: no device has the address; Dial: the PD's
+//	              device has no address to connect from
+//	EEXIST        AddDevice: added already, or QP1 taken; CreateQP: the
+//	              ID has a QP
+//	ENODEV        RemoveDevice: not added
+//	ESHUTDOWN     AddDevice, CreateID: the CM is closed
+//	ECONNREFUSED  Dial: REJECTED, or another event than ESTABLISHED
+//	ETIMEDOUT     Dial: UNREACHABLE (no answer after every retry)
+//	other         Dial: ADDR_ERROR's (EHOSTUNREACH, the route's ENETUNREACH,
+//	              ...) or ROUTE_ERROR's status; CreateQP, Accept, Destroy:
+//	              the verbs error of the QP (it wraps an errno too)
+//
+// Events carry their cause the same way: Event.Status is librdmacm's
+// (a negative errno, or the REJ reason for REJECTED), and Event.Err,
+// when set, wraps the errno (UNREACHABLE: ETIMEDOUT; REJECTED:
+// ECONNREFUSED; ADDR_ERROR: EHOSTUNREACH or the route's).
+//
 // Where goroce differs from Linux:
 //   - ResolveAddr follows the host's routes only for devices added with
 //     AddRoutedDevice; for the others it picks by address family (see its
@@ -302,6 +332,8 @@ type GIDWatcher interface {
 // ResolveAddr then chooses it, and the source address, by the route. If r
 // is also a GIDWatcher (host.Device is), the CM follows the device's GID
 // table through it and delivers ADDR_CHANGE (see GIDTableChanged).
+//
+// Errors: AddDevice's.
 func (cm *CM) AddRoutedDevice(dev *verbs.Device, r Router) error {
 	if err := cm.AddDevice(dev); err != nil {
 		return err
@@ -377,6 +409,10 @@ func (cm *CM) GIDTableChanged(dev *verbs.Device) {
 // AddDevice makes the CM serve dev: it creates dev's QP1 (EEXIST if
 // something else owns it) and starts receiving CM MADs on it. The CM owns
 // QP1 until Close; dev must outlive the CM.
+//
+// Errors: ESHUTDOWN after Close; EEXIST if dev is added already, or its
+// QP1 exists (another CM serves it); else the verbs error that failed
+// QP1's setup, which wraps an errno too (ENOMEM, ...).
 func (cm *CM) AddDevice(dev *verbs.Device) error {
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
@@ -624,6 +660,8 @@ func (a *agent) tid(commID uint32) uint64 {
 // RemoveDevice stops serving dev: its QP1 is destroyed, and every ID on
 // it stops its timers and gets DEVICE_REMOVAL (it should then be destroyed,
 // as with librdmacm).
+//
+// Errors: ENODEV if dev is not added, or the CM is closed.
 func (cm *CM) RemoveDevice(dev *verbs.Device) error {
 	cm.mu.Lock()
 	var a *agent
@@ -664,7 +702,7 @@ func (cm *CM) RemoveDevice(dev *verbs.Device) error {
 }
 
 // Close stops every agent, destroys the QP1s it created and fails every ID's
-// pending operation silently. Event channels stay open.
+// pending operation silently. Event channels stay open. It returns nil.
 func (cm *CM) Close() error {
 	cm.mu.Lock()
 	if cm.closed {

@@ -3,6 +3,7 @@ package rdmacm
 import (
 	"container/list"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -52,6 +53,8 @@ type Conn struct {
 
 // Close disconnects (sending the DREQ, or the DREP if the peer disconnected
 // first) and destroys the ID and its QP without waiting for the peer.
+//
+// Errors: ID.Destroy's (destroying the QP).
 func (c *Conn) Close() error {
 	c.ID.Disconnect()
 	err := c.ID.Destroy()
@@ -59,46 +62,90 @@ func (c *Conn) Close() error {
 	return err
 }
 
-// next waits for the next event on ec and checks it is want.
+// next waits for the next event on ec and checks it is want. Another
+// event is an error that wraps an errno as librdmacm's synchronous calls
+// return one (ucma_complete): ECONNREFUSED for REJECTED, else the
+// negative status's errno (UNREACHABLE: ETIMEDOUT), else ECONNREFUSED.
 func next(ctx context.Context, ec *EventChannel, want EventType) (Event, error) {
 	e, err := ec.Get(ctx)
 	if err != nil {
 		return e, err
 	}
 	if e.Type != want {
-		if e.Err != nil {
+		errno := syscall.ECONNREFUSED
+		if e.Type != EventRejected && e.Status < 0 {
+			errno = syscall.Errno(-e.Status)
+		}
+		switch {
+		case e.Err == nil:
+			return e, fmt.Errorf("rdmacm: %v (status %d) instead of %v: %w", e.Type, e.Status, want, errno)
+		case errors.As(e.Err, new(syscall.Errno)):
 			return e, fmt.Errorf("rdmacm: %v instead of %v: %w", e.Type, want, e.Err)
 		}
-		return e, fmt.Errorf("rdmacm: %v (status %d) instead of %v: %w", e.Type, e.Status, want, syscall.ECONNREFUSED)
+		return e, fmt.Errorf("rdmacm: %v instead of %v: %w: %w", e.Type, want, e.Err, errno)
 	}
 	return e, nil
 }
 
 // Dial connects an RC QP to dst in port space TCP: address and route
 // resolution, QP creation, REQ/REP/RTU. On error nothing is left behind.
+//
+// The connection leaves from Endpoint.Src if set, else from the device of
+// Endpoint.PD, where its QP must be: from the source address that
+// device's routes give for dst (a device added with AddRoutedDevice,
+// whose Router answers as rdma_resolve_addr asks the kernel), or its
+// address of dst's family, or dst itself when the device holds it. So a
+// CM that serves both ends of a connection dials from the PD's device,
+// not from the one that holds dst.
+//
+// Errors: EINVAL for a nil Endpoint.PD, or one on a device the CM does
+// not serve; the PD's device's route error (ENETUNREACH, ...) or
+// EADDRNOTAVAIL when it has no address to reach dst from; ResolveAddr's,
+// ResolveRoute's, CreateQP's and Connect's; for an ADDR_ERROR,
+// ROUTE_ERROR, UNREACHABLE or CONNECT_ERROR event the errno of its status
+// (UNREACHABLE: ETIMEDOUT), for REJECTED ECONNREFUSED, as librdmacm's
+// synchronous rdma_connect returns them (ucma_complete); Prepare's error.
+// When ctx ends first, ctx.Err() wrapped with the peer and how far the
+// connection got (resolving the address or the route, REQ sent n times
+// with no REP, REQ acknowledged by an MRA but not accepted): errors.Is
+// still matches context.DeadlineExceeded or context.Canceled.
 func (cm *CM) Dial(ctx context.Context, dst netip.AddrPort, ep Endpoint) (*Conn, error) {
+	if ep.PD == nil {
+		return nil, fmt.Errorf("rdmacm: dial %v: Endpoint.PD is nil: the connection's QP is made on it: %w", dst, syscall.EINVAL)
+	}
 	ec := cm.CreateEventChannel()
 	id, err := cm.CreateID(ec, PSTCP)
 	if err != nil {
 		return nil, err
 	}
+	stage := "choosing the source address"
 	c, err := func() (*Conn, error) {
 		timeout := time.Duration(0)
 		if d, ok := ctx.Deadline(); ok {
 			timeout = time.Until(d)
 		}
-		if err := id.ResolveAddr(ep.Src, dst, timeout); err != nil {
+		src := ep.Src
+		if !src.IsValid() {
+			var err error
+			if src, err = cm.dialSource(ep.PD, dst); err != nil {
+				return nil, err
+			}
+		}
+		stage = "resolving the address"
+		if err := id.ResolveAddr(src, dst, timeout); err != nil {
 			return nil, err
 		}
 		if _, err := next(ctx, ec, EventAddrResolved); err != nil {
 			return nil, err
 		}
+		stage = "resolving the route"
 		if err := id.ResolveRoute(timeout); err != nil {
 			return nil, err
 		}
 		if _, err := next(ctx, ec, EventRouteResolved); err != nil {
 			return nil, err
 		}
+		stage = "creating the QP"
 		init := ep.QP
 		if init.Type == 0 {
 			init.Type = verbs.RC
@@ -115,6 +162,7 @@ func (cm *CM) Dial(ctx context.Context, dst netip.AddrPort, ep Endpoint) (*Conn,
 		if err := id.Connect(ep.Param); err != nil {
 			return nil, err
 		}
+		stage = "" // id.dialStage says
 		e, err := next(ctx, ec, EventEstablished)
 		if err != nil {
 			return nil, err
@@ -122,11 +170,89 @@ func (cm *CM) Dial(ctx context.Context, dst netip.AddrPort, ep Endpoint) (*Conn,
 		return &Conn{ID: id, QP: qp, PrivateData: e.PrivateData, Events: ec}, nil
 	}()
 	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			// Say whom and what the caller gave up waiting for: a bare
+			// "context deadline exceeded" names neither.
+			err = fmt.Errorf("rdmacm: dial %v%s: %s: %w", dst, id.dialFrom(), id.dialStage(stage), err)
+		}
 		id.Destroy()
 		ec.Close()
 		return nil, err
 	}
 	return c, nil
+}
+
+// dialFrom says where a Dial's ID leaves from, " from ADDR (DEV)", once
+// it knows.
+func (id *ID) dialFrom() string {
+	id.cm.mu.Lock()
+	defer id.cm.mu.Unlock()
+	if id.ag == nil || !id.src.Addr().IsValid() || id.src.Addr().IsUnspecified() {
+		return ""
+	}
+	return fmt.Sprintf(" from %v (%s)", id.src.Addr(), id.ag.dev.Name())
+}
+
+// dialStage says how far a Dial got: stage, or once the REQ is sent, what
+// came of it.
+func (id *ID) dialStage(stage string) string {
+	id.cm.mu.Lock()
+	defer id.cm.mu.Unlock()
+	switch id.state {
+	case stReqSent:
+		sent := "once"
+		if id.retries > 0 {
+			sent = fmt.Sprintf("%d times", id.retries+1)
+		}
+		if id.mraRcvd {
+			return "REQ sent " + sent + "; the peer's CM acknowledged it (MRA) but its consumer has not accepted it yet"
+		}
+		return fmt.Sprintf("REQ sent %s, no REP yet (is a server listening at %v?)", sent, id.dst)
+	case stRepRcvd, stEstablished:
+		return "REP received, completing the connection"
+	}
+	if stage == "" {
+		return fmt.Sprintf("connection ended (state %v)", id.state)
+	}
+	return stage
+}
+
+// dialSource chooses the source address of a Dial without
+// Endpoint.Src: one of the PD's device, since the QP is made there.
+func (cm *CM) dialSource(pd *verbs.PD, dst netip.AddrPort) (netip.Addr, error) {
+	dev := pd.Device()
+	d := dst.Addr().Unmap()
+	cm.mu.Lock()
+	var a *agent
+	for _, x := range cm.agents {
+		if x.dev == dev {
+			a = x
+		}
+	}
+	if a == nil {
+		cm.mu.Unlock()
+		return netip.Addr{}, fmt.Errorf("rdmacm: dial %v: Endpoint.PD is on device %s, which this CM does not serve (AddDevice or AddRoutedDevice it): %w",
+			dst, dev.Name(), syscall.EINVAL)
+	}
+	if cm.agentFor(d) == a { // a loopback connection, as ResolveAddr makes it
+		cm.mu.Unlock()
+		return d, nil
+	}
+	r, src := a.router, srcOf(a, d)
+	cm.mu.Unlock()
+	if r != nil { // as rdma_resolve_addr asks the routing table (outside mu: it may ask the kernel)
+		s, err := r.RouteTo(d)
+		if err != nil {
+			return netip.Addr{}, fmt.Errorf("rdmacm: dial %v: Endpoint.PD's device %s does not reach it: %w "+
+				"(make the PD on the device that does, or set Endpoint.Src)", dst, dev.Name(), err)
+		}
+		return s.Unmap(), nil
+	}
+	if !src.IsValid() {
+		return netip.Addr{}, fmt.Errorf("rdmacm: dial %v: Endpoint.PD's device %s has no address of that family to connect from "+
+			"(roce gids lists them): %w", dst, dev.Name(), syscall.EADDRNOTAVAIL)
+	}
+	return src, nil
 }
 
 // Listener accepts connections on one port of port space TCP.
@@ -397,6 +523,8 @@ func (l *Listener) drop(p *pendingConn) {
 // (rejected) and the connections still waiting for their RTU are
 // destroyed, and any Accept returns net.ErrClosed. Connections Accept has
 // returned are the caller's.
+//
+// Errors: ID.Destroy's, of the listening ID (nil: it has no QP).
 func (l *Listener) Close() error {
 	l.once.Do(func() { close(l.closed) })
 	err := l.id.Destroy()

@@ -202,7 +202,7 @@ func (cm *CM) handleREJ(rej mad.REJ) {
 	id.state = stDone
 	r := rej.Reason()
 	id.emit(Event{Type: EventRejected, ID: id, Status: int(r),
-		Err:         fmt.Errorf("rdmacm: %v rejected the connection: reason %d (%v)", id.dst, uint16(r), r),
+		Err:         fmt.Errorf("rdmacm: %v rejected the connection: reason %d (%v): %w", id.dst, uint16(r), r, syscall.ECONNREFUSED),
 		PrivateData: append([]byte(nil), rej.PrivateData()...)})
 }
 

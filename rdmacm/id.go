@@ -110,6 +110,9 @@ type rdParams struct {
 
 // CreateID is rdma_create_id: a new CM ID in port space ps whose events
 // go to ec.
+//
+// Errors: EINVAL for a port space other than TCP, UDP and IB; ESHUTDOWN
+// after Close.
 func (cm *CM) CreateID(ec *EventChannel, ps PortSpace) (*ID, error) {
 	switch ps {
 	case PSTCP, PSUDP, PSIB:
@@ -163,6 +166,10 @@ func (cm *CM) agentFor(addr netip.Addr) *agent {
 
 // BindAddr is rdma_bind_addr: it binds the ID to a local address (the
 // unspecified address binds to no device) and port (0 picks one).
+//
+// Errors: EINVAL if the ID is bound already; EADDRNOTAVAIL if no device
+// has the address; EADDRINUSE if an ID is bound to the port on the same
+// address, or either of them on the unspecified address.
 func (id *ID) BindAddr(addr netip.AddrPort) error {
 	cm := id.cm
 	cm.mu.Lock()
@@ -237,6 +244,10 @@ func (id *ID) unbind() {
 // address becomes the source. ADDR_RESOLVED or ADDR_ERROR follows (the
 // routes' error, such as ENETUNREACH, when no device reaches dst);
 // timeout is unused, as the lookup needs no network.
+//
+// Errors: EINVAL for an unspecified destination, or an ID past
+// ADDR_BOUND; BindAddr's for an unbound ID. That no device reaches dst
+// is no error: ADDR_ERROR says it.
 func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Duration) error {
 	cm := id.cm
 	routes := cm.routesTo(id, src, dst.Addr()) // before cm.mu: a lookup asks the kernel
@@ -416,6 +427,10 @@ func (id *ID) SetTOS(tos uint8) error {
 // traffic class = the ID's TOS (SetTOS) or else default_roce_tos, GID type
 // = default_roce_mode (the source GID index is that of the source address
 // with that type). ROUTE_RESOLVED or ROUTE_ERROR follows.
+//
+// Errors: EINVAL before ADDR_RESOLVED. A port without a GID of
+// default_roce_mode for the source address is ROUTE_ERROR (status
+// -EINVAL), not an error.
 func (id *ID) ResolveRoute(timeout time.Duration) error {
 	cm := id.cm
 	cm.mu.Lock()
@@ -453,6 +468,12 @@ func (id *ID) ResolveRoute(timeout time.Duration) error {
 // CreateQP is rdma_create_qp: a QP on the ID's device, moved to INIT as
 // rdma_cm does (RC: remote write, plus read and atomic; UD: Q_Key
 // 0x01234567, RDMA_UDP_QKEY).
+//
+// Errors: EINVAL before the ID has a device, or for a PD on another
+// device than the ID's (the error says which device ResolveAddr chose,
+// why, and what source address to give instead); EEXIST if the ID has a
+// QP; the verbs error of creating the QP or moving it to INIT (an errno
+// too: EINVAL, ENOMEM).
 func (id *ID) CreateQP(pd *verbs.PD, init verbs.QPInitAttr) (*verbs.QP, error) {
 	cm := id.cm
 	cm.mu.Lock()
@@ -461,7 +482,8 @@ func (id *ID) CreateQP(pd *verbs.PD, init verbs.QPInitAttr) (*verbs.QP, error) {
 		return nil, id.errorf("create_qp", syscall.EINVAL, "ID has no device yet")
 	}
 	if pd.Device() != id.ag.dev {
-		return nil, id.errorf("create_qp", syscall.EINVAL, "PD is on device %s, the ID on %s", pd.Device().Name(), id.ag.dev.Name())
+		return nil, id.errorf("create_qp", syscall.EINVAL, "PD is on device %s, the ID on %s%s",
+			pd.Device().Name(), id.ag.dev.Name(), id.wrongDeviceHint(pd.Device()))
 	}
 	if id.qp != nil {
 		return nil, id.errorf("create_qp", syscall.EEXIST, "ID has QP %d", id.qp.Num())
@@ -487,6 +509,28 @@ func (id *ID) CreateQP(pd *verbs.PD, init verbs.QPInitAttr) (*verbs.QP, error) {
 	}
 	id.qp = qp
 	return qp, nil
+}
+
+// wrongDeviceHint says, for a PD on dev that is not the ID's device, why
+// the ID is where it is and what to set to connect from dev instead.
+// Called with cm.mu held.
+func (id *ID) wrongDeviceHint(dev *verbs.Device) string {
+	s := fmt.Sprintf(" (ResolveAddr chose %s for source address %v", id.ag.dev.Name(), id.src.Addr())
+	if id.dst.Addr().IsValid() && id.cm.agentFor(id.dst.Addr()) == id.ag {
+		s += fmt.Sprintf(", which holds the destination %v", id.dst.Addr())
+	}
+	s += "): make the PD on " + id.ag.dev.Name() + ", or connect from " + dev.Name() +
+		" by giving one of its addresses as the source (Endpoint.Src for Dial, src for ResolveAddr"
+	for _, a := range id.cm.agents {
+		if a.dev != dev {
+			continue
+		}
+		if src := srcOf(a, id.dst.Addr()); src.IsValid() {
+			s += fmt.Sprintf(": %v", src)
+		}
+		return s + ")"
+	}
+	return s + "; and add " + dev.Name() + " to the CM: AddDevice or AddRoutedDevice)"
 }
 
 // initAttr returns the INIT attributes rdma_cm gives a connection's QP
@@ -603,6 +647,9 @@ func (id *ID) rtrRTS() error {
 // the READ depths are the REQ's, after it Accept's), the active side from
 // CONNECT_RESPONSE; before that they are EINVAL, as ib_cm_init_qp_attr
 // refuses them. A UD QP's RTR and RTS need nothing (sq_psn 0).
+//
+// Errors: EINVAL before the ID has a device, for a state other than
+// INIT, RTR and RTS, or for RTR and RTS before the peer is known.
 func (id *ID) InitQPAttr(st verbs.QPState) (verbs.QPAttr, verbs.QPAttrMask, error) {
 	id.cm.mu.Lock()
 	defer id.cm.mu.Unlock()
@@ -675,6 +722,10 @@ func (id *ID) toErr() {
 // CONNECT_RESPONSE instead of ESTABLISHED, the caller moves its QP to RTR
 // and RTS (InitQPAttr) and calls Establish, which sends the RTU. p.QPNum 0
 // is EINVAL there (no QP at all: call CreateQP first).
+//
+// Errors: EINVAL before ROUTE_RESOLVED, for private data over 56 bytes
+// (SIDR_REQ: 180), a retry or RNR retry count over 7, or no QP and no
+// p.QPNum.
 func (id *ID) Connect(p ConnParam) error {
 	cm := id.cm
 	cm.mu.Lock()
@@ -877,6 +928,10 @@ func (id *ID) sendREJ(msg mad.MsgType, reason mad.RejectReason, pd []byte) {
 // numbered p.QPNum, which the caller drives itself (InitQPAttr; RTR and
 // RTS before Accept, as cma_accept_ib does them); p.QPNum 0 is EINVAL
 // there.
+//
+// Errors: EINVAL with no CONNECT_REQUEST pending, for private data over
+// 196 bytes (SIDR_REP: 136), an RNR retry count over 7, or no QP and no
+// p.QPNum; the verbs error of moving the QP to RTR or RTS.
 func (id *ID) Accept(p ConnParam) error {
 	cm := id.cm
 	cm.mu.Lock()
@@ -916,6 +971,9 @@ func (id *ID) Accept(p ConnParam) error {
 // data (at most 148 bytes), for a CONNECT_REQUEST or, on the active side,
 // a CONNECT_RESPONSE (the REJ then rejects the REP, as cm.c's does from
 // REP_RCVD).
+//
+// Errors: EINVAL with no request or response pending, or for private
+// data over 148 bytes (SIDR_REP: 136).
 func (id *ID) Reject(privateData []byte) error {
 	cm := id.cm
 	cm.mu.Lock()
@@ -966,6 +1024,8 @@ func (id *ID) Establish() error {
 // after the peer's DREQ (DISCONNECTED delivered), the DREP. DISCONNECTED
 // follows the DREP (or the DREQ's last timeout, with -ETIMEDOUT),
 // TIMEWAIT_EXIT the timewait.
+//
+// Errors: EINVAL if the ID is not connected (nor has the peer's DREQ).
 func (id *ID) Disconnect() error { return id.DisconnectWithData(nil) }
 
 // DisconnectWithData is Disconnect with private data in the DREQ (at most
@@ -1018,6 +1078,9 @@ func (id *ID) drep(tid uint64, privateData []byte) []byte {
 // for an unanswered request or response, SIDR_REP with status Reject for
 // an unanswered SIDR request, DREQ for a connection, DREP for a DREQ), and
 // its timers stop. The QP, if any, is destroyed.
+//
+// Errors: the verbs error of destroying the QP (an errno too); nil
+// otherwise, and for an ID destroyed already.
 func (id *ID) Destroy() error {
 	id.cm.mu.Lock()
 	defer id.cm.mu.Unlock()
