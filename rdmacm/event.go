@@ -200,6 +200,30 @@ func (ec *EventChannel) tryGet() (e Event, ok bool, err error) {
 	return e, true, nil
 }
 
+// takeRequests removes the CONNECT_REQUESTs listener l has queued and
+// returns them, freeing their places in its backlog. Called with the
+// CM's lock held.
+func (ec *EventChannel) takeRequests(l *ID) []Event {
+	ec.mu.Lock()
+	defer ec.mu.Unlock()
+	var out []Event
+	kept := ec.q[:0]
+	for _, e := range ec.q {
+		if e.Type == EventConnectRequest && e.Listen == l {
+			out = append(out, e)
+			l.queued.Add(-1)
+			continue
+		}
+		kept = append(kept, e)
+	}
+	clear(ec.q[len(kept):])
+	ec.q = kept
+	if len(ec.q) == 0 {
+		ec.q = nil
+	}
+	return out
+}
+
 // Close discards queued events and makes Get fail, like
 // rdma_destroy_event_channel. The ID of each discarded CONNECT_REQUEST,
 // which no one has seen, is destroyed (its REQ rejected) and its place in

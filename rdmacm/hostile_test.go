@@ -609,3 +609,57 @@ func TestREQFloodRealTime(t *testing.T) {
 	ca.Close()
 	cb.Close()
 }
+
+// TestListenerDestroyRejectsUnread: destroying a listener rejects the
+// requests still unread on its channel and frees their IDs, as ucma
+// cleans up a listener's undelivered connections; the channel's other
+// events stay.
+func TestListenerDestroyRejectsUnread(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, b := newSides(t, "", Options{}, Options{})
+		evil := spoofed(3)
+		at := newAttacker(t, b, evil)
+		l := listen(t, b, PSTCP, 7174)
+		other, err := b.cm.CreateID(b.ec, PSTCP)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Destroy()
+		for i := range 3 {
+			at.send(evil, b.ip, 0, bogusREQ(evil, b.ip, 7174, uint32(300+i)))
+		}
+		synctest.Wait()
+		if err := other.ResolveAddr(netip.Addr{}, netip.AddrPortFrom(b.ip, 1), time.Second); err != nil { // an event of another ID
+			t.Fatal(err)
+		}
+		l.Destroy()
+		synctest.Wait()
+		pk := make([]link.Packet, 8)
+		for i := range pk {
+			pk[i].Buf = make([]byte, 0, link.MaxFrameSize)
+		}
+		n, err := at.port.Recv(pk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rejs := 0
+		for _, p := range pk[:n] {
+			if m, err := mad.Parse(p.Transport()[wire.BTHLen+wire.DETHLen : wire.BTHLen+wire.DETHLen+mad.Size]); err == nil && m.Header().AttributeID() == mad.AttrREJ {
+				rejs++
+			}
+		}
+		if r := rejs; r != 3 {
+			t.Errorf("the requester got %d REJs, want 3", r)
+		}
+		evs := queuedEvents(t, b)
+		if len(evs) != 1 || evs[0].Type != EventAddrResolved {
+			t.Errorf("events left: %v, want the other ID's ADDR_RESOLVED alone", evs)
+		}
+		b.cm.mu.Lock()
+		ids, remote := len(b.cm.ids), len(b.cm.byRemote)
+		b.cm.mu.Unlock()
+		if ids != 1 || remote != 0 {
+			t.Errorf("%d IDs (want the other one), %d passive comm IDs", ids, remote)
+		}
+	})
+}

@@ -1077,7 +1077,9 @@ func (id *ID) drep(tid uint64, privateData []byte) []byte {
 // Destroy is rdma_destroy_id: what the ID still owes the peer is sent (REJ
 // for an unanswered request or response, SIDR_REP with status Reject for
 // an unanswered SIDR request, DREQ for a connection, DREP for a DREQ), and
-// its timers stop. The QP, if any, is destroyed.
+// its timers stop. The QP, if any, is destroyed. A listener's
+// CONNECT_REQUESTs still unread on its channel go too (their REQs
+// rejected), as ucma cleans up a listener's undelivered connections.
 //
 // Errors: the verbs error of destroying the QP (an errno too); nil
 // otherwise, and for an ID destroyed already.
@@ -1121,6 +1123,12 @@ func (id *ID) destroy() error {
 	id.unbind()
 	if id.state == stListen {
 		delete(cm.listeners, portKey{id.ps, id.src.Port()})
+		// The requests no one has read go with their listener, rejected,
+		// as ucma_destroy_private_ctx cleans up a listener's undelivered
+		// connections.
+		for _, e := range id.ec.takeRequests(id) {
+			e.ID.destroy()
+		}
 	}
 	delete(cm.ids, id)
 	cm.ids = shrunk(cm.ids, &cm.peaks.ids)
