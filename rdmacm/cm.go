@@ -6,7 +6,8 @@
 // A CM owns QP1 of every device given to AddDevice: one goroutine per device
 // receives MADs from QP1's completion queue and dispatches them by
 // communication ID or service ID; all protocol state is guarded by CM.mu;
-// response timeouts and retries run on timers that stop with their ID.
+// response timeouts and retries run on timers that stop with their ID
+// (one queue per CM behind a single time.Timer).
 //
 //	cm := rdmacm.New(rdmacm.Options{Defaults: config.Open(host.RunDir())})
 //	cm.AddDevice(dev.Device)
@@ -67,11 +68,48 @@
 // with, so a hardware address change reaches an ID only as the loss of
 // its address (the link-local GID made from the MAC).
 //
+// Every MAD may come from a hostile peer (RoCE has no authentication), so
+// what a peer can make the CM hold is bounded, and what it drops to stay
+// so is counted (CM.Counters): a listener's unread CONNECT_REQUESTs by its
+// backlog, enforced as Linux's ucma does (a REQ beyond it is dropped
+// without a REJ); a connection whose REP never gets its RTU by the CM
+// timeout, as cm.c gives it up; QP1's cached address handles; its send
+// backlog. Listener.Accept returns whichever connection completes first.
+//
+// # Errors
+//
+// Every error a function of this package returns wraps a syscall.Errno,
+// so errors.Is(err, syscall.EINVAL) and the like tell the cause, as the
+// kernel's rdma_cm and librdmacm report it; the text says what was wrong
+// and, where there is one, what to do. Each function's doc lists its own.
+// The exceptions are waits: EventChannel.Get and Listener.Accept return
+// net.ErrClosed after Close and ctx.Err() when ctx ends; Dial returns
+// ctx.Err() wrapped with the peer and how far it got.
+//
+//	EINVAL        a bad argument (the valid values named), or a call the
+//	              ID's state does not allow (the state named)
+//	EADDRINUSE    BindAddr, Listen: the port is taken, or has a listener
+//	EADDRNOTAVAIL BindAddr: no device has the address; Dial: the PD's
+//	              device has no address to connect from
+//	EEXIST        AddDevice: added already, or QP1 taken; CreateQP: the
+//	              ID has a QP
+//	ENODEV        RemoveDevice: not added
+//	ESHUTDOWN     AddDevice, CreateID: the CM is closed
+//	ECONNREFUSED  Dial: REJECTED, or another event than ESTABLISHED
+//	ETIMEDOUT     Dial: UNREACHABLE (no answer after every retry)
+//	other         Dial: ADDR_ERROR's (EHOSTUNREACH, the route's ENETUNREACH,
+//	              ...) or ROUTE_ERROR's status; CreateQP, Accept, Destroy:
+//	              the verbs error of the QP (it wraps an errno too)
+//
+// Events carry their cause the same way: Event.Status is librdmacm's
+// (a negative errno, or the REJ reason for REJECTED), and Event.Err,
+// when set, wraps the errno (UNREACHABLE: ETIMEDOUT; REJECTED:
+// ECONNREFUSED; ADDR_ERROR: EHOSTUNREACH or the route's).
+//
 // Where goroce differs from Linux:
 //   - ResolveAddr follows the host's routes only for devices added with
 //     AddRoutedDevice; for the others it picks by address family (see its
 //     doc).
-//   - Listen's backlog is not enforced.
 //   - No stale-connection detection (REJ reason 10), no LAP/APR or alternate
 //     path, no multicast.
 //   - ADDR_CHANGE comes when an ID's address leaves its device, not on a
@@ -94,6 +132,11 @@
 //   - For an ID with a QP the CM answers the REP itself (RTR, RTS, RTU)
 //     and delivers ESTABLISHED, as librdmacm does with the kernel's
 //     CONNECT_RESPONSE; so such an ID never sends an MRA for a REP.
+//   - Listener.Accept (goroce's own, above the rdma_cm calls) keeps at
+//     most its backlog of accepted connections waiting for their RTU,
+//     and gives up the oldest for a new one.
+//   - QP1 caches address handles (at most 256, least recently used
+//     first out); cm.c makes one per message.
 //   - Connect and Accept without a QP refuse ConnParam.QPNum 0 (EINVAL);
 //     Linux sends QPN 0 in the REQ or REP.
 package rdmacm
@@ -163,6 +206,13 @@ type Options struct {
 	// the ID's device ("" before it has one): for counters and metrics.
 	// It is called with the CM's lock held and must not call into the CM.
 	OnEvent func(device string, e Event)
+	// OnCounter, if set, is told each time one of the CM's counters (see
+	// CM.Counters) goes up on a device, with the counter's name. It is
+	// called with the CM's lock held and must not call into the CM.
+	OnCounter func(device, counter string)
+	// MaxBacklog caps Listen's backlog, as the sysctl
+	// net.rdma_ucm.max_backlog caps rdma_listen's; default 1024, Linux's.
+	MaxBacklog int
 }
 
 func expDuration(e uint) time.Duration { return 4096 * time.Nanosecond << e }
@@ -173,16 +223,19 @@ type CM struct {
 	wg   sync.WaitGroup // the agents' receive goroutines
 
 	mu        sync.Mutex
-	closed    bool              // guarded by mu
-	agents    []*agent          // guarded by mu
-	listeners map[portKey]*ID   // guarded by mu: listening IDs
-	bound     map[portKey][]*ID // guarded by mu: IDs bound to a port
-	byLocal   map[uint32]*ID    // guarded by mu: IDs by local comm ID
-	byRemote  map[remoteKey]*ID // guarded by mu: passive IDs by the peer's comm ID and CA GUID
-	sidrs     map[sidrKey]*ID   // guarded by mu: passive SIDR IDs whose request is unanswered
-	ids       map[*ID]struct{}  // guarded by mu: every live ID
-	probes    map[uint64]*ID    // guarded by mu: IDs by the TID of their other-version probe
-	rng       *rand.Rand        // guarded by mu
+	closed    bool                                        // guarded by mu
+	agents    []*agent                                    // guarded by mu
+	listeners map[portKey]*ID                             // guarded by mu: listening IDs
+	bound     map[portKey][]*ID                           // guarded by mu: IDs bound to a port
+	byLocal   map[uint32]*ID                              // guarded by mu: IDs by local comm ID
+	byRemote  map[remoteKey]*ID                           // guarded by mu: passive IDs by the peer's comm ID and CA GUID
+	sidrs     map[sidrKey]*ID                             // guarded by mu: passive SIDR IDs whose request is unanswered
+	ids       map[*ID]struct{}                            // guarded by mu: every live ID
+	probes    map[uint64]*ID                              // guarded by mu: IDs by the TID of their other-version probe
+	rng       *rand.Rand                                  // guarded by mu
+	timers    timerQueue                                  // guarded by mu: every ID's pending timers (timers.go)
+	peaks     struct{ ids, byLocal, byRemote, sidrs int } // guarded by mu: see shrunk
+	clock     *time.Timer                                 // guarded by mu: fires at the earliest of timers
 
 	// onRecv, if set before AddDevice, sees every MAD received (a test
 	// hook); called with mu held.
@@ -212,6 +265,9 @@ func New(o Options) *CM {
 	if o.Timewait == 0 {
 		o.Timewait = expDuration(localACKTimeout)
 	}
+	if o.MaxBacklog <= 0 {
+		o.MaxBacklog = maxBacklog
+	}
 	return &CM{opts: o, listeners: map[portKey]*ID{}, bound: map[portKey][]*ID{}, byLocal: map[uint32]*ID{},
 		byRemote: map[remoteKey]*ID{}, sidrs: map[sidrKey]*ID{}, ids: map[*ID]struct{}{}, probes: map[uint64]*ID{},
 		rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
@@ -240,9 +296,9 @@ type agent struct {
 	// never dropped for want of a slot: an RTU or a DREP has no
 	// retransmission of its own to cover the loss.
 	waiting []waitingMAD
-	ahs     map[ahKey]*verbs.AH // guarded by cm.mu
+	ahs     ahCache             // guarded by cm.mu
 	sent    int                 // guarded by cm.mu: MADs sent
-	drop    int                 // guarded by cm.mu: MADs not sent for lack of a slot
+	counts  [numCounters]uint64 // guarded by cm.mu: see CM.Counters
 
 	// unwatch, if set, ends the GIDWatcher subscription (guarded by cm.mu;
 	// called without it).
@@ -276,6 +332,8 @@ type GIDWatcher interface {
 // ResolveAddr then chooses it, and the source address, by the route. If r
 // is also a GIDWatcher (host.Device is), the CM follows the device's GID
 // table through it and delivers ADDR_CHANGE (see GIDTableChanged).
+//
+// Errors: AddDevice's.
 func (cm *CM) AddRoutedDevice(dev *verbs.Device, r Router) error {
 	if err := cm.AddDevice(dev); err != nil {
 		return err
@@ -351,6 +409,10 @@ func (cm *CM) GIDTableChanged(dev *verbs.Device) {
 // AddDevice makes the CM serve dev: it creates dev's QP1 (EEXIST if
 // something else owns it) and starts receiving CM MADs on it. The CM owns
 // QP1 until Close; dev must outlive the CM.
+//
+// Errors: ESHUTDOWN after Close; EEXIST if dev is added already, or its
+// QP1 exists (another CM serves it); else the verbs error that failed
+// QP1's setup, which wraps an errno too (ENOMEM, ...).
 func (cm *CM) AddDevice(dev *verbs.Device) error {
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
@@ -362,7 +424,7 @@ func (cm *CM) AddDevice(dev *verbs.Device) error {
 			return fmt.Errorf("rdmacm: add device %s: already added: %w", dev.Name(), syscall.EEXIST)
 		}
 	}
-	a := &agent{cm: cm, dev: dev, hiTID: uint32(len(cm.agents) + 1), ahs: map[ahKey]*verbs.AH{}, done: make(chan struct{})}
+	a := &agent{cm: cm, dev: dev, hiTID: uint32(len(cm.agents) + 1), done: make(chan struct{})}
 	if err := a.open(); err != nil {
 		a.destroy()
 		return fmt.Errorf("rdmacm: add device %s: %w", dev.Name(), err)
@@ -453,7 +515,11 @@ func (a *agent) complete(wc verbs.WC) {
 		a.free = append(a.free, int(wc.WRID&^sendWRID))
 		for len(a.waiting) > 0 && len(a.free) > 0 && !a.cm.closed {
 			w := a.waiting[0]
+			a.waiting[0] = waitingMAD{} // the array outlives the slice: let the MAD go
 			a.waiting = a.waiting[1:]
+			if len(a.waiting) == 0 {
+				a.waiting = nil // and the array too, once a burst has passed
+			}
 			a.post(w.dgid, w.sgid, w.tc, w.m, w.rqpn)
 		}
 		a.cm.mu.Unlock()
@@ -534,7 +600,7 @@ func (a *agent) gidIndex(gid netip.Addr, typ verbs.GIDType) (uint8, bool) {
 func (a *agent) send(dgid netip.Addr, sgid, tc uint8, m []byte, rqpn uint32) {
 	if len(a.free) == 0 || len(a.waiting) > 0 {
 		if len(a.waiting) >= maxWaitingMADs {
-			a.drop++
+			a.count(ctrMADDrops)
 			return
 		}
 		a.waiting = append(a.waiting, waitingMAD{dgid, sgid, tc, append([]byte(nil), m...), rqpn})
@@ -558,16 +624,18 @@ const maxWaitingMADs = 4096
 // post sends one MAD in a free send slot. Called with cm.mu held.
 func (a *agent) post(dgid netip.Addr, sgid, tc uint8, m []byte, rqpn uint32) {
 	k := ahKey{dgid, sgid, tc}
-	ah := a.ahs[k]
+	ah := a.ahs.get(k)
 	if ah == nil {
 		var err error
 		ah, err = a.pd.CreateAH(verbs.AHAttr{IsGlobal: true, PortNum: 1,
 			GRH: verbs.GlobalRoute{DGID: dgid, SGIDIndex: sgid, HopLimit: hopLimit, TrafficClass: tc}})
 		if err != nil {
-			a.drop++
+			a.count(ctrMADDrops)
 			return
 		}
-		a.ahs[k] = ah
+		if a.ahs.put(k, ah) {
+			a.count(ctrAHEvictions)
+		}
 	}
 	i := a.free[len(a.free)-1]
 	off := nRecv*recvSlot + i*mad.Size
@@ -575,7 +643,7 @@ func (a *agent) post(dgid netip.Addr, sgid, tc uint8, m []byte, rqpn uint32) {
 	err := a.qp.PostSend(verbs.SendWR{WRID: sendWRID | uint64(i), Opcode: verbs.WRSend,
 		SGList: []verbs.SGE{a.mr.SGE(off, mad.Size)}, AH: ah, RemoteQPN: rqpn, RemoteQKey: verbs.GSIQKey})
 	if err != nil {
-		a.drop++
+		a.count(ctrMADDrops)
 		return
 	}
 	a.free = a.free[:len(a.free)-1]
@@ -592,6 +660,8 @@ func (a *agent) tid(commID uint32) uint64 {
 // RemoveDevice stops serving dev: its QP1 is destroyed, and every ID on
 // it stops its timers and gets DEVICE_REMOVAL (it should then be destroyed,
 // as with librdmacm).
+//
+// Errors: ENODEV if dev is not added, or the CM is closed.
 func (cm *CM) RemoveDevice(dev *verbs.Device) error {
 	cm.mu.Lock()
 	var a *agent
@@ -632,7 +702,7 @@ func (cm *CM) RemoveDevice(dev *verbs.Device) error {
 }
 
 // Close stops every agent, destroys the QP1s it created and fails every ID's
-// pending operation silently. Event channels stay open.
+// pending operation silently. Event channels stay open. It returns nil.
 func (cm *CM) Close() error {
 	cm.mu.Lock()
 	if cm.closed {
@@ -643,6 +713,9 @@ func (cm *CM) Close() error {
 	for id := range cm.ids {
 		id.disarm()
 		id.stopTimewait()
+	}
+	if cm.clock != nil {
+		cm.clock.Stop()
 	}
 	agents := cm.agents
 	var unwatch []func()

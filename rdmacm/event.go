@@ -106,55 +106,61 @@ func (e Event) String() string {
 }
 
 // EventChannel is struct rdma_event_channel: the queue the events of its CM
-// IDs arrive on. Its queue is unbounded, so the CM never blocks on a slow
-// consumer.
+// IDs arrive on. Its queue never blocks the CM on a slow consumer; what a
+// peer can put in it is bounded by the listeners' backlogs (ID.Listen) and
+// by the IDs the consumer keeps.
 type EventChannel struct {
 	ready chan struct{} // one token while q may be non-empty
 
 	mu     sync.Mutex
 	q      []Event // guarded by mu
 	closed bool    // guarded by mu
+	// notify, if set, is called after each event is queued (with the
+	// CM's lock held, not mu): Listener.Accept learns which of its
+	// channels has news. Guarded by mu.
+	notify func(*EventChannel)
 }
 
 func newEventChannel() *EventChannel { return &EventChannel{ready: make(chan struct{}, 1)} }
 
-// push queues e; it never blocks.
-func (ec *EventChannel) push(e Event) {
+// push queues e and reports whether it did (not after Close); it never
+// blocks.
+func (ec *EventChannel) push(e Event) bool {
 	ec.mu.Lock()
-	if !ec.closed {
-		ec.q = append(ec.q, e)
+	if ec.closed {
+		ec.mu.Unlock()
+		return false
 	}
+	ec.q = append(ec.q, e)
+	notify := ec.notify
 	ec.mu.Unlock()
 	select {
 	case ec.ready <- struct{}{}:
 	default:
 	}
+	if notify != nil {
+		notify(ec)
+	}
+	return true
+}
+
+// setNotify sets the function told of each queued event (nil: none).
+func (ec *EventChannel) setNotify(f func(*EventChannel)) {
+	ec.mu.Lock()
+	ec.notify = f
+	ec.mu.Unlock()
 }
 
 // Get waits for the next event, like rdma_get_cm_event (events need no
-// acknowledgement). After Close it returns net.ErrClosed.
+// acknowledgement). Reading a CONNECT_REQUEST frees its place in the
+// listener's backlog, as ucma_get_event does. After Close it returns
+// net.ErrClosed; if ctx ends first, ctx.Err().
 func (ec *EventChannel) Get(ctx context.Context) (Event, error) {
 	for {
-		ec.mu.Lock()
-		if ec.closed {
-			ec.mu.Unlock()
-			return Event{}, net.ErrClosed
+		e, ok, err := ec.tryGet()
+		if err != nil || ok {
+			return e, err
 		}
-		if len(ec.q) > 0 {
-			e := ec.q[0]
-			ec.q[0] = Event{}
-			ec.q = ec.q[1:]
-			more := len(ec.q) > 0
-			ec.mu.Unlock()
-			if more {
-				select {
-				case ec.ready <- struct{}{}:
-				default:
-				}
-			}
-			return e, nil
-		}
-		ec.mu.Unlock()
 		select {
 		case <-ec.ready:
 		case <-ctx.Done():
@@ -163,14 +169,79 @@ func (ec *EventChannel) Get(ctx context.Context) (Event, error) {
 	}
 }
 
+// tryGet returns the next event if one is queued (ok), or net.ErrClosed.
+func (ec *EventChannel) tryGet() (e Event, ok bool, err error) {
+	ec.mu.Lock()
+	if ec.closed {
+		ec.mu.Unlock()
+		return Event{}, false, net.ErrClosed
+	}
+	if len(ec.q) == 0 {
+		ec.mu.Unlock()
+		return Event{}, false, nil
+	}
+	e = ec.q[0]
+	ec.q[0] = Event{}
+	ec.q = ec.q[1:]
+	more := len(ec.q) > 0
+	if !more {
+		ec.q = nil // let a burst's array go
+	}
+	ec.mu.Unlock()
+	if e.Type == EventConnectRequest && e.Listen != nil {
+		e.Listen.queued.Add(-1)
+	}
+	if more {
+		select {
+		case ec.ready <- struct{}{}:
+		default:
+		}
+	}
+	return e, true, nil
+}
+
+// takeRequests removes the CONNECT_REQUESTs listener l has queued and
+// returns them, freeing their places in its backlog. Called with the
+// CM's lock held.
+func (ec *EventChannel) takeRequests(l *ID) []Event {
+	ec.mu.Lock()
+	defer ec.mu.Unlock()
+	var out []Event
+	kept := ec.q[:0]
+	for _, e := range ec.q {
+		if e.Type == EventConnectRequest && e.Listen == l {
+			out = append(out, e)
+			l.queued.Add(-1)
+			continue
+		}
+		kept = append(kept, e)
+	}
+	clear(ec.q[len(kept):])
+	ec.q = kept
+	if len(ec.q) == 0 {
+		ec.q = nil
+	}
+	return out
+}
+
 // Close discards queued events and makes Get fail, like
-// rdma_destroy_event_channel.
+// rdma_destroy_event_channel. The ID of each discarded CONNECT_REQUEST,
+// which no one has seen, is destroyed (its REQ rejected) and its place in
+// the listener's backlog freed, as ucma does for requests not yet
+// delivered to user space (ucma_cleanup_ctx_events).
 func (ec *EventChannel) Close() {
 	ec.mu.Lock()
-	ec.closed, ec.q = true, nil
+	q := ec.q
+	ec.closed, ec.q, ec.notify = true, nil, nil
 	ec.mu.Unlock()
 	select {
 	case ec.ready <- struct{}{}:
 	default:
+	}
+	for _, e := range q {
+		if e.Type == EventConnectRequest && e.Listen != nil {
+			e.Listen.queued.Add(-1)
+			e.ID.Destroy()
+		}
 	}
 }

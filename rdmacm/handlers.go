@@ -86,8 +86,16 @@ func (cm *CM) handleREQ(a *agent, in *inbound, h mad.Header, req mad.REQ) {
 		cm.replyREJ(a, in, h.TransactionID(), req.LocalCommID(), mad.RejectInvalidServiceID)
 		return
 	}
+	if !l.admit() {
+		// The backlog is full: no ID, no REJ, so the requester's next try
+		// may find room (ucma_connect_event_handler's -ENOMEM, which
+		// cm_destroy_id answers with no REJ "to allow future retries").
+		a.count(ctrListenDrops)
+		return
+	}
 	c, ok := cm.newChild(a, in, l, h.TransactionID(), hdr)
 	if !ok {
+		l.queued.Add(-1) // no CONNECT_REQUEST after all
 		return
 	}
 	c.rcid, c.rguid, c.remoteKey = rk.commID, rk.guid, rk
@@ -105,7 +113,11 @@ func (cm *CM) handleREQ(a *agent, in *inbound, h mad.Header, req mad.REQ) {
 		RetryCount: req.RetryCount(), RNRRetryCount: req.RNRRetryCount(), QPNum: req.LocalQPN()}
 	p := c.peer
 	p.PrivateData = append([]byte(nil), req.PrivateData()[mad.IPCMHeaderLen:]...)
-	c.emit(Event{Type: EventConnectRequest, ID: c, Listen: l, PrivateData: p.PrivateData, Param: p})
+	if !c.emit(Event{Type: EventConnectRequest, ID: c, Listen: l, PrivateData: p.PrivateData, Param: p}) {
+		// The listener's channel is closed: no one will see the request.
+		l.queued.Add(-1)
+		c.destroy() // rejects it
+	}
 }
 
 func (cm *CM) handleREP(a *agent, in *inbound, rep mad.REP) {
@@ -190,7 +202,7 @@ func (cm *CM) handleREJ(rej mad.REJ) {
 	id.state = stDone
 	r := rej.Reason()
 	id.emit(Event{Type: EventRejected, ID: id, Status: int(r),
-		Err:         fmt.Errorf("rdmacm: %v rejected the connection: reason %d (%v)", id.dst, uint16(r), r),
+		Err:         fmt.Errorf("rdmacm: %v rejected the connection: reason %d (%v): %w", id.dst, uint16(r), r, syscall.ECONNREFUSED),
 		PrivateData: append([]byte(nil), rej.PrivateData()...)})
 }
 
@@ -343,8 +355,16 @@ func (cm *CM) handleSIDRREQ(a *agent, in *inbound, h mad.Header, m mad.MAD) {
 		reply(mad.SIDRUnsupported)
 		return
 	}
+	if !l.admit() {
+		// The backlog is full: cm_destroy_id answers a SIDR_REQ_RCVD ID
+		// with SIDR_REP status Reject whatever the handler's error.
+		a.count(ctrListenDrops)
+		reply(mad.SIDRReject)
+		return
+	}
 	c, ok := cm.newChild(a, in, l, h.TransactionID(), hdr)
 	if !ok {
+		l.queued.Add(-1) // no CONNECT_REQUEST after all
 		return
 	}
 	c.rcid = req.RequestID()
@@ -353,7 +373,10 @@ func (cm *CM) handleSIDRREQ(a *agent, in *inbound, h mad.Header, m mad.MAD) {
 	c.sidr = k
 	cm.sidrs[k] = c
 	pd := append([]byte(nil), req.PrivateData()[mad.IPCMHeaderLen:]...)
-	c.emit(Event{Type: EventConnectRequest, ID: c, Listen: l, PrivateData: pd, Param: ConnParam{PrivateData: pd}})
+	if !c.emit(Event{Type: EventConnectRequest, ID: c, Listen: l, PrivateData: pd, Param: ConnParam{PrivateData: pd}}) {
+		l.queued.Add(-1)
+		c.destroy() // SIDR_REP status Reject
+	}
 }
 
 func (id *ID) acceptSIDR(p ConnParam) error {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -82,6 +83,12 @@ type ID struct {
 	lastDREP  []byte    // DREP sent, resent on a duplicate DREQ
 	sidr      sidrKey   // passive SIDR: key in cm.sidrs while the request is pending
 	addrGone  bool      // ADDR_CHANGE delivered: the source address left the device
+	backlog   int       // listener: CONNECT_REQUESTs it may have unread (rdma_listen's backlog)
+
+	// queued is how many of a listener's CONNECT_REQUESTs are queued and
+	// not yet read: taken under cm.mu (admit), given back by the event
+	// channel when one is read or discarded.
+	queued atomic.Int32
 
 	// retransmission, guarded by cm.mu
 	msg     []byte // MAD waiting for an answer
@@ -89,9 +96,8 @@ type ID struct {
 	retries int
 	rto     time.Duration // how long msg waits for its answer; an MRA lengthens it
 	mraRcvd bool          // the peer sent an MRA for msg (cm.c's MRA_REQ_RCVD/MRA_REP_RCVD)
-	timer   *time.Timer
-	gen     uint64
-	twTimer *time.Timer
+	timer   *cmTimer      // the response timer (CM.after)
+	twTimer *cmTimer      // timewait's
 }
 
 // rdParams are what the connection's QP needs beyond the path, as cm.c
@@ -104,6 +110,9 @@ type rdParams struct {
 
 // CreateID is rdma_create_id: a new CM ID in port space ps whose events
 // go to ec.
+//
+// Errors: EINVAL for a port space other than TCP, UDP and IB; ESHUTDOWN
+// after Close.
 func (cm *CM) CreateID(ec *EventChannel, ps PortSpace) (*ID, error) {
 	switch ps {
 	case PSTCP, PSUDP, PSIB:
@@ -157,6 +166,10 @@ func (cm *CM) agentFor(addr netip.Addr) *agent {
 
 // BindAddr is rdma_bind_addr: it binds the ID to a local address (the
 // unspecified address binds to no device) and port (0 picks one).
+//
+// Errors: EINVAL if the ID is bound already; EADDRNOTAVAIL if no device
+// has the address; EADDRINUSE if an ID is bound to the port on the same
+// address, or either of them on the unspecified address.
 func (id *ID) BindAddr(addr netip.AddrPort) error {
 	cm := id.cm
 	cm.mu.Lock()
@@ -231,6 +244,10 @@ func (id *ID) unbind() {
 // address becomes the source. ADDR_RESOLVED or ADDR_ERROR follows (the
 // routes' error, such as ENETUNREACH, when no device reaches dst);
 // timeout is unused, as the lookup needs no network.
+//
+// Errors: EINVAL for an unspecified destination, or an ID past
+// ADDR_BOUND; BindAddr's for an unbound ID. That no device reaches dst
+// is no error: ADDR_ERROR says it.
 func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Duration) error {
 	cm := id.cm
 	routes := cm.routesTo(id, src, dst.Addr()) // before cm.mu: a lookup asks the kernel
@@ -410,6 +427,10 @@ func (id *ID) SetTOS(tos uint8) error {
 // traffic class = the ID's TOS (SetTOS) or else default_roce_tos, GID type
 // = default_roce_mode (the source GID index is that of the source address
 // with that type). ROUTE_RESOLVED or ROUTE_ERROR follows.
+//
+// Errors: EINVAL before ADDR_RESOLVED. A port without a GID of
+// default_roce_mode for the source address is ROUTE_ERROR (status
+// -EINVAL), not an error.
 func (id *ID) ResolveRoute(timeout time.Duration) error {
 	cm := id.cm
 	cm.mu.Lock()
@@ -447,6 +468,12 @@ func (id *ID) ResolveRoute(timeout time.Duration) error {
 // CreateQP is rdma_create_qp: a QP on the ID's device, moved to INIT as
 // rdma_cm does (RC: remote write, plus read and atomic; UD: Q_Key
 // 0x01234567, RDMA_UDP_QKEY).
+//
+// Errors: EINVAL before the ID has a device, or for a PD on another
+// device than the ID's (the error says which device ResolveAddr chose,
+// why, and what source address to give instead); EEXIST if the ID has a
+// QP; the verbs error of creating the QP or moving it to INIT (an errno
+// too: EINVAL, ENOMEM).
 func (id *ID) CreateQP(pd *verbs.PD, init verbs.QPInitAttr) (*verbs.QP, error) {
 	cm := id.cm
 	cm.mu.Lock()
@@ -455,7 +482,8 @@ func (id *ID) CreateQP(pd *verbs.PD, init verbs.QPInitAttr) (*verbs.QP, error) {
 		return nil, id.errorf("create_qp", syscall.EINVAL, "ID has no device yet")
 	}
 	if pd.Device() != id.ag.dev {
-		return nil, id.errorf("create_qp", syscall.EINVAL, "PD is on device %s, the ID on %s", pd.Device().Name(), id.ag.dev.Name())
+		return nil, id.errorf("create_qp", syscall.EINVAL, "PD is on device %s, the ID on %s%s",
+			pd.Device().Name(), id.ag.dev.Name(), id.wrongDeviceHint(pd.Device()))
 	}
 	if id.qp != nil {
 		return nil, id.errorf("create_qp", syscall.EEXIST, "ID has QP %d", id.qp.Num())
@@ -481,6 +509,28 @@ func (id *ID) CreateQP(pd *verbs.PD, init verbs.QPInitAttr) (*verbs.QP, error) {
 	}
 	id.qp = qp
 	return qp, nil
+}
+
+// wrongDeviceHint says, for a PD on dev that is not the ID's device, why
+// the ID is where it is and what to set to connect from dev instead.
+// Called with cm.mu held.
+func (id *ID) wrongDeviceHint(dev *verbs.Device) string {
+	s := fmt.Sprintf(" (ResolveAddr chose %s for source address %v", id.ag.dev.Name(), id.src.Addr())
+	if id.dst.Addr().IsValid() && id.cm.agentFor(id.dst.Addr()) == id.ag {
+		s += fmt.Sprintf(", which holds the destination %v", id.dst.Addr())
+	}
+	s += "): make the PD on " + id.ag.dev.Name() + ", or connect from " + dev.Name() +
+		" by giving one of its addresses as the source (Endpoint.Src for Dial, src for ResolveAddr"
+	for _, a := range id.cm.agents {
+		if a.dev != dev {
+			continue
+		}
+		if src := srcOf(a, id.dst.Addr()); src.IsValid() {
+			s += fmt.Sprintf(": %v", src)
+		}
+		return s + ")"
+	}
+	return s + "; and add " + dev.Name() + " to the CM: AddDevice or AddRoutedDevice)"
 }
 
 // initAttr returns the INIT attributes rdma_cm gives a connection's QP
@@ -529,6 +579,17 @@ func (id *ID) RemoteAddr() netip.AddrPort {
 
 // Listen is rdma_listen: CONNECT_REQUEST events for the bound port follow.
 // An unbound ID is bound to the unspecified address and a free port.
+//
+// backlog is how many CONNECT_REQUESTs may wait unread on the event
+// channel, as Linux's ucma counts them (ucma_listen): 1 to
+// Options.MaxBacklog (default 1024, net.rdma_ucm.max_backlog) as given,
+// that maximum for 0, a negative value or more. A REQ beyond it is dropped
+// without a REJ, so the requester's retry may find room once the consumer
+// has read its events; a SIDR_REQ beyond it is answered with SIDR_REP
+// status Reject. Each counts as cm_listen_drops (CM.Counters).
+//
+// Errors: EINVAL if the ID is connecting or connected; EADDRINUSE if the
+// port has a listener; BindAddr's for an unbound ID.
 func (id *ID) Listen(backlog int) error {
 	cm := id.cm
 	cm.mu.Lock()
@@ -545,7 +606,11 @@ func (id *ID) Listen(backlog int) error {
 	if o := cm.listeners[k]; o != nil {
 		return id.errorf("listen", syscall.EADDRINUSE, "%v port %d has a listener", id.ps, k.port)
 	}
+	if backlog <= 0 || backlog > cm.opts.MaxBacklog {
+		backlog = cm.opts.MaxBacklog
+	}
 	cm.listeners[k] = id
+	id.backlog = backlog
 	id.state = stListen
 	return nil
 }
@@ -582,6 +647,9 @@ func (id *ID) rtrRTS() error {
 // the READ depths are the REQ's, after it Accept's), the active side from
 // CONNECT_RESPONSE; before that they are EINVAL, as ib_cm_init_qp_attr
 // refuses them. A UD QP's RTR and RTS need nothing (sq_psn 0).
+//
+// Errors: EINVAL before the ID has a device, for a state other than
+// INIT, RTR and RTS, or for RTR and RTS before the peer is known.
 func (id *ID) InitQPAttr(st verbs.QPState) (verbs.QPAttr, verbs.QPAttrMask, error) {
 	id.cm.mu.Lock()
 	defer id.cm.mu.Unlock()
@@ -654,6 +722,10 @@ func (id *ID) toErr() {
 // CONNECT_RESPONSE instead of ESTABLISHED, the caller moves its QP to RTR
 // and RTS (InitQPAttr) and calls Establish, which sends the RTU. p.QPNum 0
 // is EINVAL there (no QP at all: call CreateQP first).
+//
+// Errors: EINVAL before ROUTE_RESOLVED, for private data over 56 bytes
+// (SIDR_REQ: 180), a retry or RNR retry count over 7, or no QP and no
+// p.QPNum.
 func (id *ID) Connect(p ConnParam) error {
 	cm := id.cm
 	cm.mu.Lock()
@@ -730,39 +802,24 @@ func (id *ID) sendArm() {
 	id.arm(id.rto)
 }
 
+// arm (re)starts the response timer: timeout runs after d. Called with
+// cm.mu held.
 func (id *ID) arm(d time.Duration) {
-	if id.timer != nil {
-		id.timer.Stop()
-	}
-	id.gen++
-	g := id.gen
-	id.timer = time.AfterFunc(d, func() {
-		cm := id.cm
-		cm.mu.Lock()
-		defer cm.mu.Unlock()
-		if id.gen != g || cm.closed {
-			return
-		}
-		id.timeout()
-	})
+	id.cm.stopTimer(id.timer)
+	id.timer = id.cm.after(d, id.timeout)
 }
 
 // disarm stops the response timer; the MAD waiting for an answer is
 // forgotten.
 func (id *ID) disarm() {
-	id.gen++
-	if id.timer != nil {
-		id.timer.Stop()
-		id.timer = nil
-	}
+	id.cm.stopTimer(id.timer)
+	id.timer = nil
 	id.msg = nil
 }
 
 func (id *ID) stopTimewait() {
-	if id.twTimer != nil {
-		id.twTimer.Stop()
-		id.twTimer = nil
-	}
+	id.cm.stopTimer(id.twTimer)
+	id.twTimer = nil
 }
 
 // timeout resends the waiting MAD or, after the last retry, gives up as
@@ -800,7 +857,10 @@ func (id *ID) timeout() {
 		switch {
 		case repSent:
 			// The peer's CM did answer (with its REQ); what never came is
-			// the RTU for our REP.
+			// the RTU for our REP. The half-open connection is given up
+			// (cm.c's REP_ERROR): counted, as a peer that sends REQs and
+			// never an RTU is how a listener is flooded.
+			id.ag.count(ctrRTUTimeouts)
 			err = fmt.Errorf("rdmacm: %v sent no RTU for our REP: %w after %d tries", id.dst, syscall.ETIMEDOUT, id.cm.opts.MaxRetries+1)
 			if id.mraRcvd {
 				err = fmt.Errorf("%w; the peer's CM acknowledged the REP (MRA) but its consumer did not call rdma_establish in time", err)
@@ -829,23 +889,24 @@ func (id *ID) forget() {
 	}
 	if id.lcid != 0 && cm.byLocal[id.lcid] == id {
 		delete(cm.byLocal, id.lcid)
+		cm.byLocal = shrunk(cm.byLocal, &cm.peaks.byLocal)
 	}
 	if id.remoteKey != (remoteKey{}) && cm.byRemote[id.remoteKey] == id {
 		delete(cm.byRemote, id.remoteKey)
+		cm.byRemote = shrunk(cm.byRemote, &cm.peaks.byRemote)
 	}
 	if id.sidr != (sidrKey{}) && cm.sidrs[id.sidr] == id {
 		delete(cm.sidrs, id.sidr)
+		cm.sidrs = shrunk(cm.sidrs, &cm.peaks.sidrs)
 	}
 }
 
 func (id *ID) enterTimewait() {
 	id.state = stTimewait
 	id.stopTimewait()
-	id.twTimer = time.AfterFunc(id.cm.opts.Timewait, func() {
-		cm := id.cm
-		cm.mu.Lock()
-		defer cm.mu.Unlock()
-		if cm.closed || id.state != stTimewait {
+	id.twTimer = id.cm.after(id.cm.opts.Timewait, func() {
+		id.twTimer = nil
+		if id.state != stTimewait {
 			return
 		}
 		id.forget()
@@ -867,6 +928,10 @@ func (id *ID) sendREJ(msg mad.MsgType, reason mad.RejectReason, pd []byte) {
 // numbered p.QPNum, which the caller drives itself (InitQPAttr; RTR and
 // RTS before Accept, as cma_accept_ib does them); p.QPNum 0 is EINVAL
 // there.
+//
+// Errors: EINVAL with no CONNECT_REQUEST pending, for private data over
+// 196 bytes (SIDR_REP: 136), an RNR retry count over 7, or no QP and no
+// p.QPNum; the verbs error of moving the QP to RTR or RTS.
 func (id *ID) Accept(p ConnParam) error {
 	cm := id.cm
 	cm.mu.Lock()
@@ -906,6 +971,9 @@ func (id *ID) Accept(p ConnParam) error {
 // data (at most 148 bytes), for a CONNECT_REQUEST or, on the active side,
 // a CONNECT_RESPONSE (the REJ then rejects the REP, as cm.c's does from
 // REP_RCVD).
+//
+// Errors: EINVAL with no request or response pending, or for private
+// data over 148 bytes (SIDR_REP: 136).
 func (id *ID) Reject(privateData []byte) error {
 	cm := id.cm
 	cm.mu.Lock()
@@ -956,6 +1024,8 @@ func (id *ID) Establish() error {
 // after the peer's DREQ (DISCONNECTED delivered), the DREP. DISCONNECTED
 // follows the DREP (or the DREQ's last timeout, with -ETIMEDOUT),
 // TIMEWAIT_EXIT the timewait.
+//
+// Errors: EINVAL if the ID is not connected (nor has the peer's DREQ).
 func (id *ID) Disconnect() error { return id.DisconnectWithData(nil) }
 
 // DisconnectWithData is Disconnect with private data in the DREQ (at most
@@ -1007,11 +1077,21 @@ func (id *ID) drep(tid uint64, privateData []byte) []byte {
 // Destroy is rdma_destroy_id: what the ID still owes the peer is sent (REJ
 // for an unanswered request or response, SIDR_REP with status Reject for
 // an unanswered SIDR request, DREQ for a connection, DREP for a DREQ), and
-// its timers stop. The QP, if any, is destroyed.
+// its timers stop. The QP, if any, is destroyed. A listener's
+// CONNECT_REQUESTs still unread on its channel go too (their REQs
+// rejected), as ucma cleans up a listener's undelivered connections.
+//
+// Errors: the verbs error of destroying the QP (an errno too); nil
+// otherwise, and for an ID destroyed already.
 func (id *ID) Destroy() error {
+	id.cm.mu.Lock()
+	defer id.cm.mu.Unlock()
+	return id.destroy()
+}
+
+// destroy is Destroy. Called with cm.mu held.
+func (id *ID) destroy() error {
 	cm := id.cm
-	cm.mu.Lock()
-	defer cm.mu.Unlock()
 	if id.state == stDestroyed {
 		return nil
 	}
@@ -1043,8 +1123,15 @@ func (id *ID) Destroy() error {
 	id.unbind()
 	if id.state == stListen {
 		delete(cm.listeners, portKey{id.ps, id.src.Port()})
+		// The requests no one has read go with their listener, rejected,
+		// as ucma_destroy_private_ctx cleans up a listener's undelivered
+		// connections.
+		for _, e := range id.ec.takeRequests(id) {
+			e.ID.destroy()
+		}
 	}
 	delete(cm.ids, id)
+	cm.ids = shrunk(cm.ids, &cm.peaks.ids)
 	id.state = stDestroyed
 	var err error
 	if id.qp != nil {

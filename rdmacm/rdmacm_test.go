@@ -29,6 +29,7 @@ type side struct {
 	ec  *EventChannel
 	ip  netip.Addr
 	fab *fabric.Port
+	net *fabric.Fabric // the fabric both sides are on
 }
 
 // fastOptions make retries and timewait cost little wall time.
@@ -61,7 +62,7 @@ func newSidesHook(t testing.TB, net string, oa, ob Options, ha, hb func(*inbound
 		}
 		ec := cm.CreateEventChannel()
 		t.Cleanup(ec.Close)
-		return &side{cm: cm, dev: s.Dev, pd: s.PD, cq: cq, ec: ec, ip: ipOf(s.GID.GID), fab: s.Port}
+		return &side{cm: cm, dev: s.Dev, pd: s.PD, cq: cq, ec: ec, ip: ipOf(s.GID.GID), fab: s.Port, net: p.Fabric}
 	}
 	return mk(p.A, oa, ha), mk(p.B, ob, hb)
 }

@@ -6,9 +6,10 @@ import (
 	"github.com/goroce/goroce/verbs"
 )
 
-// emit queues e on the ID's event channel and tells Options.OnEvent.
-// Called with cm.mu held.
-func (id *ID) emit(e Event) {
+// emit queues e on the ID's event channel and tells Options.OnEvent; it
+// reports whether e was queued (not on a closed channel). Called with
+// cm.mu held.
+func (id *ID) emit(e Event) bool {
 	if f := id.cm.opts.OnEvent; f != nil {
 		dev := ""
 		if id.ag != nil {
@@ -16,7 +17,7 @@ func (id *ID) emit(e Event) {
 		}
 		f(dev, e)
 	}
-	id.ec.push(e)
+	return id.ec.push(e)
 }
 
 // IDInfo describes a CM ID as `rdma res show cm_id` does.

@@ -106,6 +106,13 @@ func openCM(cmd *cobra.Command, devs []string, pcapFile string, want, family net
 			if d := opened[dev]; d != nil {
 				d.CountCMEvent(e.Type.String())
 			}
+		},
+		// And what the CM drops or gives up to stay bounded
+		// (cm_listen_drops, cm_rtu_timeouts, ...), beside the events.
+		OnCounter: func(dev, counter string) {
+			if d := opened[dev]; d != nil {
+				d.CountCMEvent(counter)
+			}
 		}})
 	var closers []func()
 	closeAll := func() {

@@ -152,7 +152,7 @@ type WC struct {
 	Detail string
 }
 
-func (wc *WC) String() string {
+func (wc WC) String() string {
 	s := fmt.Sprintf("wr_id %d %v %v byte_len %d qp %#x", wc.WRID, wc.Status, wc.Opcode, wc.ByteLen, wc.QPNum)
 	if wc.Detail != "" {
 		s += ": " + wc.Detail
