@@ -604,12 +604,15 @@ func (t *tap) unsubscribe(s *tapSub) {
 
 // PathError says why packets to dst could not be sent (link.PathReporter):
 // the device's resolver's answer, whichever link sends (link/udp leaves
-// routes and ARP to the kernel, whose neighbour table the resolver reads).
+// routes and ARP to the kernel, whose neighbour table the resolver reads),
+// else the link's own.
 func (t *tap) PathError(dst netip.Addr, v wire.Version) error {
-	if t.res == nil {
-		return link.PathErrorOf(t.Link, dst, v)
+	if t.res != nil {
+		if err := t.res.PathError(dst, v); err != nil {
+			return err
+		}
 	}
-	return t.res.PathError(dst, v)
+	return link.PathErrorOf(t.Link, dst, v) // link/udp's GSO note, say
 }
 
 // Send records pkts, then sends them.
