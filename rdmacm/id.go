@@ -74,14 +74,17 @@ type ID struct {
 	rgid      netip.Addr
 	flow      uint32
 	tid       uint64
-	remoteKey remoteKey // passive: key in cm.byRemote
-	local     ConnParam // what this side asked for
-	peer      ConnParam // what the peer's REQ/REP said, from this side's view
-	rd        rdParams  // the QP's RTR/RTS values, once the peer is known
-	lastRTU   []byte    // active: RTU sent, resent on a duplicate REP
-	lastDREP  []byte    // DREP sent, resent on a duplicate DREQ
-	sidr      sidrKey   // passive SIDR: key in cm.sidrs while the request is pending
-	addrGone  bool      // ADDR_CHANGE delivered: the source address left the device
+	remoteKey remoteKey   // passive: key in cm.byRemote
+	local     ConnParam   // what this side asked for
+	peer      ConnParam   // what the peer's REQ/REP said, from this side's view
+	rd        rdParams    // the QP's RTR/RTS values, once the peer is known
+	lastRTU   []byte      // active: RTU sent, resent on a duplicate REP
+	lastDREP  []byte      // DREP sent, resent on a duplicate DREQ
+	sidr      sidrKey     // passive SIDR: key in cm.sidrs while the request is pending
+	addrGone  bool        // ADDR_CHANGE delivered: the source address left the device
+	addrQuery func()      // set while ResolveAddr's next-hop resolution runs: cancels it (resolve.go)
+	gateway   netip.Addr  // the route's gateway to dst; invalid on-link or unknown
+	notice    *time.Timer // tells Options.Logf what an unanswered MAD waits for (resolve.go)
 
 	// retransmission, guarded by cm.mu
 	msg     []byte // MAD waiting for an answer
@@ -229,8 +232,11 @@ func (id *ID) unbind() {
 // Linux asks its routing table; else the first device added with
 // AddDevice that has a GID of dst's family (IPv4-mapped or IPv6), whose
 // address becomes the source. ADDR_RESOLVED or ADDR_ERROR follows (the
-// routes' error, such as ENETUNREACH, when no device reaches dst);
-// timeout is unused, as the lookup needs no network.
+// routes' error, such as ENETUNREACH, when no device reaches dst). On a
+// device whose Router is also a NextHopResolver (host.Device), the route's
+// next hop is resolved first, as Linux's rdma_resolve_addr does, within
+// timeout (0: DefaultResolveTimeout, rping's 2 s): a next hop that never
+// answers ARP is ADDR_ERROR -ETIMEDOUT naming it (resolve.go).
 func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Duration) error {
 	cm := id.cm
 	routes := cm.routesTo(id, src, dst.Addr()) // before cm.mu: a lookup asks the kernel
@@ -249,6 +255,8 @@ func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Durat
 		}
 	} else if id.state != stAddrBound {
 		return id.errorf("resolve_addr", syscall.EINVAL, "ID in state %v", id.state)
+	} else if id.addrQuery != nil {
+		return id.errorf("resolve_addr", syscall.EINVAL, "address resolution in progress")
 	}
 	ag := id.ag
 	if ag == nil {
@@ -302,6 +310,12 @@ func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Durat
 		}
 	}
 	id.ag, id.src, id.dst = ag, netip.AddrPortFrom(s, id.src.Port()), dst
+	id.gateway = netip.Addr{}
+	if nr, ok := ag.router.(NextHopResolver); ok && cm.agentFor(dst.Addr()) != ag && !cm.closed {
+		// ADDR_RESOLVED once the next hop answers (resolve.go).
+		id.queryAddr(nr, dst.Addr(), timeout)
+		return nil
+	}
 	id.emit(Event{Type: EventAddrResolved, ID: id})
 	return nil
 }
@@ -414,12 +428,16 @@ func (id *ID) ResolveRoute(timeout time.Duration) error {
 	cm := id.cm
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
-	if id.state != stAddrBound || id.ag == nil || !id.dst.IsValid() {
+	if id.state != stAddrBound || id.ag == nil || !id.dst.IsValid() || id.addrQuery != nil {
 		return id.errorf("resolve_route", syscall.EINVAL, "address not resolved (state %v)", id.state)
 	}
 	mode, tos, err := cm.defaults(id.ag)
 	if err != nil {
 		id.emit(Event{Type: EventRouteError, ID: id, Status: -int(syscall.EINVAL), Err: err})
+		return nil
+	}
+	if mode, err = id.routeType(mode); err != nil {
+		id.emit(Event{Type: EventRouteError, ID: id, Status: -int(syscall.ENETUNREACH), Err: err})
 		return nil
 	}
 	sgid, ok := id.ag.gidIndex(gidOf(id.src.Addr()), mode)
@@ -728,6 +746,7 @@ func (id *ID) sendArm() {
 	id.rto, id.mraRcvd = id.cm.opts.ResponseTimeout, false
 	id.ag.send(id.rgid, id.sgid, id.tos, id.msg, id.msgQPN)
 	id.arm(id.rto)
+	id.armNotice()
 }
 
 func (id *ID) arm(d time.Duration) {
@@ -750,6 +769,7 @@ func (id *ID) arm(d time.Duration) {
 // disarm stops the response timer; the MAD waiting for an answer is
 // forgotten.
 func (id *ID) disarm() {
+	id.stopNotice()
 	id.gen++
 	if id.timer != nil {
 		id.timer.Stop()
@@ -1038,6 +1058,7 @@ func (id *ID) Destroy() error {
 		}
 	}
 	id.disarm()
+	id.cancelQuery()
 	id.stopTimewait()
 	id.forget()
 	id.unbind()

@@ -298,13 +298,19 @@ func (l *Link) Send(pkts []link.Packet) (int, error) {
 			l.stats.TxBadAddress.Add(1)
 			continue
 		}
-		dst, err := l.res.LookupWait(pk.Addr.DstGID, pk.Addr.Version, time.Second)
+		next, err := l.res.LookupWait(pk.Addr.DstGID, pk.Addr.Version, time.Second)
 		if err != nil {
 			l.stats.TxNoRoute.Add(1)
 			continue
 		}
+		hops := pk.Addr.HopLimit
+		if next.HopLimit != 0 {
+			// The route's, as Linux gives RoCE packets (neigh.Lookup).
+			pk.Addr.HopLimit = next.HopLimit
+		}
 		l.ipID++
-		frame, err := link.Encapsulate(pk, l.cfg.MAC, dst, l.ipID)
+		frame, err := link.Encapsulate(pk, l.cfg.MAC, next.MAC, l.ipID)
+		pk.Addr.HopLimit = hops // the caller's packet is as it was
 		if err != nil {
 			l.stats.TxBadAddress.Add(1)
 			continue

@@ -27,6 +27,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -65,6 +68,11 @@ type Hop struct {
 	Src     netip.Addr // the route's preferred source address, if it names one
 	Local   bool       // Dst is an address of this host (delivered locally)
 	MAC     wire.MAC   // the next hop's MAC, once resolved
+	// HopLimit is the TTL (hop limit) the kernel gives packets on this
+	// route: its hoplimit metric, else the namespace's default
+	// (net.ipv4.ip_default_ttl, the netdev's IPv6 hop_limit). 0: keep the
+	// packet's own (RoCE v1 to a link-local or multicast GID).
+	HopLimit uint8
 }
 
 // Next is the address whose MAC frames to Dst carry: the gateway, or Dst.
@@ -139,6 +147,27 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Errno }
 
+// sysctlHops reads a TTL sysctl; 64, Linux's default, if it cannot.
+func sysctlHops(path string) uint8 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 64
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n < 1 || n > 255 {
+		return 64
+	}
+	return uint8(n)
+}
+
+// defaultHops is the hop limit of a route with no hoplimit metric.
+func (r *Resolver) defaultHops(dst netip.Addr) uint8 {
+	if dst.Is4() {
+		return r.ttl4
+	}
+	return r.hop6
+}
+
 // errPending is Lookup's answer while the next hop's MAC is being asked for.
 var errPending = errors.New("next hop not resolved yet")
 
@@ -153,6 +182,8 @@ type Resolver struct {
 	ifindex int
 	mac     wire.MAC
 	name    string
+	ttl4    uint8           // net.ipv4.ip_default_ttl of the namespace
+	hop6    uint8           // net.ipv6.conf.NETDEV.hop_limit
 	nl      *netlink.Handle // bound to the netdev's network namespace
 	done    chan struct{}   // closed by Close: ends the neighbour subscription
 	wg      sync.WaitGroup
@@ -202,6 +233,9 @@ func New(cfg Config) (*Resolver, error) {
 			copy(r.mac[:], l.Attrs().HardwareAddr)
 		}
 	}
+	// The calling thread is in the namespace: /proc/sys/net is its.
+	r.ttl4 = sysctlHops("/proc/sys/net/ipv4/ip_default_ttl")
+	r.hop6 = sysctlHops("/proc/sys/net/ipv6/conf/" + r.name + "/hop_limit")
 	updates := make(chan netlink.NeighUpdate, 64)
 	if err := netlink.NeighSubscribeWithOptions(updates, r.done, netlink.NeighSubscribeOptions{}); err != nil {
 		nl.Close()
@@ -348,8 +382,12 @@ func (r *Resolver) Route(dst netip.Addr) (Hop, error) {
 
 // lookupRoute asks the kernel (RTM_GETROUTE, `ip route get DST`).
 func (r *Resolver) lookupRoute(dst netip.Addr) (Hop, *Error) {
-	hop := Hop{Dst: dst}
-	if dst.IsMulticast() || dst.Is6() && dst.IsLinkLocalUnicast() {
+	hop := Hop{Dst: dst, HopLimit: r.defaultHops(dst)}
+	if dst.IsMulticast() {
+		hop.HopLimit = 0
+		return hop, nil
+	}
+	if dst.Is6() && dst.IsLinkLocalUnicast() {
 		// Scoped to the link: the netdev is the interface.
 		return hop, nil
 	}
@@ -363,6 +401,9 @@ func (r *Resolver) lookupRoute(dst netip.Addr) (Hop, *Error) {
 		return hop, &Error{Reason: NoRoute, Dst: dst, Netdev: r.name, Errno: errno}
 	}
 	rt := routes[0]
+	if rt.Hoplimit > 0 && rt.Hoplimit < 256 {
+		hop.HopLimit = uint8(rt.Hoplimit)
+	}
 	if s, ok := netip.AddrFromSlice(rt.Src); ok {
 		hop.Src = s.Unmap()
 	}
@@ -399,6 +440,8 @@ func (r *Resolver) NextHop(dst netip.Addr, v wire.Version) (Hop, error) {
 	dst = dst.Unmap()
 	if v == wire.RoCEv1 {
 		if dst.Is6() && dst.IsLinkLocalUnicast() || dst.IsMulticast() {
+			// Linux takes a v1 link-local GID's MAC from the GID and
+			// keeps the AH's hop limit (ib_resolve_unicast_gid_dmac).
 			return Hop{Dst: dst}, nil
 		}
 		hop, err := r.Route(dst)
@@ -408,19 +451,38 @@ func (r *Resolver) NextHop(dst netip.Addr, v wire.Version) (Hop, error) {
 		// On-link, or a route elsewhere or none at all: RoCE v1 knows no
 		// routes, and a peer on this segment answers ARP whatever the
 		// kernel's routes say.
-		return Hop{Dst: dst, Local: err == nil && hop.Local}, nil
+		return Hop{Dst: dst, Local: err == nil && hop.Local, HopLimit: r.defaultHops(dst)}, nil
 	}
 	return r.Route(dst)
 }
 
-// Lookup returns the MAC a frame of version v to dst goes to, starting a
-// resolution when the next hop's is unknown (then the error is a pending
-// one, and LookupWait waits for it). It does not block on the network.
-func (r *Resolver) Lookup(dst netip.Addr, v wire.Version) (wire.MAC, error) {
+// Next is where a frame goes: the next hop's MAC, and the hop limit the
+// kernel would give the packet on that route (0: keep the packet's own).
+type Next struct {
+	MAC      wire.MAC
+	HopLimit uint8
+}
+
+// Lookup returns where a frame of version v to dst goes, starting a
+// resolution when the next hop's MAC is unknown (then the error is a
+// pending one, and LookupWait waits for it). It does not block on the
+// network.
+//
+// The hop limit is the route's, not the one the sender put in its address
+// handle: Linux replaces an AH's and an RC QP's grh.hop_limit with the
+// route's (ib_resolve_unicast_gid_dmac, rdma_addr_find_l2_eth_by_grh), so
+// ibv_rc_pingpong's hop_limit 1 leaves rxe as TTL 64 and crosses routers.
+func (r *Resolver) Lookup(dst netip.Addr, v wire.Version) (Next, error) {
 	hop, err := r.NextHop(dst, v)
 	if err != nil {
-		return wire.MAC{}, err
+		return Next{}, err
 	}
+	m, err := r.lookupMAC(hop)
+	return Next{MAC: m, HopLimit: hop.HopLimit}, err
+}
+
+// lookupMAC is Lookup's neighbour step.
+func (r *Resolver) lookupMAC(hop Hop) (wire.MAC, error) {
 	if hop.Local {
 		return r.mac, nil
 	}
@@ -473,12 +535,15 @@ func (r *Resolver) direct(hop Hop) (wire.MAC, bool) {
 // has gone unanswered for a while is not waited for again: its packets
 // are dropped at once (the caller counts them) while the resolution goes
 // on, so a dead next hop costs a sender no more than one wait.
-func (r *Resolver) LookupWait(dst netip.Addr, v wire.Version, timeout time.Duration) (wire.MAC, error) {
-	m, err := r.Lookup(dst, v)
-	if err != errPending {
-		return m, err
+func (r *Resolver) LookupWait(dst netip.Addr, v wire.Version, timeout time.Duration) (Next, error) {
+	hop, err := r.NextHop(dst, v)
+	if err != nil {
+		return Next{}, err
 	}
-	hop, _ := r.NextHop(dst, v)
+	m, err := r.lookupMAC(hop)
+	if err != errPending {
+		return Next{MAC: m, HopLimit: hop.HopLimit}, err
+	}
 	next := hop.Next()
 	r.mu.Lock()
 	var since time.Time
@@ -487,11 +552,12 @@ func (r *Resolver) LookupWait(dst netip.Addr, v wire.Version, timeout time.Durat
 	}
 	r.mu.Unlock()
 	if !since.IsZero() && time.Since(since) > timeout {
-		return wire.MAC{}, r.noReply(hop, time.Since(since))
+		return Next{}, r.noReply(hop, time.Since(since))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	return r.wait(ctx, hop, v)
+	m, err = r.wait(ctx, hop)
+	return Next{MAC: m, HopLimit: hop.HopLimit}, err
 }
 
 // Resolve is rdma_resolve_addr's neighbour step (addr_resolve_neigh): the
@@ -506,17 +572,17 @@ func (r *Resolver) Resolve(ctx context.Context, dst netip.Addr) (Hop, error) {
 		hop.MAC = r.mac
 		return hop, nil
 	}
-	m, err := r.wait(ctx, hop, wire.RoCEv2)
+	m, err := r.wait(ctx, hop)
 	hop.MAC = m
 	return hop, err
 }
 
 // wait waits until hop's next hop is resolved or ctx ends.
-func (r *Resolver) wait(ctx context.Context, hop Hop, v wire.Version) (wire.MAC, error) {
+func (r *Resolver) wait(ctx context.Context, hop Hop) (wire.MAC, error) {
 	start := time.Now()
 	poll := 200 * time.Microsecond
 	for {
-		m, err := r.Lookup(hop.Dst, v)
+		m, err := r.lookupMAC(hop)
 		if err != errPending {
 			return m, err
 		}
