@@ -30,7 +30,15 @@ type Capture struct {
 
 	mu     sync.Mutex
 	frames int // guarded by mu
+	supers int // guarded by mu: UDP GSO superpackets split
 	err    error
+}
+
+// Superpackets returns how many UDP GSO superpackets the capture split.
+func (c *Capture) Superpackets() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.supers
 }
 
 // StartCapture starts capturing on ifname in ns into file; the capture
@@ -122,18 +130,80 @@ func (c *Capture) run() {
 		}
 		frame := buf[:int(n)-len(vh)]
 		now := time.Now()
+		// VIRTIO_NET_HDR_F_NEEDS_CSUM: the checksum is the offload's to
+		// finish (a locally sent packet seen before the "NIC"); finish it.
+		partial := vh[0]&1 != 0
 		if vh[1]&^0x80 == 5 { // VIRTIO_NET_HDR_GSO_UDP_L4: a UDP superpacket
 			if sp, err := link.ParseSuperpacket(frame); err == nil {
 				g := int(binary.NativeEndian.Uint16(vh[4:]))
+				c.mu.Lock()
+				c.supers++
+				c.mu.Unlock()
 				for s := range sp.Segments(g) {
 					seg = sp.AppendSegment(seg[:0], g, s, false)
+					if partial {
+						finishUDPChecksum(seg)
+					}
 					c.write(now, seg)
 				}
 				continue
 			}
 		}
+		if partial {
+			finishUDPChecksum(frame)
+		}
 		c.write(now, frame)
 	}
+}
+
+// finishUDPChecksum computes the UDP checksum of an IPv4 or IPv6 UDP frame
+// whose checksum field holds an offload's partial sum (RFC 768, RFC 8200
+// §8.1), as the segmentation and checksum offload would have sent it.
+func finishUDPChecksum(f []byte) {
+	if len(f) < 14+20+8 || binary.BigEndian.Uint16(f[12:]) == 0x0800 && f[14+9] != 17 ||
+		binary.BigEndian.Uint16(f[12:]) == 0x86dd && (len(f) < 14+40+8 || f[14+6] != 17) {
+		return // not UDP (TCP's partial sums are left as they are)
+	}
+	const eth = 14
+	var pseudo []byte
+	var udp []byte
+	switch binary.BigEndian.Uint16(f[12:]) {
+	case 0x0800:
+		ihl := int(f[eth]&0xf) * 4
+		tl := int(binary.BigEndian.Uint16(f[eth+2:]))
+		if eth+tl > len(f) || tl < ihl+8 {
+			return
+		}
+		udp = f[eth+ihl : eth+tl]
+		pseudo = append(append([]byte{}, f[eth+12:eth+20]...), 0, 17, byte(len(udp)>>8), byte(len(udp)))
+	case 0x86dd:
+		pl := int(binary.BigEndian.Uint16(f[eth+4:]))
+		if eth+40+pl > len(f) || pl < 8 {
+			return
+		}
+		udp = f[eth+40 : eth+40+pl]
+		pseudo = append(append([]byte{}, f[eth+8:eth+40]...), 0, 0, byte(len(udp)>>8), byte(len(udp)), 0, 0, 0, 17)
+	default:
+		return
+	}
+	udp[6], udp[7] = 0, 0
+	var sum uint32
+	for _, b := range [][]byte{pseudo, udp} {
+		for i := 0; i+1 < len(b); i += 2 {
+			sum += uint32(b[i])<<8 | uint32(b[i+1])
+		}
+		if len(b)%2 == 1 {
+			sum += uint32(b[len(b)-1]) << 8
+		}
+	}
+	for sum > 0xffff {
+		sum = sum>>16 + sum&0xffff
+	}
+	c := ^uint16(sum)
+	if c == 0 {
+		c = 0xffff // 0 means "no checksum"
+	}
+	binary.BigEndian.PutUint16(udp[6:], c)
 }
 
 func (c *Capture) write(ts time.Time, frame []byte) {
