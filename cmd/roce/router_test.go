@@ -184,12 +184,21 @@ func testRouted(t *testing.T, v6 bool) {
 }
 
 // verifyRouterCapture checks a capture taken on R's interface toward A:
-// RoCE v2 both ways, A's packets with TTL 64 (not yet forwarded) and B's
-// with 63 (forwarded once), every ICRC right in goroce's decoder, in
-// `roce decode --verify` and, packet for packet, RRoCE in tshark.
+// A's packets with TTL 64 (not yet forwarded) and B's with 63 (forwarded
+// once).
 func verifyRouterCapture(t *testing.T, file string, frames int, aAddr, bAddr netip.Addr) {
 	t.Helper()
-	fromA, fromB, n := 0, 0, 0
+	verifyCapture(t, file, frames, map[netip.Addr]uint8{aAddr: 64, bAddr: 63})
+}
+
+// verifyCapture checks a capture taken at a router: RoCE v2 from each
+// source of ttl, each with that TTL (hop limit), every ICRC right in
+// goroce's decoder, in `roce decode --verify` and, packet for packet, in
+// tshark.
+func verifyCapture(t *testing.T, file string, frames int, ttl map[netip.Addr]uint8) {
+	t.Helper()
+	from := map[netip.Addr]int{}
+	n := 0
 	err := capture.ReadFile(file, func(f capture.Frame) error {
 		var p wire.Packet
 		if p.ParseFrame(f.Data, wire.RoCEv2Port) != nil {
@@ -200,42 +209,48 @@ func verifyRouterCapture(t *testing.T, file string, frames int, aAddr, bAddr net
 			t.Errorf("frame %d: %v", f.Number, err)
 		}
 		var src netip.Addr
-		var ttl uint8
+		var hops uint8
 		if ip := p.IPv4(); ip != nil {
-			src, ttl = ip.Src(), ip.TTL()
+			src, hops = ip.Src(), ip.TTL()
 		} else if ip := p.IPv6(); ip != nil {
-			src, ttl = ip.Src(), ip.HopLimit()
+			src, hops = ip.Src(), ip.HopLimit()
 		}
-		switch src.Unmap() {
-		case aAddr:
-			fromA++
-			if ttl != 64 {
-				t.Errorf("frame %d from A: TTL %d, want 64", f.Number, ttl)
-			}
-		case bAddr:
-			fromB++
-			if ttl != 63 {
-				t.Errorf("frame %d from B: TTL %d, want 63 (forwarded once)", f.Number, ttl)
-			}
-		default:
+		src = src.Unmap()
+		want, ok := ttl[src]
+		switch {
+		case !ok:
 			t.Errorf("frame %d from %v", f.Number, src)
+		case hops != want:
+			t.Errorf("frame %d from %v: TTL %d, want %d", f.Number, src, hops, want)
 		}
+		from[src]++
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("capture at R: %d frames, %d RoCE v2 (%d from A, %d from B)", frames, n, fromA, fromB)
-	if fromA == 0 || fromB == 0 {
-		t.Fatalf("the capture at R holds %d RoCE packets from A and %d from B", fromA, fromB)
+	t.Logf("capture: %d frames, %d RoCE v2, by source %v", frames, n, from)
+	seen := map[uint8]bool{}
+	for src, c := range from {
+		if c > 0 {
+			seen[ttl[src]] = true
+		}
+	}
+	for _, h := range ttl {
+		if !seen[h] {
+			t.Fatalf("the capture holds no RoCE packet with TTL %d: %v", h, from)
+		}
 	}
 	code, _, stderr := roce(t, "decode", "--verify", file)
 	m := statsLine.FindStringSubmatch(strings.TrimSpace(stderr))
 	if code != 0 || m == nil || m[2] != strconv.Itoa(n) || m[3] != m[2] {
-		t.Errorf("roce decode --verify: exit %d, %q; want %d RoCE packets, every ICRC ok", code, stderr, n)
+		t.Errorf("roce decode --verify: exit %d, %.2000q; want %d RoCE packets, every ICRC ok", code, stderr, n)
 	}
 	tshark := testenv.Tshark(t)
-	out, err := exec.Command(tshark, "-r", file, "--disable-protocol", "rpcordma", "-Y", "infiniband", "-T", "fields", "-e", "frame.protocols", "-e", "_ws.malformed").Output()
+	// Not ICMP errors quoting a RoCE packet (a port unreachable for a
+	// late ACK after a process ended): tshark dissects the quote, goroce
+	// does not count it.
+	out, err := exec.Command(tshark, "-r", file, "--disable-protocol", "rpcordma", "-Y", "infiniband && !icmp && !icmpv6", "-T", "fields", "-e", "frame.protocols", "-e", "_ws.malformed").Output()
 	if err != nil {
 		t.Fatalf("tshark: %v", err)
 	}
