@@ -69,8 +69,21 @@ func (w *watchWriter) waitFor(t *testing.T, s string, limit time.Duration) strin
 // instead of "check the remote QPN"; a RoCE v1 peer behind the router is
 // refused in words; and RDMA CM on a port whose default mode is RoCE v1
 // still reaches a routed peer over RoCE v2, as cma_route_gid_type does.
+// On a default device (the raw link, which resolves next hops itself) and
+// on a v2-only one (link/udp: the kernel resolves, the resolver reads the
+// kernel's neighbour table).
 func TestRoutedDiagnostics(t *testing.T) {
-	a, _, b, dir, roceBin := routedHosts(t, "", "")
+	for _, vers := range []string{"", "v2"} {
+		name := "both"
+		if vers != "" {
+			name = vers
+		}
+		t.Run(name, func(t *testing.T) { testRoutedDiagnostics(t, vers) })
+	}
+}
+
+func testRoutedDiagnostics(t *testing.T, vers string) {
+	a, _, b, dir, roceBin := routedHosts(t, vers, "")
 	// A reaches 198.18.9.0/24 and B's IPv4 address through a gateway that
 	// does not exist; B's IPv6 address the ordinary way (for the pingpong's
 	// TCP exchange).

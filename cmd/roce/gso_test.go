@@ -58,6 +58,11 @@ func TestRoutedGSO(t *testing.T) {
 			[]string{"-d", "rxeB", "-g", strconv.Itoa(gb), "-p", p, "-n", "50", "-s", size, "-c"},
 			[]string{"-d", "rxeA", "-g", strconv.Itoa(ga), "-p", p, "-n", "50", "-s", size, "-c", b.IPv4.String()}, "Couldn't connect")
 	}
+	// RDMA CM from the v2-only device: its address resolution asks the
+	// kernel to resolve the gateway (link/udp sends through the kernel).
+	runPair(t, a, b, dir, roceBin, "ping",
+		[]string{"-s", "-a", b.IPv4.String(), "-p", "19510", "-C", "3", "-V"},
+		[]string{"-c", "-a", b.IPv4.String(), "-p", "19510", "-C", "3", "-V"}, "REJECTED, error 8")
 	time.Sleep(100 * time.Millisecond) // the last ACK's way through R
 	frames, err := capt.Stop()
 	if err != nil {

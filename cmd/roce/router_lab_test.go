@@ -170,7 +170,9 @@ func TestLabRouted(t *testing.T) {
 			l.MustExec(t, vm, fmt.Sprintf("killall ibv_rc_pingpong 2>/dev/null; (timeout 100 ibv_rc_pingpong -d rxe0 -g %d -n 20 -s 4096 -p 18599; echo EXIT $?) > /tmp/rpp.log 2>&1 &", gTheirs))
 			var cli *pingProc
 			for try := 0; ; try++ {
-				cli = startRoce(t, a, dir, roceBin, "pingpong", "-d", "rxe0", "-g", strconv.Itoa(gOurs), "-n", "20", "-s", "4096", "-p", "18599", theirs.String())
+				// The exchange over IPv4 (through R as well): ibv_rc_pingpong's
+				// server listens on the first address getaddrinfo gives, 0.0.0.0.
+				cli = startRoce(t, a, dir, roceBin, "pingpong", "-d", "rxe0", "-g", strconv.Itoa(gOurs), "-n", "20", "-s", "4096", "-p", "18599", vm.IPv4)
 				code := cli.wait(t, 2*time.Minute)
 				if code == 0 {
 					break

@@ -95,7 +95,7 @@ func runPair(t *testing.T, a, b *nettest.Host, dir, roceBin string, sub string, 
 // TestRouted is the router issue's acceptance: two goroce devices on two
 // subnets joined by a Linux router (nettest.Routed), running the built
 // roce binary as users do, IPv4 and IPv6: RC pingpong from 64 B to 64 KiB,
-// UD pingpong, roce ping (RDMA CM), roce perf write, read and send over
+// UC and UD pingpong, roce ping (RDMA CM), roce perf write, read and send over
 // the TCP exchange and over RDMA CM (-R). Everything crosses the router: a
 // capture on the router's interface toward A holds A's packets with TTL
 // (hop limit) 64 and B's, forwarded, with 63, and `roce decode --verify`
@@ -136,6 +136,15 @@ func testRouted(t *testing.T, v6 bool) {
 			}
 		})
 	}
+	t.Run("pingpong/uc", func(t *testing.T) {
+		p := next()
+		_, cli := runPair(t, a, b, dir, roceBin, "pingpong",
+			[]string{"--uc", "-d", "rxeB", "-g", strconv.Itoa(gb), "-s", "4096", "-n", "100", "-p", p},
+			[]string{"--uc", "-d", "rxeA", "-g", strconv.Itoa(ga), "-s", "4096", "-n", "100", "-p", p, bAddr}, ppRetry...)
+		if !strings.Contains(cli.stdout.String(), "100 iters in") {
+			t.Errorf("client output:\n%s", cli.stdout.String())
+		}
+	})
 	t.Run("pingpong/ud", func(t *testing.T) {
 		p := next()
 		_, cli := runPair(t, a, b, dir, roceBin, "pingpong",
