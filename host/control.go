@@ -43,6 +43,7 @@ import (
 	"github.com/goroce/goroce/internal/rundir"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/afpacket"
+	"github.com/goroce/goroce/link/neigh"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -565,7 +566,8 @@ func (d *Device) serveCapture(conn *net.UnixConn, br *bufio.Reader, enc *json.En
 // queues it for each; with none, it costs one atomic load per batch.
 type tap struct {
 	link.Link
-	n atomic.Int32 // len(subs), read without mu on the data path
+	res *neigh.Resolver // the device's, for PathError
+	n   atomic.Int32    // len(subs), read without mu on the data path
 
 	mu   sync.Mutex // guards subs and buf
 	subs []*tapSub
@@ -599,6 +601,19 @@ func (t *tap) unsubscribe(s *tapSub) {
 	t.subs = slices.DeleteFunc(t.subs, func(x *tapSub) bool { return x == s })
 	t.n.Store(int32(len(t.subs)))
 	t.mu.Unlock()
+}
+
+// PathError says why packets to dst could not be sent (link.PathReporter):
+// the device's resolver's answer, whichever link sends (link/udp leaves
+// routes and ARP to the kernel, whose neighbour table the resolver reads),
+// else the link's own.
+func (t *tap) PathError(dst netip.Addr, v wire.Version) error {
+	if t.res != nil {
+		if err := t.res.PathError(dst, v); err != nil {
+			return err
+		}
+	}
+	return link.PathErrorOf(t.Link, dst, v) // link/udp's GSO note, say
 }
 
 // Send records pkts, then sends them.

@@ -23,6 +23,7 @@ import (
 	"github.com/goroce/goroce/internal/rundir"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/afpacket"
+	"github.com/goroce/goroce/link/neigh"
 	"github.com/goroce/goroce/link/udp"
 	"github.com/goroce/goroce/verbs"
 )
@@ -55,7 +56,8 @@ type Device struct {
 	wg      sync.WaitGroup
 	udp     *udp.Link
 	raw     *afpacket.Link
-	ctl     controlState // the control socket (control.go)
+	res     *neigh.Resolver // next hops out of the netdev: the raw link's, rdma_cm's, diagnostics'
+	ctl     controlState    // the control socket (control.go)
 
 	onGID    map[int]func() // guarded by mu: OnGIDChange's functions, by registration
 	onGIDSeq int            // guarded by mu
@@ -128,6 +130,13 @@ func Open(name string, o Options) (*Device, error) {
 		d.Netdev = nd
 		d.gids.Netdev = nd.Name
 		d.gids.Update(nd)
+		res, err := neigh.New(neigh.Config{Ifindex: nd.Index, MAC: nd.MAC})
+		if err != nil {
+			return err
+		}
+		res.SetSources(nd.Addrs)
+		d.res = res
+		d.closers = append(d.closers, closerFunc(func() error { res.Close(); return nil }))
 		root := os.Geteuid() == 0
 		switch {
 		case def.Versions.V1():
@@ -135,11 +144,10 @@ func Open(name string, o Options) (*Device, error) {
 				return fmt.Errorf("device %s speaks RoCE v1, which needs raw Ethernet (AF_PACKET): run as root: %w", name, syscall.EPERM)
 			}
 			raw, err := afpacket.New(afpacket.Config{Ifindex: nd.Index, MAC: nd.MAC, GIDs: d.gids.Addrs(), V2: def.Versions.V2(),
-				OnForeign: d.foreignLogger(o.Logf)})
+				Resolver: res, OnForeign: d.foreignLogger(o.Logf)})
 			if err != nil {
 				return err
 			}
-			raw.Resolver().SetSources(nd.Addrs)
 			d.raw, l = raw, raw
 			d.closers = append(d.closers, raw)
 			if def.Versions.V2() {
@@ -175,7 +183,7 @@ func Open(name string, o Options) (*Device, error) {
 	if o.Wrap != nil {
 		l = o.Wrap(l)
 	}
-	d.ctl.tap = &tap{Link: l} // captures through the control socket
+	d.ctl.tap = &tap{Link: l, res: d.res} // captures through the control socket
 	l = d.ctl.tap
 	// The netlink watch already runs (refresh): read what it writes, and
 	// publish the device to it, under d.mu.
@@ -289,8 +297,8 @@ func (d *Device) refresh(nl *netlink.Handle) {
 	}
 	if d.raw != nil {
 		d.raw.SetGIDs(addrs)
-		d.raw.Resolver().SetSources(nd.Addrs)
 	}
+	d.res.SetSources(nd.Addrs)
 	if dev == nil {
 		return
 	}

@@ -1,14 +1,12 @@
 package host
 
 import (
-	"errors"
+	"context"
 	"fmt"
-	"net"
 	"net/netip"
 	"syscall"
 
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
+	"github.com/goroce/goroce/wire"
 )
 
 // RouteTo asks the kernel's routing table in the device's network
@@ -18,7 +16,9 @@ import (
 // device's netdev. A route through another interface is EHOSTUNREACH
 // naming that interface; no route at all is the kernel's error
 // (ENETUNREACH). A destination that is the netdev's own address is
-// reached through loopback, and is its own source.
+// reached through loopback, and is its own source. The answer is the
+// device's next-hop resolver's (link/neigh), which the raw link and
+// ResolveNextHop share.
 func (d *Device) RouteTo(dst netip.Addr) (netip.Addr, error) {
 	dst = dst.Unmap()
 	d.mu.Lock()
@@ -29,40 +29,11 @@ func (d *Device) RouteTo(dst netip.Addr) (netip.Addr, error) {
 			return dst, nil
 		}
 	}
-	var src netip.Addr
-	err := InNetns(d.Def.Netns, func() error {
-		nl, err := netlink.NewHandle(unix.NETLINK_ROUTE)
-		if err != nil {
-			return err
-		}
-		defer nl.Close()
-		routes, err := nl.RouteGet(net.IP(dst.AsSlice()))
-		if err != nil {
-			return err
-		}
-		if len(routes) == 0 {
-			return syscall.ENETUNREACH
-		}
-		r := routes[0]
-		if r.LinkIndex != nd.Index {
-			name := fmt.Sprintf("ifindex %d", r.LinkIndex)
-			if l, err := nl.LinkByIndex(r.LinkIndex); err == nil {
-				name = l.Attrs().Name
-			}
-			return fmt.Errorf("the route to %v leaves through %s, not %s: %w", dst, name, nd.Name, syscall.EHOSTUNREACH)
-		}
-		if s, ok := netip.AddrFromSlice(r.Src); ok {
-			src = s.Unmap()
-		}
-		return nil
-	})
+	hop, err := d.res.Route(dst)
 	if err != nil {
-		var errno syscall.Errno
-		if errors.As(err, &errno) && err == error(errno) {
-			err = fmt.Errorf("no route to %v in %s's namespace: %w", dst, nd.Name, errno)
-		}
 		return netip.Addr{}, err
 	}
+	src := hop.Src
 	if !src.IsValid() {
 		for _, a := range nd.Addrs {
 			if a.Unmap().Is4() == dst.Is4() && !a.IsLinkLocalUnicast() {
@@ -76,3 +47,18 @@ func (d *Device) RouteTo(dst netip.Addr) (netip.Addr, error) {
 	}
 	return src, nil
 }
+
+// ResolveNextHop is rdma_resolve_addr's second step (addr_resolve_neigh in
+// the kernel): the MAC of the next hop toward dst — the route's gateway, or
+// dst itself on-link — asked for until ctx ends. It returns the gateway
+// (invalid when dst is on-link). A next hop that never answers is a
+// neigh.Error (ETIMEDOUT) naming the route: "198.18.2.1 is reached via
+// 198.18.1.254 on rt-a0: no ARP reply from 198.18.1.254".
+func (d *Device) ResolveNextHop(ctx context.Context, dst netip.Addr) (gateway netip.Addr, err error) {
+	hop, err := d.res.Resolve(ctx, dst)
+	return hop.Gateway, err
+}
+
+// PathError says why packets of version v to dst could not be sent, as the
+// device's next-hop resolver knows it, or nil (see neigh.Resolver.PathError).
+func (d *Device) PathError(dst netip.Addr, v wire.Version) error { return d.res.PathError(dst, v) }

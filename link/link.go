@@ -77,6 +77,25 @@ type Link interface {
 	Close() error
 }
 
+// A PathReporter is a link that can say why packets to a destination could
+// not be sent: no route, no answer from the next hop's neighbour
+// resolution, a RoCE version that cannot get there. The transport asks it
+// when a peer never answered, to say so instead of guessing (a wrong QPN or
+// GID). Decorators forward it (PathErrorOf).
+type PathReporter interface {
+	// PathError returns why packets of version v to dst could not be
+	// delivered, as far as the link knows, or nil.
+	PathError(dst netip.Addr, v wire.Version) error
+}
+
+// PathErrorOf asks l for dst's path error if l is a PathReporter.
+func PathErrorOf(l Link, dst netip.Addr, v wire.Version) error {
+	if r, ok := l.(PathReporter); ok {
+		return r.PathError(dst, v)
+	}
+	return nil
+}
+
 // MaxFrameSize bounds any frame a link sends or receives: an Ethernet jumbo
 // frame of 9000 bytes of payload plus an Ethernet header with one 802.1Q tag.
 const MaxFrameSize = 9000 + wire.EthernetLen + wire.VLANTagLen

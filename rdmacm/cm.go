@@ -219,8 +219,9 @@ func expDuration(e uint) time.Duration { return 4096 * time.Nanosecond << e }
 
 // CM is one rdma_cm instance: its devices, their QP1 agents and the CM IDs.
 type CM struct {
-	opts Options
-	wg   sync.WaitGroup // the agents' receive goroutines
+	opts    Options
+	wg      sync.WaitGroup // the agents' receive goroutines
+	queries sync.WaitGroup // ResolveAddr's next-hop resolutions (resolve.go)
 
 	mu        sync.Mutex
 	closed    bool                                        // guarded by mu
@@ -712,6 +713,7 @@ func (cm *CM) Close() error {
 	cm.closed = true
 	for id := range cm.ids {
 		id.disarm()
+		id.cancelQuery()
 		id.stopTimewait()
 	}
 	if cm.clock != nil {
@@ -733,6 +735,7 @@ func (cm *CM) Close() error {
 		a.cancel()
 	}
 	cm.wg.Wait()
+	cm.queries.Wait()
 	for _, a := range agents {
 		a.destroy()
 	}

@@ -142,6 +142,9 @@ func roceName(t verbs.GIDType) string {
 
 // unreachableDiagnosis explains an unanswered REQ. Called with cm.mu held.
 func (id *ID) unreachableDiagnosis() string {
+	if err := id.pathError(id.gidType); err != nil {
+		return err.Error() // nothing could reach the peer (resolve.go)
+	}
 	switch {
 	case id.mraRcvd:
 		return fmt.Sprintf("the peer's CM at %v acknowledged the connection request (MRA) but its consumer neither accepted "+

@@ -75,15 +75,18 @@ type ID struct {
 	rgid      netip.Addr
 	flow      uint32
 	tid       uint64
-	remoteKey remoteKey // passive: key in cm.byRemote
-	local     ConnParam // what this side asked for
-	peer      ConnParam // what the peer's REQ/REP said, from this side's view
-	rd        rdParams  // the QP's RTR/RTS values, once the peer is known
-	lastRTU   []byte    // active: RTU sent, resent on a duplicate REP
-	lastDREP  []byte    // DREP sent, resent on a duplicate DREQ
-	sidr      sidrKey   // passive SIDR: key in cm.sidrs while the request is pending
-	addrGone  bool      // ADDR_CHANGE delivered: the source address left the device
-	backlog   int       // listener: CONNECT_REQUESTs it may have unread (rdma_listen's backlog)
+	remoteKey remoteKey  // passive: key in cm.byRemote
+	local     ConnParam  // what this side asked for
+	peer      ConnParam  // what the peer's REQ/REP said, from this side's view
+	rd        rdParams   // the QP's RTR/RTS values, once the peer is known
+	lastRTU   []byte     // active: RTU sent, resent on a duplicate REP
+	lastDREP  []byte     // DREP sent, resent on a duplicate DREQ
+	sidr      sidrKey    // passive SIDR: key in cm.sidrs while the request is pending
+	addrGone  bool       // ADDR_CHANGE delivered: the source address left the device
+	backlog   int        // listener: CONNECT_REQUESTs it may have unread (rdma_listen's backlog)
+	addrQuery func()     // set while ResolveAddr's next-hop resolution runs: cancels it (resolve.go)
+	gateway   netip.Addr // the route's gateway to dst; invalid on-link or unknown
+	notice    *cmTimer   // tells Options.Logf what an unanswered MAD waits for (resolve.go)
 
 	// queued is how many of a listener's CONNECT_REQUESTs are queued and
 	// not yet read: taken under cm.mu (admit), given back by the event
@@ -242,8 +245,11 @@ func (id *ID) unbind() {
 // Linux asks its routing table; else the first device added with
 // AddDevice that has a GID of dst's family (IPv4-mapped or IPv6), whose
 // address becomes the source. ADDR_RESOLVED or ADDR_ERROR follows (the
-// routes' error, such as ENETUNREACH, when no device reaches dst);
-// timeout is unused, as the lookup needs no network.
+// routes' error, such as ENETUNREACH, when no device reaches dst). On a
+// device whose Router is also a NextHopResolver (host.Device), the route's
+// next hop is resolved first, as Linux's rdma_resolve_addr does, within
+// timeout (0: DefaultResolveTimeout, rping's 2 s): a next hop that never
+// answers ARP is ADDR_ERROR -ETIMEDOUT naming it (resolve.go).
 //
 // Errors: EINVAL for an unspecified destination, or an ID past
 // ADDR_BOUND; BindAddr's for an unbound ID. That no device reaches dst
@@ -266,6 +272,8 @@ func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Durat
 		}
 	} else if id.state != stAddrBound {
 		return id.errorf("resolve_addr", syscall.EINVAL, "ID in state %v", id.state)
+	} else if id.addrQuery != nil {
+		return id.errorf("resolve_addr", syscall.EINVAL, "address resolution in progress")
 	}
 	ag := id.ag
 	if ag == nil {
@@ -319,6 +327,12 @@ func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Durat
 		}
 	}
 	id.ag, id.src, id.dst = ag, netip.AddrPortFrom(s, id.src.Port()), dst
+	id.gateway = netip.Addr{}
+	if nr, ok := ag.router.(NextHopResolver); ok && cm.agentFor(dst.Addr()) != ag && !cm.closed {
+		// ADDR_RESOLVED once the next hop answers (resolve.go).
+		id.queryAddr(nr, dst.Addr(), timeout)
+		return nil
+	}
 	id.emit(Event{Type: EventAddrResolved, ID: id})
 	return nil
 }
@@ -435,12 +449,16 @@ func (id *ID) ResolveRoute(timeout time.Duration) error {
 	cm := id.cm
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
-	if id.state != stAddrBound || id.ag == nil || !id.dst.IsValid() {
+	if id.state != stAddrBound || id.ag == nil || !id.dst.IsValid() || id.addrQuery != nil {
 		return id.errorf("resolve_route", syscall.EINVAL, "address not resolved (state %v)", id.state)
 	}
 	mode, tos, err := cm.defaults(id.ag)
 	if err != nil {
 		id.emit(Event{Type: EventRouteError, ID: id, Status: -int(syscall.EINVAL), Err: err})
+		return nil
+	}
+	if mode, err = id.routeType(mode); err != nil {
+		id.emit(Event{Type: EventRouteError, ID: id, Status: -int(syscall.ENETUNREACH), Err: err})
 		return nil
 	}
 	sgid, ok := id.ag.gidIndex(gidOf(id.src.Addr()), mode)
@@ -800,6 +818,7 @@ func (id *ID) sendArm() {
 	id.rto, id.mraRcvd = id.cm.opts.ResponseTimeout, false
 	id.ag.send(id.rgid, id.sgid, id.tos, id.msg, id.msgQPN)
 	id.arm(id.rto)
+	id.armNotice()
 }
 
 // arm (re)starts the response timer: timeout runs after d. Called with
@@ -812,6 +831,7 @@ func (id *ID) arm(d time.Duration) {
 // disarm stops the response timer; the MAD waiting for an answer is
 // forgotten.
 func (id *ID) disarm() {
+	id.stopNotice()
 	id.cm.stopTimer(id.timer)
 	id.timer = nil
 	id.msg = nil
@@ -1118,6 +1138,7 @@ func (id *ID) destroy() error {
 		}
 	}
 	id.disarm()
+	id.cancelQuery()
 	id.stopTimewait()
 	id.forget()
 	id.unbind()

@@ -152,6 +152,8 @@ RoCE needs a GID: give -g with the index 'roce gids' suggests.`,
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			c.Out = cmd.OutOrStdout()
+			stderr := cmd.ErrOrStderr()
+			c.Notice = func(format string, args ...any) { fmt.Fprintf(stderr, "roce: "+format+"\n", args...) }
 			return pingpong.Run(ctx, d.Device, c)
 		},
 	}

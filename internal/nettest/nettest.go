@@ -1,6 +1,7 @@
 // Package nettest makes the networks goroce's tests run on: two network
-// namespaces joined by a veth pair, with IPv4 and IPv6 addresses, deleted
-// when the test ends. It needs root; testenv decides what a missing
+// namespaces joined by a veth pair, or two joined through a third that
+// routes between them, with IPv4 and IPv6 addresses, deleted when the test
+// ends. It needs root; testenv decides what a missing
 // prerequisite means (skip locally, fail in CI).
 package nettest
 
@@ -30,6 +31,9 @@ type Host struct {
 	MAC     wire.MAC
 	IPv4    netip.Addr
 	IPv6    netip.Addr
+	// Gateway4 and Gateway6 are the default routes' next hops (Routed's
+	// ends); invalid on a VethPair.
+	Gateway4, Gateway6 netip.Addr
 }
 
 // Do runs fn on a locked OS thread inside h's network namespace; sockets
@@ -194,4 +198,172 @@ func reapStale() {
 			netns.DeleteNamed(e.Name())
 		}
 	}
+}
+
+// Iface is one of a router's interfaces.
+type Iface struct {
+	Ifname  string
+	Ifindex int
+	MAC     wire.MAC
+	IPv4    netip.Addr
+	IPv6    netip.Addr
+}
+
+// Router is the middle namespace of Routed: an IPv4 and IPv6 router with
+// one interface toward each end.
+type Router struct {
+	NS     netns.NsHandle
+	NSName string
+	A, B   Iface // toward A, toward B
+}
+
+// Do runs fn on a locked OS thread inside the router's namespace.
+func (r *Router) Do(fn func() error) error { return Do(r.NS, fn) }
+
+// Routed makes three namespaces, A — R — B, as the router issue describes
+// them: A (198.18.1.1/24, fd00:198:1::1/64 on rt-a0) and B (198.18.2.1/24,
+// fd00:198:2::1/64 on rt-b0) are on two subnets, each with a default route
+// through R (198.18.1.254 and fd00:198:1::fe on rt-r0, 198.18.2.254 and
+// fd00:198:2::fe on rt-r1), which forwards IPv4 and IPv6: a packet from A
+// to B crosses a real Linux router and arrives with its TTL (hop limit)
+// decremented. Everything is deleted at the end of t.
+func Routed(t testing.TB, o Options) (a *Host, r *Router, b *Host) {
+	t.Helper()
+	testenv.Root(t)
+	if o.MTU == 0 {
+		o.MTU = 1500
+	}
+	n := seq.Add(1)
+	if n == 1 {
+		reapStale()
+	}
+	name := func(side string) string { return fmt.Sprintf("goroce-%d-%d-%s", os.Getpid(), n, side) }
+	p := netip.MustParseAddr
+	a = &Host{NSName: name("a"), Ifname: "rt-a0", IPv4: p("198.18.1.1"), IPv6: p("fd00:198:1::1"),
+		Gateway4: p("198.18.1.254"), Gateway6: p("fd00:198:1::fe")}
+	b = &Host{NSName: name("b"), Ifname: "rt-b0", IPv4: p("198.18.2.1"), IPv6: p("fd00:198:2::1"),
+		Gateway4: p("198.18.2.254"), Gateway6: p("fd00:198:2::fe")}
+	r = &Router{NSName: name("r"),
+		A: Iface{Ifname: "rt-r0", IPv4: a.Gateway4, IPv6: a.Gateway6},
+		B: Iface{Ifname: "rt-r1", IPv4: b.Gateway4, IPv6: b.Gateway6}}
+	nss := []*netns.NsHandle{&a.NS, &r.NS, &b.NS}
+	names := []string{a.NSName, r.NSName, b.NSName}
+	err := Do(netns.None(), func() error {
+		orig, err := netns.Get()
+		if err != nil {
+			return err
+		}
+		defer orig.Close()
+		for i, nm := range names {
+			ns, err := netns.NewNamed(nm) // also moves this thread into it
+			if err != nil {
+				return fmt.Errorf("netns %s: %w", nm, err)
+			}
+			*nss[i] = ns
+			if err := netns.Set(orig); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	t.Cleanup(func() {
+		for i, ns := range nss {
+			if ns.IsOpen() {
+				ns.Close()
+			}
+			netns.DeleteNamed(names[i])
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The two veth pairs, made in R, one end of each moved to A and B.
+	err = r.Do(func() error {
+		for _, c := range []struct {
+			local, peer string
+			ns          netns.NsHandle
+		}{{r.A.Ifname, a.Ifname, a.NS}, {r.B.Ifname, b.Ifname, b.NS}} {
+			la := netlink.NewLinkAttrs()
+			la.Name, la.MTU = c.local, o.MTU
+			if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: c.peer, PeerNamespace: netlink.NsFd(int(c.ns))}); err != nil {
+				return fmt.Errorf("veth %s: %w", c.local, err)
+			}
+		}
+		for _, f := range []string{"/proc/sys/net/ipv4/ip_forward", "/proc/sys/net/ipv6/conf/all/forwarding"} {
+			if err := os.WriteFile(f, []byte("1"), 0); err != nil {
+				return err
+			}
+		}
+		for _, i := range []*Iface{&r.A, &r.B} {
+			l, err := configure(i.Ifname, o.MTU, i.IPv4.String()+"/24", i.IPv6.String()+"/64")
+			if err != nil {
+				return err
+			}
+			i.Ifindex = l.Attrs().Index
+			copy(i.MAC[:], l.Attrs().HardwareAddr)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []*Host{a, b} {
+		err := h.Do(func() error {
+			l, err := configure(h.Ifname, o.MTU, h.IPv4.String()+"/24", h.IPv6.String()+"/64")
+			if err != nil {
+				return err
+			}
+			for _, gw := range []netip.Addr{h.Gateway4, h.Gateway6} {
+				rt := &netlink.Route{LinkIndex: l.Attrs().Index, Gw: gw.AsSlice()}
+				if err := netlink.RouteAdd(rt); err != nil {
+					return fmt.Errorf("default route via %v: %w", gw, err)
+				}
+			}
+			h.Ifindex = l.Attrs().Index
+			copy(h.MAC[:], l.Attrs().HardwareAddr)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return a, r, b
+}
+
+// configure brings lo and ifname up in the calling thread's namespace,
+// with the MTU and the addresses (no duplicate address detection), and
+// returns the netdev.
+func configure(ifname string, mtu int, addrs ...string) (netlink.Link, error) {
+	lo, err := netlink.LinkByName("lo")
+	if err == nil {
+		err = netlink.LinkSetUp(lo)
+	}
+	if err != nil {
+		return nil, err
+	}
+	l, err := netlink.LinkByName(ifname)
+	if err != nil {
+		return nil, err
+	}
+	if err := netlink.LinkSetMTU(l, mtu); err != nil {
+		return nil, err
+	}
+	for _, p := range addrs {
+		addr, err := netlink.ParseAddr(p)
+		if err != nil {
+			return nil, err
+		}
+		addr.Flags = unix.IFA_F_NODAD
+		if err := netlink.AddrAdd(l, addr); err != nil {
+			return nil, fmt.Errorf("addr %s: %w", p, err)
+		}
+	}
+	// No DAD for the link-local address either (see VethPair).
+	if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+ifname+"/accept_dad", []byte("0"), 0); err != nil {
+		return nil, fmt.Errorf("accept_dad: %w", err)
+	}
+	if err := netlink.LinkSetUp(l); err != nil {
+		return nil, err
+	}
+	return netlink.LinkByName(ifname)
 }

@@ -14,8 +14,10 @@ import (
 	"net/netip"
 	"runtime"
 	"strconv"
+	"sync/atomic"
 	"time"
 
+	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/wire"
 )
@@ -41,6 +43,10 @@ type Config struct {
 	// Listener, if set, is the server role's listening socket (tests use an
 	// ephemeral port); otherwise the server listens on Port.
 	Listener net.Listener
+	// Notice, if set, hears what a wait of over two seconds is waiting for
+	// (the TCP exchange, a client, the peer's messages), once per wait,
+	// with what the link knows about the path when the peer is silent.
+	Notice func(format string, args ...any)
 }
 
 const (
@@ -142,6 +148,8 @@ func Run(ctx context.Context, dev *verbs.Device, c Config) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go watchFatal(ctx, dev, cancel)
+	w := startWatch(c.Notice)
+	defer w.close()
 	out := c.Out
 	if out == nil {
 		out = io.Discard
@@ -264,8 +272,12 @@ func Run(ctx context.Context, dev *verbs.Device, c Config) error {
 
 	var rem Dest
 	if c.Server != "" {
+		w.set(func() string {
+			return fmt.Sprintf("the server at %s, TCP port %d, to exchange QP numbers", c.Server, c.Port)
+		})
 		rem, err = clientExchange(ctx, c.Dial, c.Server, c.Port, my)
 	} else {
+		w.set(func() string { return fmt.Sprintf("a client to connect to TCP port %d", c.Port) })
 		rem, err = serverExchange(ctx, c.Port, c.Listener, my, connect)
 	}
 	if err != nil {
@@ -319,6 +331,8 @@ func Run(ctx context.Context, dev *verbs.Device, c Config) error {
 	}
 	start := time.Now()
 	rcnt, scnt := 0, 0
+	var received atomic.Int64 // rcnt, for the watcher's words
+	w.set(func() string { return peerWait(dev, c, rem, received.Load()) })
 	wcs := make([]verbs.WC, 2)
 	for rcnt < c.Iters || scnt < c.Iters {
 		var n int
@@ -350,6 +364,7 @@ func Run(ctx context.Context, dev *verbs.Device, c Config) error {
 			return fmt.Errorf("poll CQ failed: %w", err)
 		}
 		for _, wc := range wcs[:n] {
+			w.step()
 			if wc.Status != verbs.WCSuccess {
 				msg := fmt.Sprintf("Failed status %s (%d) for wr_id %d", wc.Status.Description(), wc.Status, wc.WRID)
 				if wc.Detail != "" {
@@ -369,6 +384,7 @@ func Run(ctx context.Context, dev *verbs.Device, c Config) error {
 					}
 				}
 				rcnt++
+				received.Store(int64(rcnt))
 				if c.Check {
 					if err := check(); err != nil {
 						return err
@@ -395,6 +411,27 @@ func Run(ctx context.Context, dev *verbs.Device, c Config) error {
 	fmt.Fprintf(out, "%d iters in %.2f seconds = %.2f usec/iter\n", c.Iters, usec/1e6, usec/float64(c.Iters))
 	return nil
 }
+
+// peerWait says what the exchange loop waits for: the peer's next message,
+// and what the device's link knows against the path to it (no route, no
+// ARP reply from the next hop, a RoCE v1 peer behind a router); received
+// messages so far.
+func peerWait(dev *verbs.Device, c Config, rem Dest, received int64) string {
+	s := fmt.Sprintf("%v's message %d of %d", unmapped(rem.GID), received+1, c.Iters)
+	v := wire.RoCEv2
+	if g, err := dev.GID(max(c.GIDIndex, 0)); err == nil && g.Type == verbs.GIDTypeRoCEv1 {
+		v = wire.RoCEv1
+	}
+	if err := link.PathErrorOf(dev.Link(), rem.GID, v); err != nil {
+		return s + ": " + err.Error()
+	}
+	if c.Type == verbs.UD {
+		return s + " (UD does not resend a lost datagram: do the peer's QPN, GID and RoCE version match, and does the path reach it?)"
+	}
+	return s
+}
+
+func unmapped(g netip.Addr) netip.Addr { return g.Unmap() }
 
 // deviceFatal is the cause Run's context is cancelled with when the device
 // reports IBV_EVENT_DEVICE_FATAL.

@@ -145,6 +145,11 @@ func (q *QP) retryDetail() string {
 	peer := fmt.Sprintf("QP %#x at %v (%v)", q.attr.DestQPN, unmap(q.path.dgid), q.path.version)
 	switch {
 	case !q.comp.heard:
+		// The link may know why nothing came: no route, a next hop that
+		// never answered ARP, a RoCE v1 peer behind a router (link/neigh).
+		if err := link.PathErrorOf(q.dev.link, q.path.dgid, q.path.version); err != nil {
+			return fmt.Sprintf("no response ever arrived from %s (%d retransmissions %v apart): %v", peer, q.attr.RetryCnt, to, err)
+		}
 		return fmt.Sprintf("no response ever arrived from %s: %d retransmissions %v apart went unanswered. "+
 			"Check the remote QPN, the destination GID and the source GID index (%d), that the peer QP is in RTR or RTS, "+
 			"and that both sides use the same RoCE version", peer, q.attr.RetryCnt, to, q.attr.AH.GRH.SGIDIndex)

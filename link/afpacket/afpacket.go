@@ -6,14 +6,26 @@
 // Identification, DSCP/ECN and the flow label, with the ICRC over all of
 // it; and it verifies every received ICRC over the real headers.
 //
-// Destination MACs come from the neighbour resolver: a link-local GID built
-// from a MAC (EUI-64, as RoCE v1 GIDs are) gives the MAC directly; otherwise
-// the kernel's neighbour table (netlink), and if it has no entry, an ARP
-// request or IPv6 Neighbor Solicitation of our own.
+// Destination MACs come from the next-hop resolver (link/neigh): a RoCE v2
+// packet goes to the MAC of its route's next hop in the netdev's namespace
+// (the gateway, or the destination when on-link), as the kernel would send
+// it; a RoCE v1 frame to its destination on this Ethernet segment, and a v1
+// destination behind a router is refused and explained (PathError). A
+// link-local GID built from a MAC (EUI-64, as RoCE v1 GIDs are) gives the
+// MAC directly; otherwise the kernel's neighbour table (netlink), and if it
+// has no entry, an ARP request or IPv6 Neighbor Solicitation of the
+// kernel's and of our own.
+//
+// Receiving, the socket asks for a virtio-net header (PACKET_VNET_HDR) with
+// each frame: a UDP GSO superpacket (several RoCE v2 packets behind one set
+// of headers, as a peer's link/udp sends them over a veth) comes with its
+// segment size, and the link splits it (link.Superpacket). A kernel that
+// cannot describe one (Linux < 6.2) refuses it with EINVAL; the link counts
+// that drop, stops asking for the header and from then on finds the
+// segments of a superpacket from the RoCE headers themselves.
 package afpacket
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -28,6 +40,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/neigh"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -45,8 +58,9 @@ type Config struct {
 	V2        bool
 	MTU       int // largest transport packet; default netdev MTU - 40 (GRH)
 	BatchSize int // default 64
-	// Resolver finds next-hop MACs; nil uses NewResolver on this netdev.
-	Resolver *Resolver
+	// Resolver finds next-hop MACs; nil makes one on this netdev (closed
+	// with the link). A given one stays the caller's to close, after the link.
+	Resolver *neigh.Resolver
 	// OnForeign, if set, is called for each RoCE v2 packet a v1-only link
 	// (V2 false) drops, after counting it. It runs on the receive path with
 	// the link's receive lock held: it must not block nor call Recv.
@@ -61,14 +75,22 @@ type Link struct {
 	fd     int
 	local  atomic.Pointer[map[netip.Addr]bool]
 	stats  link.Stats
-	res    *Resolver
+	res    *neigh.Resolver
+	ownRes bool
 	closed atomic.Bool
 
 	txMu sync.Mutex
-	ipID uint16 // guarded by txMu
+	ipID uint16    // guarded by txMu
+	tx   txScratch // guarded by txMu
 
-	rxMu  sync.Mutex
-	rxPkt wire.Packet
+	// vnet says whether the socket has PACKET_VNET_HDR, which changes how
+	// frames are sent as well as received: a send holds vnetMu's read
+	// lock, the switch (Recv, once) its write lock.
+	vnetMu sync.RWMutex
+	vnet   atomic.Bool
+
+	rxMu sync.Mutex
+	rx   rxState // guarded by rxMu
 
 	foreign foreignStats // RoCE v2 dropped by a v1-only link (foreign.go)
 }
@@ -133,7 +155,13 @@ func New(cfg Config) (*Link, error) {
 		p := unix.SockFprog{Len: uint16(len(prog)), Filter: (*unix.SockFilter)(unsafe.Pointer(&prog[0]))}
 		err = unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &p)
 	}
+	vnet := false
 	if err == nil {
+		// Best effort: without it, superpackets are found by inference.
+		vnet = unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VNET_HDR, 1) == nil && !noVnetHdr
+		if !vnet {
+			_ = unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VNET_HDR, 0)
+		}
 		_ = unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1)
 		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 8<<20)
 		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, 8<<20)
@@ -150,15 +178,18 @@ func New(cfg Config) (*Link, error) {
 		return nil, err
 	}
 	l := &Link{cfg: cfg, f: f, rc: rc, fd: fd}
+	l.vnet.Store(vnet)
+	l.rx.init()
 	l.SetGIDs(cfg.GIDs)
 	l.res = cfg.Resolver
 	if l.res == nil {
-		if l.res, err = NewResolver(cfg.Ifindex, cfg.MAC); err != nil {
+		if l.res, err = neigh.New(neigh.Config{Ifindex: cfg.Ifindex, MAC: cfg.MAC}); err != nil {
 			f.Close()
 			return nil, err
 		}
+		l.ownRes = true
 	}
-	l.res.send = l.sendFrame
+	l.res.SetSender(l.sendFrame)
 	return l, nil
 }
 
@@ -178,28 +209,77 @@ func (l *Link) Headroom() int      { return link.FrameHeadroom }
 func (l *Link) MTU() int           { return l.cfg.MTU }
 func (l *Link) Stats() *link.Stats { return &l.stats }
 
-// Resolver returns the link's neighbour resolver.
-func (l *Link) Resolver() *Resolver { return l.res }
+// Resolver returns the link's next-hop resolver.
+func (l *Link) Resolver() *neigh.Resolver { return l.res }
+
+// PathError says why packets of version v to dst could not be sent, as the
+// resolver knows it (link.PathReporter): no route, a route through another
+// netdev, a RoCE v1 peer behind a router, a next hop that does not answer.
+func (l *Link) PathError(dst netip.Addr, v wire.Version) error {
+	if v == wire.RoCEv2 && !l.cfg.V2 {
+		return nil
+	}
+	return l.res.PathError(dst, v)
+}
 
 // Close closes the socket; Recv returns net.ErrClosed.
 func (l *Link) Close() error {
 	l.closed.Store(true)
-	l.res.close()
+	l.res.SetSender(nil)
+	if l.ownRes {
+		l.res.Close()
+	}
 	return l.f.Close()
 }
 
-func (l *Link) sendFrame(frame []byte) error {
-	sa := &unix.SockaddrLinklayer{Ifindex: l.cfg.Ifindex, Halen: 6}
-	copy(sa.Addr[:], frame[0:6])
-	var serr error
+// txScratch is what one sendmsg(2) needs, kept to send without allocating.
+type txScratch struct {
+	vh  [vnetLen]byte
+	iov [2]unix.Iovec
+	msg unix.Msghdr
+	sa  unix.RawSockaddrLinklayer
+}
+
+// sendFrame sends one frame (the resolver's ARP and ND).
+func (l *Link) sendFrame(frame []byte) error { return l.sendWith(new(txScratch), frame) }
+
+// sendWith sends one frame with t's message header, behind an empty
+// virtio-net header while the socket has PACKET_VNET_HDR (a packet socket
+// then takes one before each frame it sends, too).
+func (l *Link) sendWith(t *txScratch, frame []byte) error {
+	t.sa = unix.RawSockaddrLinklayer{Family: unix.AF_PACKET, Ifindex: int32(l.cfg.Ifindex), Halen: 6}
+	copy(t.sa.Addr[:], frame[0:6])
+	t.msg = unix.Msghdr{Name: (*byte)(unsafe.Pointer(&t.sa)), Namelen: unix.SizeofSockaddrLinklayer, Iov: &t.iov[0]}
+	l.vnetMu.RLock()
+	defer l.vnetMu.RUnlock()
+	n := 0
+	if l.vnet.Load() {
+		setIov(&t.iov[0], t.vh[:])
+		n++
+	}
+	setIov(&t.iov[n], frame)
+	t.msg.SetIovlen(n + 1)
+	var serr unix.Errno
 	err := l.rc.Write(func(fd uintptr) bool {
-		serr = unix.Sendto(int(fd), frame, 0, sa)
+		_, _, serr = unix.Syscall(unix.SYS_SENDMSG, fd, uintptr(unsafe.Pointer(&t.msg)), unix.MSG_DONTWAIT)
 		return serr != unix.EAGAIN
 	})
 	if err != nil {
 		return err
 	}
-	return serr
+	if serr != 0 {
+		return serr
+	}
+	return nil
+}
+
+func setIov(v *unix.Iovec, b []byte) {
+	if len(b) == 0 {
+		v.Base, v.Len = nil, 0
+		return
+	}
+	v.Base = &b[0]
+	v.SetLen(len(b))
 }
 
 // Send encapsulates each packet in a frame, resolving the next hop, and
@@ -218,18 +298,24 @@ func (l *Link) Send(pkts []link.Packet) (int, error) {
 			l.stats.TxBadAddress.Add(1)
 			continue
 		}
-		dst, ok := l.res.LookupWait(pk.Addr.DstGID, time.Second)
-		if !ok {
+		next, err := l.res.LookupWait(pk.Addr.DstGID, pk.Addr.Version, time.Second)
+		if err != nil {
 			l.stats.TxNoRoute.Add(1)
 			continue
 		}
+		hops := pk.Addr.HopLimit
+		if next.HopLimit != 0 {
+			// The route's, as Linux gives RoCE packets (neigh.Lookup).
+			pk.Addr.HopLimit = next.HopLimit
+		}
 		l.ipID++
-		frame, err := link.Encapsulate(pk, l.cfg.MAC, dst, l.ipID)
+		frame, err := link.Encapsulate(pk, l.cfg.MAC, next.MAC, l.ipID)
+		pk.Addr.HopLimit = hops // the caller's packet is as it was
 		if err != nil {
 			l.stats.TxBadAddress.Add(1)
 			continue
 		}
-		if err := l.sendFrame(frame); err != nil {
+		if err := l.sendWith(&l.tx, frame); err != nil {
 			if l.closed.Load() {
 				return sent, net.ErrClosed
 			}
@@ -241,74 +327,4 @@ func (l *Link) Send(pkts []link.Packet) (int, error) {
 		sent++
 	}
 	return sent, nil
-}
-
-// Recv reads frames until at least one RoCE packet for this port arrives.
-// ARP and Neighbor Advertisements feed the resolver. On a v1-only link,
-// RoCE v2 packets for this port are dropped, counted and reported
-// (dropForeign), never delivered.
-func (l *Link) Recv(pkts []link.Packet) (int, error) {
-	l.rxMu.Lock()
-	defer l.rxMu.Unlock()
-	got := 0
-	var rerr error
-	err := l.rc.Read(func(fd uintptr) bool {
-		for got < len(pkts) {
-			pk := &pkts[got]
-			b := pk.Buf[:cap(pk.Buf)]
-			n, from, err := unix.Recvfrom(int(fd), b, unix.MSG_TRUNC)
-			if err != nil {
-				if err == unix.EAGAIN || err == unix.EWOULDBLOCK {
-					return got > 0
-				}
-				if err == unix.EINTR {
-					continue
-				}
-				rerr = err
-				return true
-			}
-			ll, _ := from.(*unix.SockaddrLinklayer)
-			if n > len(b) {
-				l.stats.RxMalformed.Add(1)
-				continue
-			}
-			frame := b[:n]
-			if l.res.observe(frame) {
-				continue // ARP or ND: resolver food
-			}
-			if ll != nil && ll.Pkttype != unix.PACKET_HOST && ll.Pkttype != unix.PACKET_MULTICAST && ll.Pkttype != unix.PACKET_BROADCAST {
-				continue
-			}
-			pk.Buf = frame
-			if err := link.Decapsulate(frame, pk, &l.rxPkt); err != nil {
-				switch {
-				case errors.Is(err, wire.ErrNotRoCE):
-				case errors.Is(err, wire.ErrBadICRC):
-					l.stats.RxBadICRC.Add(1)
-				default:
-					l.stats.RxMalformed.Add(1)
-				}
-				continue
-			}
-			if !(*l.local.Load())[pk.Addr.DstGID] {
-				l.stats.RxNotForUs.Add(1)
-				continue
-			}
-			if pk.Addr.Version == wire.RoCEv2 && !l.cfg.V2 {
-				l.dropForeign(&l.rxPkt, &pk.Addr)
-				continue
-			}
-			l.stats.RxPackets.Add(1)
-			l.stats.RxBytes.Add(uint64(n))
-			got++
-		}
-		return true
-	})
-	if err != nil {
-		if l.closed.Load() {
-			return got, net.ErrClosed
-		}
-		return got, err
-	}
-	return got, rerr
 }

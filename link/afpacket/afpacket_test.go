@@ -8,6 +8,7 @@ import (
 
 	"github.com/goroce/goroce/internal/nettest"
 	"github.com/goroce/goroce/link/linktest"
+	"github.com/goroce/goroce/link/neigh"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -31,8 +32,8 @@ func frame(t *testing.T, v wire.Version, v6 bool, dport uint16) []byte {
 }
 
 func TestFilters(t *testing.T) {
-	arp := arpRequest(wire.MAC{2}, netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2"))
-	ns := neighborSolicitation(wire.MAC{2}, netip.MustParseAddr("fd00::1"), netip.MustParseAddr("fd00::2"))
+	arp := neigh.ARPRequest(wire.MAC{2}, netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2"))
+	ns := neigh.NeighborSolicitation(wire.MAC{2}, netip.MustParseAddr("fd00::1"), netip.MustParseAddr("fd00::2"))
 	// One program for every link: a v1-only link takes RoCE v2 in too, to
 	// count and drop it (TestV1OnlyDropsV2).
 	vm, err := bpf.NewVM(filterProg())
@@ -59,13 +60,6 @@ func TestFilters(t *testing.T) {
 		if got := n > 0; got != c.want {
 			t.Errorf("%s: accepted=%v, want %v", c.name, got, c.want)
 		}
-	}
-}
-
-func TestEUI64(t *testing.T) {
-	m, ok := eui64MAC(netip.MustParseAddr("fe80::5054:ff:fec0:20b"))
-	if !ok || m != (wire.MAC{0x52, 0x54, 0x00, 0xc0, 0x02, 0x0b}) {
-		t.Errorf("eui64MAC = %v %v", m, ok)
 	}
 }
 

@@ -54,6 +54,11 @@ func (l *Link) Recv(pkts []link.Packet) (int, error) {
 	return n, err
 }
 
+// PathError forwards the wrapped link's (link.PathReporter).
+func (l *Link) PathError(dst netip.Addr, v wire.Version) error {
+	return link.PathErrorOf(l.Link, dst, v)
+}
+
 // Frames returns how many frames were written and how many could not be.
 func (l *Link) Frames() (written, failed uint64) {
 	l.mu.Lock()

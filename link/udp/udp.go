@@ -158,6 +158,9 @@ type Link struct {
 
 	busyPoll atomic.Int64 // Config.BusyPoll, in nanoseconds
 
+	dstMu sync.Mutex
+	dsts  map[netip.Addr]*dstTally // guarded by dstMu: how packets left, per destination
+
 	rxMu sync.Mutex
 	rx   rxState // guarded by rxMu
 }
@@ -446,6 +449,7 @@ func (l *Link) Send(pkts []link.Packet) (int, error) {
 					if l.txPkts[i] > 1 {
 						l.GSOMessages.Add(1)
 					}
+					l.tally(pkts[l.txFirst[i]].Addr.DstGID, l.txPkts[i])
 					l.stats.TxPackets.Add(uint64(l.txPkts[i]))
 					l.stats.TxBytes.Add(uint64(l.txBytes[i]))
 					sent += l.txPkts[i]
@@ -456,6 +460,58 @@ func (l *Link) Send(pkts []link.Packet) (int, error) {
 		pkts = pkts[used:]
 	}
 	return sent, nil
+}
+
+// dstTally counts how the packets to one destination left: in GSO
+// messages (superpackets, over a veth) or on their own.
+type dstTally struct {
+	gsoPkts, gsoMsgs, single uint64
+}
+
+// tally records a message of segs packets to dst.
+func (l *Link) tally(dst netip.Addr, segs int) {
+	l.dstMu.Lock()
+	defer l.dstMu.Unlock()
+	if l.dsts == nil || len(l.dsts) >= 1024 {
+		l.dsts = map[netip.Addr]*dstTally{} // a bound; what is in use comes back
+	}
+	t := l.dsts[dst]
+	if t == nil {
+		t = &dstTally{}
+		l.dsts[dst] = t
+	}
+	if segs > 1 {
+		t.gsoPkts += uint64(segs)
+		t.gsoMsgs++
+	} else {
+		t.single++
+	}
+}
+
+// PathError (link.PathReporter) explains a destination that never
+// answered when every packet sent to it left inside a UDP GSO superpacket:
+// a receiver that reads the netdev with a packet socket (AF_PACKET) gets
+// such a superpacket whole over a veth or a router, and unless it splits
+// it (goroce's raw links do) it drops every multi-packet message while the
+// single packets get through. A kernel UDP socket (rxe, link/udp without
+// privileges) receives them split. nil otherwise: the kernel routes and
+// resolves this link's packets (see link/neigh for what it knows).
+func (l *Link) PathError(dst netip.Addr, v wire.Version) error {
+	l.dstMu.Lock()
+	t := l.dsts[dst]
+	var c dstTally
+	if t != nil {
+		c = *t
+	}
+	l.dstMu.Unlock()
+	if v != wire.RoCEv2 || c.gsoMsgs == 0 || c.single > 0 {
+		return nil
+	}
+	return fmt.Errorf("every packet sent to %v left in a UDP GSO superpacket (%d packets in %d GSO messages, none on its own): "+
+		"a receiver reading its netdev with a packet socket gets each whole, and one that does not split them drops them all; "+
+		"if messages of one packet (no larger than the path MTU) get through, that is it (link/udp's NoGSO sends no superpackets); "+
+		"if not, check the remote QPN, the destination GID and that both sides use the same RoCE version",
+		dst.Unmap(), c.gsoPkts, c.gsoMsgs)
 }
 
 // prepareMsg fills message m: destination, control messages, and segs
@@ -538,6 +594,7 @@ func (l *Link) resendSingly(pkts []link.Packet) (int, error) {
 		}
 		l.stats.TxPackets.Add(1)
 		l.stats.TxBytes.Add(uint64(q.Len))
+		l.tally(q.Addr.DstGID, 1)
 		sent++
 	}
 	return sent, nil

@@ -1,0 +1,342 @@
+package afpacket
+
+import (
+	"encoding/binary"
+	"errors"
+	"net"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/wire"
+)
+
+const (
+	vnetLen = 10 // struct virtio_net_hdr
+	// Virtio-net GSO types (linux/virtio_net.h).
+	vnetGSONone  = 0
+	vnetGSOUDPL4 = 5
+	vnetGSOECN   = 0x80
+	// maxSuper bounds a superpacket: one IP datagram and its Ethernet header.
+	maxSuper = 1<<16 + wire.EthernetLen + wire.VLANTagLen
+)
+
+// noVnetHdr, set by tests, opens links without PACKET_VNET_HDR, as a
+// kernel that cannot describe UDP GSO leaves them after its first refusal.
+var noVnetHdr bool
+
+// rxState is the receive side's scratch.
+type rxState struct {
+	msg  unix.Msghdr
+	iov  [3]unix.Iovec
+	name unix.RawSockaddrLinklayer
+	vh   [vnetLen]byte
+	over []byte // a superpacket's bytes beyond the caller's buffer
+	big  []byte // a superpacket gathered whole
+	seg  []byte // scratch for segment-size inference
+	pkt  wire.Packet
+
+	// Segments of a superpacket that found no free caller buffer, waiting
+	// for the next Recv, in order.
+	pend    []pendSeg
+	pendBuf []byte
+	next    int
+}
+
+func (r *rxState) init() {
+	r.over = make([]byte, maxSuper)
+	r.big = make([]byte, maxSuper)
+	r.seg = make([]byte, 0, link.MaxFrameSize)
+}
+
+// recvmsg reads one frame (behind a virtio-net header into r.vh when vnet)
+// into b, spilling into r.over, and returns its length (the header's not
+// included; MSG_TRUNC: the whole frame's even when longer than both).
+func (r *rxState) recvmsg(fd uintptr, b []byte, vnet bool) (int, unix.Errno) {
+	n := 0
+	if vnet {
+		setIov(&r.iov[0], r.vh[:])
+		n++
+	}
+	setIov(&r.iov[n], b)
+	setIov(&r.iov[n+1], r.over)
+	r.msg = unix.Msghdr{Name: (*byte)(unsafe.Pointer(&r.name)), Namelen: unix.SizeofSockaddrLinklayer, Iov: &r.iov[0]}
+	r.msg.SetIovlen(n + 2)
+	got, _, e := unix.Syscall(unix.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&r.msg)), unix.MSG_TRUNC|unix.MSG_DONTWAIT)
+	if e != 0 {
+		return 0, e
+	}
+	if vnet {
+		got -= vnetLen
+	}
+	return int(got), 0
+}
+
+// Recv reads frames until at least one RoCE packet for this port arrives.
+// ARP and Neighbor Advertisements feed the resolver. A UDP GSO superpacket
+// becomes its packets. On a v1-only link, RoCE v2 packets for this port
+// are dropped, counted and reported (dropForeign), never delivered. Every
+// frame dropped is counted by cause (link.Stats).
+func (l *Link) Recv(pkts []link.Packet) (int, error) {
+	l.rxMu.Lock()
+	defer l.rxMu.Unlock()
+	for {
+		got, err := l.recv(pkts)
+		if got > 0 || err != nil {
+			return got, err
+		}
+		// Only a superpacket whose segments all wait in the queue, or only
+		// drops: go on.
+	}
+}
+
+func (l *Link) recv(pkts []link.Packet) (int, error) {
+	r := &l.rx
+	got := l.deliverPending(pkts)
+	if got > 0 {
+		return got, nil
+	}
+	var rerr error
+	err := l.rc.Read(func(fd uintptr) bool {
+		for got < len(pkts) {
+			pk := &pkts[got]
+			b := pk.Buf[:cap(pk.Buf)]
+			vnet := l.vnet.Load()
+			n, errno := r.recvmsg(fd, b, vnet)
+			switch errno {
+			case 0:
+			case unix.EAGAIN:
+				return got > 0
+			case unix.EINTR:
+				continue
+			case unix.EINVAL:
+				if vnet {
+					// The kernel could not put a superpacket's GSO type in
+					// a virtio_net_hdr (Linux < 6.2 knows no UDP_L4 there)
+					// and dropped it. Count it, and read superpackets
+					// whole from now on (the sender retransmits).
+					l.stats.RxKernelRefused.Add(1)
+					l.dropVnetHdr(fd)
+					continue
+				}
+				rerr = errno
+				return true
+			default:
+				rerr = errno
+				return true
+			}
+			if n > len(b)+len(r.over) {
+				l.stats.RxMalformed.Add(1) // longer than any IP datagram
+				continue
+			}
+			frame := b[:min(n, len(b))]
+			if n > len(b) {
+				copy(r.big, b)
+				copy(r.big[len(b):], r.over[:n-len(b)])
+				frame = r.big[:n]
+			}
+			if l.res.Observe(frame) {
+				continue // ARP or ND: resolver food
+			}
+			if t := r.name.Pkttype; t != unix.PACKET_HOST && t != unix.PACKET_MULTICAST && t != unix.PACKET_BROADCAST {
+				continue
+			}
+			segSize, super := 0, n > len(b)
+			if vnet && r.vh[1]&^vnetGSOECN != vnetGSONone {
+				if r.vh[1]&^vnetGSOECN != vnetGSOUDPL4 {
+					l.stats.RxMalformed.Add(1) // TCP or UFO: not RoCE
+					continue
+				}
+				segSize, super = int(binary.NativeEndian.Uint16(r.vh[4:])), true
+			}
+			if !super {
+				if l.accept(frame, pk, n, -1) {
+					got++
+				}
+				if r.next < len(r.pend) {
+					return true // an inferred superpacket's segments wait
+				}
+				continue
+			}
+			if &frame[0] == &b[0] {
+				// The segments are written into the callers' buffers, this
+				// one first: read them from a copy.
+				copy(r.big, frame)
+				frame = r.big[:len(frame)]
+			}
+			got = l.split(frame, segSize, pkts, got)
+			if r.next < len(r.pend) {
+				return true
+			}
+		}
+		return true
+	})
+	if err != nil {
+		if l.closed.Load() {
+			return got, net.ErrClosed
+		}
+		return got, err
+	}
+	return got, rerr
+}
+
+// dropVnetHdr turns PACKET_VNET_HDR off, for sending as for receiving.
+func (l *Link) dropVnetHdr(fd uintptr) {
+	l.vnetMu.Lock()
+	defer l.vnetMu.Unlock()
+	if unix.SetsockoptInt(int(fd), unix.SOL_PACKET, unix.PACKET_VNET_HDR, 0) == nil {
+		l.vnet.Store(false)
+	}
+}
+
+// accept decapsulates frame (in pk.Buf) into pk and reports whether it is
+// a packet to deliver; size is the frame's length, for the counters. seg is
+// the frame's index in the superpacket it was cut from, or -1: segment s>0
+// of an IPv4 superpacket carries the ID first+s, as Linux numbers the
+// segments it cuts (inet_gso_segment), and if its ICRC fails with that one
+// it is tried with the first's (a sender that kept the ID fixed).
+func (l *Link) accept(frame []byte, pk *link.Packet, size, seg int) bool {
+	r := &l.rx
+	pk.Buf = frame
+	err := link.Decapsulate(frame, pk, &r.pkt)
+	if errors.Is(err, wire.ErrBadICRC) && seg > 0 && len(frame) >= wire.EthernetLen+wire.IPv4MinLen &&
+		binary.BigEndian.Uint16(frame[12:]) == wire.EtherTypeIPv4 {
+		ip := wire.IPv4(frame[wire.EthernetLen : wire.EthernetLen+int(frame[wire.EthernetLen]&0xf)*4])
+		ip.SetID(ip.ID() - uint16(seg))
+		ip.SetChecksum(ip.ComputeChecksum())
+		err = link.Decapsulate(frame, pk, &r.pkt)
+	}
+	if err != nil {
+		switch {
+		case errors.Is(err, wire.ErrNotRoCE):
+		case errors.Is(err, wire.ErrBadICRC):
+			// Read without a virtio-net header, a superpacket looks like one
+			// packet with a bad ICRC; its RoCE headers give it away.
+			if seg < 0 && !l.vnet.Load() && l.splitInferred(frame) {
+				return false
+			}
+			l.stats.RxBadICRC.Add(1)
+		default:
+			l.stats.RxMalformed.Add(1)
+		}
+		return false
+	}
+	if !(*l.local.Load())[pk.Addr.DstGID] {
+		l.stats.RxNotForUs.Add(1)
+		return false
+	}
+	if pk.Addr.Version == wire.RoCEv2 && !l.cfg.V2 {
+		l.dropForeign(&r.pkt, &pk.Addr)
+		return false
+	}
+	l.stats.RxPackets.Add(1)
+	l.stats.RxBytes.Add(uint64(size))
+	return true
+}
+
+// splitInferred queues the segments of a frame that failed its ICRC, if
+// the segment size inference finds it is a superpacket (read without a
+// virtio-net header), and reports whether it did.
+func (l *Link) splitInferred(frame []byte) bool {
+	r := &l.rx
+	sp, err := link.ParseSuperpacket(frame)
+	if err != nil {
+		return false
+	}
+	g, ok := sp.InferSegmentSize(r.seg)
+	if !ok {
+		return false
+	}
+	if &frame[0] != &r.big[0] {
+		copy(r.big, frame)
+		sp, _ = link.ParseSuperpacket(r.big[:len(frame)])
+	}
+	// Recv delivers the queue before it reads again.
+	l.queueSegments(&sp, g, 0)
+	return true
+}
+
+// split cuts a superpacket into its segments of segSize bytes (0: infer
+// the size), delivering them into pkts from got on and queueing what does
+// not fit; it returns the new got. frame must not be in pkts' buffers.
+func (l *Link) split(frame []byte, segSize int, pkts []link.Packet, got int) int {
+	r := &l.rx
+	sp, err := link.ParseSuperpacket(frame)
+	if err != nil {
+		l.stats.RxMalformed.Add(1)
+		return got
+	}
+	if segSize <= 0 {
+		// Read whole, without a size: a superpacket says its segment size
+		// by its RoCE headers; a single packet too long for the caller's
+		// buffer is malformed.
+		g, ok := sp.InferSegmentSize(r.seg)
+		if !ok {
+			l.stats.RxMalformed.Add(1)
+			return got
+		}
+		segSize = g
+	}
+	k := sp.Segments(segSize)
+	for s := 0; s < k; s++ {
+		if got == len(pkts) {
+			l.queueSegments(&sp, segSize, s)
+			break
+		}
+		pk := &pkts[got]
+		f := sp.AppendSegment(pk.Buf[:0], segSize, s, false)
+		if len(f) > cap(pk.Buf) {
+			l.stats.RxMalformed.Add(1) // longer than a frame may be
+			continue
+		}
+		if l.accept(f, pk, len(f), s) {
+			got++
+		}
+	}
+	return got
+}
+
+// pendSeg is a segment waiting for a caller buffer: its frame and its index
+// in its superpacket.
+type pendSeg struct {
+	f []byte
+	s int
+}
+
+// queueSegments copies segments from..end of sp into the pending queue.
+func (l *Link) queueSegments(sp *link.Superpacket, segSize, from int) {
+	r := &l.rx
+	k := sp.Segments(segSize)
+	for s := from; s < k; s++ {
+		off := len(r.pendBuf)
+		r.pendBuf = sp.AppendSegment(r.pendBuf, segSize, s, false)
+		r.pend = append(r.pend, pendSeg{f: r.pendBuf[off:len(r.pendBuf):len(r.pendBuf)], s: s})
+	}
+}
+
+// deliverPending hands queued segments over first.
+func (l *Link) deliverPending(pkts []link.Packet) int {
+	r := &l.rx
+	got := 0
+	for r.next < len(r.pend) && got < len(pkts) {
+		e := r.pend[r.next]
+		r.next++
+		pk := &pkts[got]
+		if len(e.f) > cap(pk.Buf) {
+			l.stats.RxMalformed.Add(1)
+			continue
+		}
+		b := append(pk.Buf[:0], e.f...)
+		if l.accept(b, pk, len(b), e.s) {
+			got++
+		}
+	}
+	if r.next == len(r.pend) {
+		r.pend, r.next, r.pendBuf = r.pend[:0], 0, r.pendBuf[:0]
+		if cap(r.pendBuf) > 1<<20 {
+			r.pendBuf = nil // a backlog's worth: let it go
+		}
+	}
+	return got
+}
