@@ -34,11 +34,13 @@ package configfs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -53,8 +55,13 @@ import (
 type Server struct {
 	dir    string
 	srv    *fuse.Server
-	direct bool // mounted with mount(2), not fusermount
+	direct bool   // mounted with mount(2), not fusermount
+	conn   string // the FUSE connection's number in /sys/fs/fuse/connections ("" if unknown)
 }
+
+// UnmountWait bounds each of Unmount's two waits for the FUSE server to
+// stop: after the unmount, and after aborting the connection.
+const UnmountWait = 3 * time.Second
 
 // Options tune a mount; the zero value is a plain mount.
 type Options struct {
@@ -92,7 +99,7 @@ func MountWith(dir string, tree *config.Tree, o Options) (*Server, error) {
 	}
 	srv, err := mount(abs, tree, o, true)
 	if err == nil {
-		return &Server{dir: abs, srv: srv, direct: true}, nil
+		return &Server{dir: abs, srv: srv, direct: true, conn: fuseConn(abs)}, nil
 	}
 	directErr := err
 	if _, lerr := fusermount(); lerr != nil {
@@ -106,7 +113,27 @@ func MountWith(dir string, tree *config.Tree, o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: mount(2): %v; fusermount: %w", abs, directErr, err)
 	}
-	return &Server{dir: abs, srv: srv}, nil
+	return &Server{dir: abs, srv: srv, conn: fuseConn(abs)}, nil
+}
+
+// fuseConn returns the number of the FUSE connection mounted at dir: the
+// minor device number the mount table gives it (/proc/self/mountinfo's
+// third field, "0:52"), which names its directory in fusectl.
+func fuseConn(dir string) string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return ""
+	}
+	conn := ""
+	for _, l := range strings.Split(string(b), "\n") {
+		// The last mount at dir is the one on top.
+		if f := strings.Fields(l); len(f) > 4 && f[4] == dir {
+			if _, minor, ok := strings.Cut(f[2], ":"); ok {
+				conn = minor
+			}
+		}
+	}
+	return conn
 }
 
 func fusermount() (string, error) {
@@ -143,12 +170,40 @@ func (s *Server) Dir() string { return s.dir }
 // Wait returns once the view is unmounted, by Unmount or umount(8).
 func (s *Server) Wait() { s.srv.Wait() }
 
-// Unmount unmounts the view. A mount point still in use (a shell's
-// working directory, an open file) is detached lazily, as umount -l does:
-// it leaves the mount table at once, and those users lose it when this
-// process exits — never a stale mount.
+// Unmount unmounts the view, in bounded time. A mount point still in use
+// (a shell's working directory, an open file) is detached lazily, as
+// umount -l does: it leaves the mount table at once, and those users lose
+// it when this process exits — never a stale mount.
+//
+// go-fuse's unmount waits for its readers of /dev/fuse to return, which
+// they do when the kernel ends the connection: when the last mount of it
+// goes. One this process cannot see keeps it alive — a copy in another
+// mount namespace, which unshare -m or ip netns exec made while the view
+// was mounted — and the wait would never end (a roce configfs mount was
+// found stuck there, its mount gone, after 24 minutes). So after
+// UnmountWait, Unmount aborts the connection (Abort), which fails what
+// the other mounts' users do next with ENOTCONN and ends the readers, and
+// it reports that it did.
 func (s *Server) Unmount() error {
-	err := s.srv.Unmount()
+	done := make(chan error, 1)
+	go func() { done <- s.srv.Unmount() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(UnmountWait):
+		aerr := s.Abort()
+		select {
+		case err = <-done:
+			if err == nil {
+				err = fmt.Errorf("unmount %s: the FUSE connection was still in use %v after the unmount "+
+					"(a mount of it in another mount namespace, made by unshare -m or ip netns exec?): aborted it", s.dir, UnmountWait)
+			}
+			return err
+		case <-time.After(UnmountWait):
+			return fmt.Errorf("unmount %s: the FUSE server did not stop within %v, nor %v after aborting the connection (%v)",
+				s.dir, UnmountWait, UnmountWait, aerr)
+		}
+	}
 	if err == nil || !s.direct {
 		return err
 	}
@@ -156,6 +211,34 @@ func (s *Server) Unmount() error {
 		return fmt.Errorf("unmount %s: %w; detaching it: %v", s.dir, err, derr)
 	}
 	return nil
+}
+
+// Abort ends the view at once, without waiting for anything: it aborts
+// the FUSE connection, as echo 1 > /sys/fs/fuse/connections/N/abort does
+// (mounting fusectl there if needed), so every request waiting on it and
+// every later one fails with ENOTCONN, and detaches the mount point. It is
+// for a process that must exit now; Unmount is the orderly way.
+func (s *Server) Abort() error {
+	var errs []error
+	if s.conn == "" {
+		errs = append(errs, errors.New("the FUSE connection's number is unknown"))
+	} else {
+		const ctl = "/sys/fs/fuse/connections"
+		if _, err := os.Stat(filepath.Join(ctl, s.conn)); err != nil {
+			syscall.Mount("fusectl", ctl, "fusectl", 0, "") // may be mounted already, or need root
+		}
+		if err := os.WriteFile(filepath.Join(ctl, s.conn, "abort"), []byte("1"), 0); err != nil {
+			errs = append(errs, fmt.Errorf("abort the FUSE connection: %w", err))
+		}
+	}
+	if s.direct {
+		if err := syscall.Unmount(s.dir, syscall.MNT_DETACH); err != nil && err != syscall.EINVAL {
+			errs = append(errs, fmt.Errorf("detach %s: %w", s.dir, err))
+		}
+	} else if fm, err := fusermount(); err == nil {
+		exec.Command(fm, "-u", "-z", s.dir).Run()
+	}
+	return errors.Join(errs...)
 }
 
 // fsys is what the nodes share.
