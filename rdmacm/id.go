@@ -82,6 +82,8 @@ type ID struct {
 	lastDREP  []byte    // DREP sent, resent on a duplicate DREQ
 	sidr      sidrKey   // passive SIDR: key in cm.sidrs while the request is pending
 	addrGone  bool      // ADDR_CHANGE delivered: the source address left the device
+	resNum    uint32    // IDInfo.Num, once the ID has a device (resSet)
+	resSet    bool
 
 	// retransmission, guarded by cm.mu
 	msg     []byte // MAD waiting for an answer
@@ -195,6 +197,7 @@ func (id *ID) bind(addr netip.AddrPort) error {
 	}
 	id.src = netip.AddrPortFrom(addr.Addr(), port)
 	id.ag = ag
+	ag.track(id)
 	id.bound = true
 	k := portKey{id.ps, port}
 	cm.bound[k] = append(cm.bound[k], id)
