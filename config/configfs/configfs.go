@@ -187,22 +187,31 @@ func (s *Server) Wait() { s.srv.Wait() }
 func (s *Server) Unmount() error {
 	done := make(chan error, 1)
 	go func() { done <- s.srv.Unmount() }()
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(UnmountWait):
-		aerr := s.Abort()
+	wait := func() (error, bool) {
 		select {
-		case err = <-done:
-			if err == nil {
-				err = fmt.Errorf("unmount %s: the FUSE connection was still in use %v after the unmount "+
-					"(a mount of it in another mount namespace, made by unshare -m or ip netns exec?): aborted it", s.dir, UnmountWait)
-			}
-			return err
+		case err := <-done:
+			return err, true
 		case <-time.After(UnmountWait):
+			return nil, false
+		}
+	}
+	err, ok := wait()
+	if !ok && !s.connAlive() {
+		// The kernel has ended the connection, and the readers are on
+		// their way out, slowly (a loaded machine): give them longer.
+		err, ok = wait()
+	}
+	if !ok {
+		aerr := s.Abort()
+		if err, ok = wait(); !ok {
 			return fmt.Errorf("unmount %s: the FUSE server did not stop within %v, nor %v after aborting the connection (%v)",
 				s.dir, UnmountWait, UnmountWait, aerr)
 		}
+		if err == nil {
+			err = fmt.Errorf("unmount %s: the FUSE connection was still in use %v after the unmount "+
+				"(a mount of it in another mount namespace, made by unshare -m or ip netns exec?): aborted it", s.dir, UnmountWait)
+		}
+		return err
 	}
 	if err == nil || !s.direct {
 		return err
@@ -211,6 +220,32 @@ func (s *Server) Unmount() error {
 		return fmt.Errorf("unmount %s: %w; detaching it: %v", s.dir, err, derr)
 	}
 	return nil
+}
+
+// fusectl is where the FUSE control file system shows each connection.
+const fusectl = "/sys/fs/fuse/connections"
+
+// mountFusectl mounts fusectl if it is not mounted (it needs root), and
+// reports whether it is.
+func mountFusectl() bool {
+	const fusectlMagic = 0x65735543 // FUSECTL_SUPER_MAGIC
+	var st syscall.Statfs_t
+	if syscall.Statfs(fusectl, &st) == nil && st.Type == fusectlMagic {
+		return true
+	}
+	syscall.Mount("fusectl", fusectl, "fusectl", 0, "")
+	return syscall.Statfs(fusectl, &st) == nil && st.Type == fusectlMagic
+}
+
+// connAlive reports whether the kernel still has the view's FUSE
+// connection: whether fusectl shows it. When that cannot be told, it is
+// taken to be alive.
+func (s *Server) connAlive() bool {
+	if s.conn == "" || !mountFusectl() {
+		return true
+	}
+	_, err := os.Stat(filepath.Join(fusectl, s.conn))
+	return !errors.Is(err, os.ErrNotExist)
 }
 
 // Abort ends the view at once, without waiting for anything: it aborts
@@ -223,11 +258,8 @@ func (s *Server) Abort() error {
 	if s.conn == "" {
 		errs = append(errs, errors.New("the FUSE connection's number is unknown"))
 	} else {
-		const ctl = "/sys/fs/fuse/connections"
-		if _, err := os.Stat(filepath.Join(ctl, s.conn)); err != nil {
-			syscall.Mount("fusectl", ctl, "fusectl", 0, "") // may be mounted already, or need root
-		}
-		if err := os.WriteFile(filepath.Join(ctl, s.conn, "abort"), []byte("1"), 0); err != nil {
+		mountFusectl()
+		if err := os.WriteFile(filepath.Join(fusectl, s.conn, "abort"), []byte("1"), 0); err != nil {
 			errs = append(errs, fmt.Errorf("abort the FUSE connection: %w", err))
 		}
 	}
