@@ -7,6 +7,7 @@ import (
 	"net"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -47,8 +48,16 @@ func (r *run) watchPeer(ctx context.Context) (context.Context, func()) {
 		defer wg.Done()
 		select {
 		case err := <-closed:
-			if err != nil {
+			if err == nil {
+				return
+			}
+			// A peer that is done closes at once (ib_write_lat has no
+			// closing handshake), and what it sent last (the ACK of this
+			// side's last message) may still be on its way.
+			select {
+			case <-time.After(disconnectGrace):
 				cancel(fmt.Errorf("%w: %v", errPeerGone, err))
+			case <-done:
 			}
 		case <-done:
 		}
