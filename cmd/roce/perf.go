@@ -31,7 +31,13 @@ of TCP, as perftest does: the client's argument is then the server's RoCE
 address, and the devices are found by address (-d picks one). -T sets the
 type of service of the test's connections (not the exchange's), -R only,
 as perftest does: the client's packets carry it as their IP TOS, and the
-server's too, which take it from the client's connect request.`,
+server's too, which take it from the client's connect request.
+
+Give -D to both sides, as perftest wants: perftest does not exchange it, and
+with -D on one side only ib_send_bw's two sides wait for each other forever.
+Two goroce sides agree: the one without -D (the server, when both have one)
+takes the other's and says so on stderr. A side whose peer exits mid-test
+ends with an error saying so.`,
 		Example: `  roce perf write -d rxe0 -x 1                      # server (ib_write_bw)
   roce perf write -d rxe0 -x 1 198.51.100.11        # client
   roce perf send --lat -d rxe0 -a 198.51.100.11     # ib_send_lat, all sizes

@@ -88,7 +88,12 @@ ibv_devinfo and show_gids do (roce dev, roce gids), runs rdma-core's
 pingpong tests, rping and perftest against any peer, goroce or Linux rxe
 (roce pingpong, roce ping, roce perf), sets the RoCE mode RDMA CM uses
 (roce mode, roce configfs), observes running devices (roce stat, roce res,
-roce capture) and decodes RoCE captures with every ICRC checked (roce decode).`,
+roce capture) and decodes RoCE captures with every ICRC checked (roce decode).
+
+Exit status: 0 on success, 1 for an error, 2 for a bad command line (a
+numeric flag outside its range included), 130 or 143 when Ctrl-C (SIGINT)
+or SIGTERM ended the command, with one line on stderr saying what had
+completed; a second Ctrl-C exits at once.`,
 		Example: `  roce demo                              # start here
   roce link add rxe0 type rxe netdev eth0  # a soft RoCE device on eth0
   roce gids                              # which GID index to use
