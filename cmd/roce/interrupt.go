@@ -57,9 +57,10 @@ type interrupts struct {
 	wg     sync.WaitGroup
 
 	mu     sync.Mutex
-	first  *interruptedError // guarded by mu: the first signal, once it came
-	hooks  []func()          // guarded by mu: run before a forced exit
-	forced bool              // guarded by mu
+	first   *interruptedError // guarded by mu: the first signal, once it came
+	hooks   []func()          // guarded by mu: run before a forced exit
+	forced  bool              // guarded by mu
+	exiting bool              // guarded by mu: the exit is under way (claimExit)
 }
 
 type interruptsKey struct{}
@@ -106,8 +107,12 @@ func (in *interrupts) run() {
 	}
 }
 
-// force runs the hooks and exits with first's status.
+// force runs the hooks and exits with first's status, unless the command
+// has finished and run is exiting already.
 func (in *interrupts) force(first *interruptedError, why string) {
+	if !in.claimExit() {
+		return
+	}
 	in.mu.Lock()
 	hooks := in.hooks
 	in.forced = true
@@ -125,6 +130,20 @@ func (in *interrupts) stop() {
 	close(in.done)
 	in.wg.Wait()
 	in.cancel(nil)
+}
+
+// claimExit reports whether the caller is the one to end the process:
+// the command's own return or a forced exit, whichever comes first (the
+// hooks of a forced exit can let the command return meanwhile). It is
+// true once.
+func (in *interrupts) claimExit() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.exiting {
+		return false
+	}
+	in.exiting = true
+	return true
 }
 
 // signalled returns the first signal's error, if one came.

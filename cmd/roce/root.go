@@ -45,6 +45,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	root := newRootCmd(stdout, stderr)
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(in.ctx)
+	if !in.claimExit() {
+		select {} // a forced exit is under way: it says so and exits
+	}
 	if sig := in.signalled(); sig != nil {
 		if cmd == nil {
 			cmd = root

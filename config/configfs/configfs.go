@@ -120,20 +120,39 @@ func MountWith(dir string, tree *config.Tree, o Options) (*Server, error) {
 // minor device number the mount table gives it (/proc/self/mountinfo's
 // third field, "0:52"), which names its directory in fusectl.
 func fuseConn(dir string) string {
+	conn := ""
+	for _, c := range mountsAt(dir) {
+		conn = c // the last mount at dir is the one on top
+	}
+	return conn
+}
+
+// fuseConnMounted reports whether connection conn is still mounted at dir
+// in this process's mount namespace.
+func fuseConnMounted(dir, conn string) bool {
+	for _, c := range mountsAt(dir) {
+		if c == conn {
+			return true
+		}
+	}
+	return false
+}
+
+// mountsAt lists the minor device numbers of the mounts at dir.
+func mountsAt(dir string) []string {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
-		return ""
+		return nil
 	}
-	conn := ""
+	var out []string
 	for _, l := range strings.Split(string(b), "\n") {
-		// The last mount at dir is the one on top.
 		if f := strings.Fields(l); len(f) > 4 && f[4] == dir {
 			if _, minor, ok := strings.Cut(f[2], ":"); ok {
-				conn = minor
+				out = append(out, minor)
 			}
 		}
 	}
-	return conn
+	return out
 }
 
 func fusermount() (string, error) {
@@ -196,20 +215,31 @@ func (s *Server) Unmount() error {
 		}
 	}
 	err, ok := wait()
-	if !ok && !s.connAlive() {
-		// The kernel has ended the connection, and the readers are on
-		// their way out, slowly (a loaded machine): give them longer.
-		err, ok = wait()
+	elsewhere := false // the connection outlived the unmount here
+	if !ok {
+		// Slow, on a loaded machine, or waiting for what will not end:
+		// the unmount (umount(2) waits for the server's answers) or the
+		// readers once the connection is gone take longer, while a
+		// connection fusectl still shows after this mount left the mount
+		// table lives on in a copy elsewhere.
+		elsewhere = !fuseConnMounted(s.dir, s.conn) && s.connAlive()
+		if !elsewhere {
+			err, ok = wait()
+		}
 	}
 	if !ok {
 		aerr := s.Abort()
 		if err, ok = wait(); !ok {
 			return fmt.Errorf("unmount %s: the FUSE server did not stop within %v, nor %v after aborting the connection (%v)",
-				s.dir, UnmountWait, UnmountWait, aerr)
+				s.dir, 2*UnmountWait, UnmountWait, aerr)
 		}
-		if err == nil {
+		switch {
+		case err != nil:
+		case elsewhere:
 			err = fmt.Errorf("unmount %s: the FUSE connection was still in use %v after the unmount "+
 				"(a mount of it in another mount namespace, made by unshare -m or ip netns exec?): aborted it", s.dir, UnmountWait)
+		default:
+			err = fmt.Errorf("unmount %s: not done after %v: aborted the FUSE connection", s.dir, 2*UnmountWait)
 		}
 		return err
 	}
