@@ -56,7 +56,7 @@ type interrupts struct {
 	done   chan struct{}
 	wg     sync.WaitGroup
 
-	mu     sync.Mutex
+	mu      sync.Mutex
 	first   *interruptedError // guarded by mu: the first signal, once it came
 	hooks   []func()          // guarded by mu: run before a forced exit
 	forced  bool              // guarded by mu
