@@ -291,7 +291,8 @@ type agent struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when run returns
 
-	free []int // guarded by cm.mu: free send slots
+	free    []int  // guarded by cm.mu: free send slots
+	nextRes uint32 // guarded by cm.mu: the next ID's IDInfo.Num
 	// waiting holds MADs sent while every send slot was busy, in order;
 	// each send completion takes the next (guarded by cm.mu). A MAD is
 	// never dropped for want of a slot: an RTU or a DREP has no

@@ -57,6 +57,7 @@ func (cm *CM) newChild(a *agent, in *inbound, l *ID, tid uint64, hdr mad.IPCMHea
 	c.lcid = cm.newCommID()
 	cm.byLocal[c.lcid] = c
 	cm.ids[c] = struct{}{}
+	a.track(c)
 	return c, true
 }
 

@@ -87,6 +87,8 @@ type ID struct {
 	addrQuery func()     // set while ResolveAddr's next-hop resolution runs: cancels it (resolve.go)
 	gateway   netip.Addr // the route's gateway to dst; invalid on-link or unknown
 	notice    *cmTimer   // tells Options.Logf what an unanswered MAD waits for (resolve.go)
+	resNum    uint32     // IDInfo.Num, once the ID has a device (resSet)
+	resSet    bool
 
 	// queued is how many of a listener's CONNECT_REQUESTs are queued and
 	// not yet read: taken under cm.mu (admit), given back by the event
@@ -211,6 +213,7 @@ func (id *ID) bind(addr netip.AddrPort) error {
 	}
 	id.src = netip.AddrPortFrom(addr.Addr(), port)
 	id.ag = ag
+	ag.track(id)
 	id.bound = true
 	k := portKey{id.ps, port}
 	cm.bound[k] = append(cm.bound[k], id)

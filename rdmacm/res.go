@@ -20,10 +20,24 @@ func (id *ID) emit(e Event) bool {
 	return id.ec.push(e)
 }
 
+// track numbers id on a's device (none: nil), once (rdma_restrack_add in
+// cma_attach_to_dev). Called with cm.mu held.
+func (a *agent) track(id *ID) {
+	if a != nil && !id.resSet {
+		id.resNum, id.resSet = a.nextRes, true
+		a.nextRes++
+	}
+}
+
 // IDInfo describes a CM ID as `rdma res show cm_id` does.
 type IDInfo struct {
 	Device string // "" while the ID has no device
 	Port   int
+	// Num is the ID's number on its device, as rdma res show cm_id's
+	// cm-idn: 0, 1, 2 ... in the order IDs got the device, never reused
+	// (the kernel's restrack ids, which cma_attach_to_dev allocates
+	// cyclically per device).
+	Num    uint32
 	ID     uint32 // the local comm ID (0 before a connection is attempted)
 	LQPN   uint32 // 0: no QP
 	QPType string // RC, UD, ...; "" without a QP
@@ -66,7 +80,7 @@ func (cm *CM) IDs(dev *verbs.Device) []IDInfo {
 		if dev != nil && (id.ag == nil || id.ag.dev != dev) {
 			continue
 		}
-		in := IDInfo{Port: 1, ID: id.lcid, State: id.rdmaState(), PS: psName(id.ps), Src: id.src, Dst: id.dst}
+		in := IDInfo{Port: 1, Num: id.resNum, ID: id.lcid, State: id.rdmaState(), PS: psName(id.ps), Src: id.src, Dst: id.dst}
 		if id.ag != nil {
 			in.Device = id.ag.dev.Name()
 		}

@@ -6,10 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
-	"os/signal"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/google/gopacket/pcapgo"
@@ -52,16 +51,15 @@ are: MAC addresses are derived from the GIDs and the ICRC is recomputed.`,
 			if file == "" {
 				return usageError{errors.New("-w FILE is required ('-' for stdout)")}
 			}
-			if count < 0 {
-				return usageError{fmt.Errorf("-c %d: the count must be positive", count)}
-			}
 			return captureRun(cmd, dev, file, count)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVarP(&dev, "ib-dev", "d", "", "capture on device `DEV`")
 	f.StringVarP(&file, "write", "w", "", "write the packets to `FILE` as pcap ('-': stdout)")
-	f.IntVarP(&count, "count", "c", 0, "stop after `COUNT` packets (0: until interrupted)")
+	f.IntVarP(&count, "count", "c", 0, "stop after `COUNT` packets (default: until interrupted)")
+	// tcpdump -c 0 is "invalid packet count" too.
+	flagRange(cmd, "count", 1, math.MaxInt32, "the packet count", "(omit -c to capture until interrupted)")
 	return cmd
 }
 
@@ -70,8 +68,7 @@ func captureRun(cmd *cobra.Command, name, file string, count int) error {
 	if _, err := getDevice(reg, dir, "capture", name); err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx := commandContext(cmd)
 	dctx, cancel := context.WithTimeout(ctx, controlTimeout)
 	s, err := reg.Capture(dctx, name)
 	cancel()
@@ -182,6 +179,9 @@ func captureRun(cmd *cobra.Command, name, file string, count int) error {
 	}
 	if ended && !gotStats.Load() {
 		fmt.Fprintf(stderr, "roce: capture: %s stopped running; the capture ended with it\n", name)
+	}
+	if ctx.Err() != nil {
+		return interruptedAfter(ctx, "after capturing %d packets", captured.Load())
 	}
 	return nil
 }

@@ -147,7 +147,7 @@ func openCM(cmd *cobra.Command, devs []string, pcapFile string, want, family net
 func cmIDs(cm *rdmacm.CM, d *host.Device) []host.CMID {
 	var out []host.CMID
 	for _, in := range cm.IDs(d.Device) {
-		c := host.CMID{Port: in.Port, ID: in.ID, LQPN: in.LQPN, QPType: in.QPType, State: in.State, PS: in.PS}
+		c := host.CMID{Port: in.Port, ID: in.Num, LQPN: in.LQPN, QPType: in.QPType, State: in.State, PS: in.PS}
 		if in.Src.Addr().IsValid() {
 			c.SrcAddr = in.Src.String()
 		}

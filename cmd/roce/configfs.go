@@ -3,10 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"sync/atomic"
-	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -34,9 +32,14 @@ values without a directory.`,
 		Use:   "mount DIR",
 		Short: "Mount the tree at DIR and serve it until interrupted or unmounted",
 		Long: `mount serves the rdma_cm tree of the devices in --rundir at DIR (DIR/rdma_cm),
-in the foreground, until it is interrupted (Ctrl-C, SIGTERM) or DIR is
-unmounted (umount DIR); then it exits 0. As root it mounts by itself and every
-user may read; without root it needs fusermount (apt-get install fuse3).
+in the foreground, until DIR is unmounted (umount DIR: exit 0) or it is
+interrupted: on Ctrl-C or SIGTERM it unmounts DIR and exits 130 or 143, as
+every roce command does. The unmount takes at most a few seconds: when a
+mount of DIR made in another mount namespace (unshare -m, ip netns exec)
+keeps the FUSE connection alive, it aborts the connection, and the users of
+that mount get ENOTCONN. A second Ctrl-C aborts and exits at once. As root it
+mounts by itself and every user may read; without root it needs fusermount
+(apt-get install fuse3).
 
 A refused write fails with the kernel's errno (echo: write error: Invalid
 argument); the reason, with the valid values, goes to this command's stderr.
@@ -49,35 +52,44 @@ Procedures written for Linux work with DIR for /sys/kernel/config:`,
   rmdir /tmp/config/rdma_cm/rxe0                             # the values stay`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			_, dir := registryOf(cmd)
-			// Take the signals before mounting, so none is lost.
-			sigs := make(chan os.Signal, 1)
-			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-			defer signal.Stop(sigs)
-			refusals := newRefusalLog(cmd.ErrOrStderr())
-			defer refusals.stop()
-			srv, err := configfs.MountWith(args[0], config.Open(dir), configfs.Options{Refused: refusals.refused})
-			if err != nil {
-				return opError("configfs mount", err)
-			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "roce: configfs: serving the devices of %s at %s/rdma_cm until interrupted or unmounted\n",
-				dir, srv.Dir())
-			done := make(chan struct{})
-			go func() {
-				srv.Wait()
-				close(done)
-			}()
-			select {
-			case <-done: // umount DIR
-			case <-sigs:
-				if err := srv.Unmount(); err != nil {
-					return opError("configfs mount", err)
-				}
-			}
-			return nil
+			return configfsMount(cmd, args[0])
 		},
 	})
 	return cmd
+}
+
+// configfsMount serves the tree at mnt until mnt is unmounted (exit 0) or
+// a signal comes: then it unmounts, in bounded time (configfs.Server's
+// Unmount), and says so; a second signal, or roce's grace period, aborts
+// the connection and detaches the mount point before exiting.
+func configfsMount(cmd *cobra.Command, mnt string) error {
+	_, dir := registryOf(cmd)
+	ctx := commandContext(cmd)
+	refusals := newRefusalLog(cmd.ErrOrStderr())
+	defer refusals.stop()
+	srv, err := configfs.MountWith(mnt, config.Open(dir), configfs.Options{Refused: refusals.refused})
+	if err != nil {
+		return opError("configfs mount", err)
+	}
+	defer onForce(ctx, func() { srv.Abort() })()
+	start := time.Now()
+	fmt.Fprintf(cmd.ErrOrStderr(), "roce: configfs: serving the devices of %s at %s/rdma_cm until interrupted or unmounted\n",
+		dir, srv.Dir())
+	done := make(chan struct{})
+	go func() {
+		srv.Wait()
+		close(done)
+	}()
+	select {
+	case <-done: // umount DIR
+		return nil
+	case <-ctx.Done():
+	}
+	served := time.Since(start).Round(time.Second)
+	if err := srv.Unmount(); err != nil {
+		return interruptedAfter(ctx, "after serving %s for %v: %v", srv.Dir(), served, err)
+	}
+	return interruptedAfter(ctx, "after serving %s for %v: unmounted", srv.Dir(), served)
 }
 
 // refusalLog prints why the tree refused each write — the message that

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ type decodeOptions struct {
 	json    bool
 	verify  bool
 	udpPort uint16
+	ctx     context.Context // Ctrl-C stops the decoding between frames; nil: never
 }
 
 func newDecodeCmd() *cobra.Command {
@@ -61,6 +63,7 @@ if any frame is malformed or fails a check; 2 for a bad command line.`,
 			if o.verbose && o.json {
 				return usageError{errors.New("-V and --json are mutually exclusive")}
 			}
+			o.ctx = commandContext(cmd)
 			return decodeFiles(args, o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -69,6 +72,7 @@ if any frame is malformed or fails a check; 2 for a bad command line.`,
 	f.BoolVar(&o.json, "json", false, "print one compact JSON object per RoCE packet (JSON Lines); nothing else goes to stdout")
 	f.BoolVar(&o.verify, "verify", false, "exit 1 if any frame is malformed or fails a check (ICRC, IPv4 and UDP checksums, BTH reserved bits, MAD); list each on stderr")
 	f.Uint16Var(&o.udpPort, "udp-port", wire.RoCEv2Port, "UDP destination port of RoCE v2")
+	flagRange(cmd, "udp-port", 1, 65535, "the UDP port", "")
 	return cmd
 }
 
@@ -93,6 +97,9 @@ func decodeFiles(files []string, o decodeOptions, stdout, stderr io.Writer) erro
 			fmt.Fprintf(out, "==> %s <==\n", path)
 		}
 		stats, err := decodeFile(path, o, out, warn)
+		if o.ctx != nil && o.ctx.Err() != nil {
+			return err
+		}
 		if err != nil {
 			warn("roce: %s: %v\n", path, err)
 			unreadable++
@@ -141,6 +148,9 @@ func decodeCapture(r io.Reader, name string, o decodeOptions, out *bufio.Writer,
 		buf   []byte
 	)
 	err := capture.Read(r, func(f capture.Frame) error {
+		if o.ctx != nil && f.Number%256 == 0 && o.ctx.Err() != nil {
+			return interruptedAfter(o.ctx, "after %d frames of %s", f.Number-1, name)
+		}
 		err := d.Decode(f, &p)
 		stats.Add(&p, err)
 		var (

@@ -42,9 +42,6 @@ runs the device.`,
   roce dev -l                # like ibv_devices`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if o.port < 0 {
-				return usageError{fmt.Errorf("dev: -i %d: ports are numbered from 1", o.port)}
-			}
 			if o.list {
 				return devices(cmd, o.device)
 			}
@@ -56,6 +53,7 @@ runs the device.`,
 	f.StringVarP(&o.device, "ib-dev", "d", "", "show device `NAME` only (default: every device)")
 	f.IntVarP(&o.port, "ib-port", "i", 0, "show port `PORT` only (goroce devices have port 1)")
 	f.BoolVarP(&o.list, "list", "l", false, "list the devices and their node GUIDs, as ibv_devices does")
+	flagRange(cmd, "ib-port", 1, 255, "the port number", "(goroce devices have port 1)")
 	return cmd
 }
 

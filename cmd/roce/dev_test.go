@@ -204,7 +204,8 @@ func TestDevErrors(t *testing.T) {
 	}
 	wantRun(t, dir, exitError, []string{"roce: dev: No such device: no device rxe7 in " + dir}, "dev", "-d", "rxe7")
 	wantRun(t, dir, exitError, []string{"roce: dev: Invalid argument: port 2: goroce devices have one port, port 1"}, "dev", "-i", "2")
-	wantRun(t, dir, exitUsage, []string{"ports are numbered from 1"}, "dev", "-i", "-1")
+	wantRun(t, dir, exitUsage, []string{"roce: dev: Invalid argument: -i -1: the port number should be between 1 and 255 (goroce devices have port 1)"}, "dev", "-i", "-1")
+	wantRun(t, dir, exitUsage, []string{"roce: dev: Invalid argument: -i 0: the port number should be between 1 and 255"}, "dev", "-i", "0")
 	wantRun(t, dir, exitUsage, []string{`unknown command "rxe0" for "roce dev"`}, "dev", "rxe0")
 	wantRun(t, dir, exitUsage, []string{"unknown shorthand flag: 'x'"}, "dev", "-x")
 	wantRun(t, dir, exitUsage, []string{"unknown command"}, "devices", "rxe0")

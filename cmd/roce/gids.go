@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -24,17 +23,17 @@ func newGIDsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "gids [-d DEV] [-p PORT]",
 		Short: "Show GID tables, as show_gids does, and which GID index to use",
-		Long: `gids prints the ports' GID tables the way show_gids (mlnx-tools) does: a header
-line, a separator line, one line per GID entry, then n_gids_found=N.
+		Long: `gids prints the ports' GID tables exactly as show_gids (mlnx-tools) does: its
+header and separator lines, one line per GID entry, then n_gids_found=N, so
+what parses show_gids' output parses this.
 
-Every table line has exactly 7 whitespace-separated columns:
-
-  DEV PORT INDEX GID IPv4 VER NETDEV
-
-GID is in IPv6 notation (::ffff:192.0.2.1 for an IPv4 address). IPv4 is the
-address of an IPv4-mapped GID, else "-" (show_gids leaves it empty; goroce
-prints "-" so that awk '{print $3}' and friends always see 7 fields). VER is
-v1 (RoCE v1) or v2 (RoCE v2).
+A line is DEV, PORT, INDEX, GID, IPv4, VER and DEV (the GID's netdev),
+separated by tabs. GID is in the form sysfs gives it (gids/N:
+0000:0000:0000:0000:0000:ffff:c000:0201 for 192.0.2.1). IPv4 is the address
+of an IPv4-mapped GID followed by two spaces, and empty for other GIDs, as
+show_gids prints them: split on whitespace, a line has 7 fields with an
+IPv4 address and 6 without (VER is then the 5th). VER is v1 (RoCE v1) or v2
+(RoCE v2).
 
 After the table, a line per port on stderr (stdout stays parsable) says
 which GID index to use: the one perftest takes with -x and the
@@ -44,7 +43,7 @@ While a process runs a device, its table is the one that process
 publishes; otherwise it is computed from the netdev's addresses.`,
 		Example: `  roce gids
   roce gids -d rxe0
-  roce gids | awk '$6 == "v2" && $5 != "-" {print $3}'   # RoCE v2 over IPv4`,
+  roce gids | awk '$6 == "v2" {print $3}'      # RoCE v2 over IPv4, as with show_gids`,
 		Args: usageArgs(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 { // show_gids DEV
@@ -52,9 +51,6 @@ publishes; otherwise it is computed from the netdev's addresses.`,
 					return usageError{fmt.Errorf("gids: two devices, -d %s and %s", o.device, args[0])}
 				}
 				o.device = args[0]
-			}
-			if o.port < 0 {
-				return usageError{fmt.Errorf("gids: -p %d: ports are numbered from 1", o.port)}
 			}
 			if o.port > 1 {
 				return &errnoError{op: "gids", errno: syscall.EINVAL,
@@ -66,6 +62,7 @@ publishes; otherwise it is computed from the netdev's addresses.`,
 	f := cmd.Flags()
 	f.StringVarP(&o.device, "device", "d", "", "show device `DEV` only (default: every device)")
 	f.IntVarP(&o.port, "port", "p", 0, "show port `PORT` only (goroce devices have port 1)")
+	flagRange(cmd, "port", 1, 255, "the port number", "(goroce devices have port 1)")
 	return cmd
 }
 
@@ -77,43 +74,84 @@ func gidVersion(t verbs.GIDType) string {
 	return "v2"
 }
 
+// show_gids' header and separator, byte for byte (mlnx-tools' show_gids
+// prints them with echo -e): the last column, the GID's netdev, is named
+// DEV too.
+const (
+	gidsHeader    = "DEV\tPORT\tINDEX\tGID\t\t\t\t\tIPv4  \t\tVER\tDEV"
+	gidsSeparator = "---\t----\t-----\t---\t\t\t\t\t------------  \t---\t---"
+)
+
 func gids(cmd *cobra.Command, o gidsOptions) error {
+	if o.device != "" {
+		// A device that does not exist is an error and nothing else: no
+		// empty table on stdout before it.
+		reg, dir := registryOf(cmd)
+		if _, err := getDevice(reg, dir, "gids", o.device); err != nil {
+			return err
+		}
+	}
 	out := bufio.NewWriter(cmd.OutOrStdout())
 	defer out.Flush()
-	// One aligned block for all devices, as show_gids prints it (tabs, so
-	// it reads like show_gids on a terminal); a device's error goes to
-	// stderr before the table.
-	tw := tabwriter.NewWriter(out, 0, 8, 1, '\t', 0)
-	fmt.Fprintln(tw, "DEV\tPORT\tINDEX\tGID\tIPv4\tVER\tNETDEV")
-	fmt.Fprintln(tw, "---\t----\t-----\t---\t------------\t---\t------")
+	fmt.Fprintln(out, gidsHeader)
+	fmt.Fprintln(out, gidsSeparator)
 	n := 0
 	var hints []string
 	err := eachDevice(cmd, "gids", o.device, out, true, func(def host.DeviceDef, nd host.Netdev, entries []verbs.GIDEntry) error {
 		for i, e := range entries {
-			if !e.GID.IsValid() {
-				continue
-			}
-			ip4 := "-"
-			if e.GID.Is4In6() {
-				ip4 = e.GID.Unmap().String()
-			}
 			ndev := e.Netdev
 			if ndev == "" {
 				ndev = def.Netdev
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\n", def.Name, 1, i, e.GID, ip4, gidVersion(e.Type), ndev)
-			n++
+			if line, ok := gidLine(def.Name, 1, i, e, ndev); ok {
+				fmt.Fprintln(out, line)
+				n++
+			}
 		}
 		hints = append(hints, gidHint(def, entries))
 		return nil
 	})
-	tw.Flush()
 	fmt.Fprintf(out, "n_gids_found=%d\n", n)
 	out.Flush()
 	for _, h := range hints {
 		fmt.Fprintln(cmd.ErrOrStderr(), h)
 	}
 	return err
+}
+
+// gidLine is show_gids' line for GID index i of a port, and whether
+// show_gids shows it at all: it skips the all-zero GID (an empty slot) and
+// fe80:: with a zero interface ID. The GID is in the sysfs form
+// (/sys/class/infiniband/DEV/ports/P/gids/N: 8 groups of 4 hex digits);
+// an IPv4-mapped GID's address follows with two spaces, as show_gids
+// prints it, while other GIDs leave the column empty. So the lines split
+// as show_gids' do: on whitespace, 7 fields with an IPv4 address and 6
+// without; on tabs, always 7 and 8. (show_gids takes any GID whose first
+// group is 0000 for IPv4-mapped, so it shows ::1 as 0.0.0.1; goroce only
+// IPv4-mapped ones.)
+func gidLine(dev string, port, i int, e verbs.GIDEntry, ndev string) (string, bool) {
+	g := sysfsGID(e.GID)
+	if !e.GID.IsValid() || g == "0000:0000:0000:0000:0000:0000:0000:0000" || g == "fe80:0000:0000:0000:0000:0000:0000:0000" {
+		return "", false
+	}
+	if e.GID.Is4In6() {
+		return fmt.Sprintf("%s\t%d\t%d\t%s\t%s  \t%s\t%s", dev, port, i, g, e.GID.Unmap(), gidVersion(e.Type), ndev), true
+	}
+	return fmt.Sprintf("%s\t%d\t%d\t%s\t\t\t%s\t%s", dev, port, i, g, gidVersion(e.Type), ndev), true
+}
+
+// sysfsGID writes a GID as the kernel's sysfs gids/N attribute does
+// (show_gid in drivers/infiniband/core/sysfs.c: "%pI6").
+func sysfsGID(a netip.Addr) string {
+	b := a.As16()
+	var sb strings.Builder
+	for i := 0; i < 16; i += 2 {
+		if i > 0 {
+			sb.WriteByte(':')
+		}
+		fmt.Fprintf(&sb, "%02x%02x", b[i], b[i+1])
+	}
+	return sb.String()
 }
 
 // gidHint says which GID index to use on a device's port, best first: RoCE

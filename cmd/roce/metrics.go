@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -80,14 +77,16 @@ func serveMetrics(cmd *cobra.Command, reg *host.Registry, addr string) (stop fun
 }
 
 func newMetricsCmd() *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "metrics --metrics-addr ADDR",
 		Short: "a Prometheus exporter of every running device's counters",
 		Long: `metrics serves Prometheus metrics at http://ADDR/metrics until interrupted:
-each running device's port counters with rxe's names (goroce_port_sent_pkts_total
-...), drops by cause (goroce_port_drops_total{cause}), retransmitted packets,
-RNR NAKs sent and received, link packets and bytes, QPs by state, and the
-RDMA CM events counted on the device. Any other command serves the same while
+each running device's port counters, named after roce stat's (rxe's, such as
+goroce_port_sent_pkts_total, then goroce's own: retransmitted packets
+goroce_port_retrans_pkts_total, drops goroce_port_rcvd_bad_icrc_total ...; each
+HELP says which), drops by cause including the link's
+(goroce_port_drops_total{cause}), link packets and bytes, QPs by state, and
+the RDMA CM events counted on the device. Any other command serves the same while
 it runs when given --metrics-addr.`,
 		Example: `  roce metrics --metrics-addr :9464
   roce pingpong -d rxe0 -g 1 --metrics-addr 127.0.0.1:9464`,
@@ -96,12 +95,15 @@ it runs when given --metrics-addr.`,
 			if addr, _ := cmd.Flags().GetString("metrics-addr"); addr == "" {
 				return usageError{errors.New("--metrics-addr ADDR is required")}
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
+			ctx, start := commandContext(cmd), time.Now()
 			<-ctx.Done()
-			return nil
+			return interruptedAfter(ctx, "after serving metrics for %v", time.Since(start).Round(time.Second))
 		},
 	}
+	// The root's --metrics-addr, shown among this command's own flags,
+	// where its help lists what it needs.
+	cmd.Flags().String("metrics-addr", "", "serve Prometheus metrics at http://`ADDR`/metrics (required; e.g. :9464, 127.0.0.1:0)")
+	return cmd
 }
 
 // exporter collects at each scrape from every device's owner.
@@ -113,8 +115,6 @@ var (
 	labelsPort = []string{"device", "port"}
 	descUp     = prometheus.NewDesc("goroce_device_running", "1 if a process runs the device's data path and answered on its control socket, else 0.", []string{"device"}, nil)
 	descDrops  = prometheus.NewDesc("goroce_port_drops_total", "Packets dropped, by cause.", append(labelsPort, "cause"), nil)
-	descRetx   = prometheus.NewDesc("goroce_port_retransmitted_packets_total", "Packets the requesters sent again (go-back-N and timeouts).", labelsPort, nil)
-	descRNR    = prometheus.NewDesc("goroce_port_rnr_naks_total", "RNR NAKs, by direction (received: the peer had no receive posted; sent: this port had none).", append(labelsPort, "direction"), nil)
 	descLink   = prometheus.NewDesc("goroce_port_link_packets_total", "Packets the link carried, by direction.", append(labelsPort, "direction"), nil)
 	descBytes  = prometheus.NewDesc("goroce_port_link_bytes_total", "Bytes the link carried, by direction.", append(labelsPort, "direction"), nil)
 	descQPs    = prometheus.NewDesc("goroce_qps", "Queue pairs, by type and state.", []string{"device", "type", "state"}, nil)
@@ -144,12 +144,54 @@ var dropCauses = []struct {
 	{link: afpacket.CounterV2OnV1, cause: "v2_on_v1_port", v1Only: true}, // RoCE v2 to a v1-only port
 }
 
-// portDescs has one counter family per transport counter, named as rxe
-// names it: goroce_port_sent_pkts_total ...
+// counterHelp says what each transport counter counts. The first are
+// rxe's (drivers/infiniband/sw/rxe/rxe_hw_counters.c), named as its
+// hw_counters and rdma statistic show name them; the others are goroce's.
+var counterHelp = map[string]struct {
+	rxe  bool
+	what string
+}{
+	"sent_pkts":              {true, "packets sent"},
+	"rcvd_pkts":              {true, "packets received"},
+	"duplicate_request":      {true, "duplicate requests received (answered again, not executed again)"},
+	"out_of_seq_request":     {true, "requests received with a PSN ahead of the expected one (answered with a sequence-error NAK)"},
+	"rcvd_rnr_err":           {true, "RNR NAKs received: the peer had no receive posted"},
+	"send_rnr_err":           {true, "RNR NAKs sent: this port had no receive posted"},
+	"rcvd_seq_err":           {true, "sequence-error NAKs received"},
+	"ack_deferred":           {true, "ACKs the responder deferred"},
+	"retry_exceeded_err":     {true, "work requests that failed after retry_cnt retransmissions"},
+	"retry_rnr_exceeded_err": {true, "work requests that failed after rnr_retry RNR retries"},
+	"completer_retry_err":    {true, "retransmissions the completer started (a timeout or a NAK)"},
+	"send_err":               {true, "work requests the requester failed"},
+	"link_downed":            {true, "times the link went down"},
+	"rdma_sends":             {true, "SEND work requests completed"},
+	"rdma_recvs":             {true, "SEND messages received"},
+	"rcvd_bad_icrc":          {false, "packets dropped: their ICRC was wrong"},
+	"rcvd_bad_header":        {false, "packets dropped: malformed transport headers"},
+	"rcvd_bad_qp":            {false, "packets dropped: no such QP, or the QP was not ready"},
+	"rcvd_bad_pkey":          {false, "packets dropped: a P_Key the port does not have"},
+	"rcvd_bad_qkey":          {false, "UD packets dropped: a Q_Key the QP does not have"},
+	"rcvd_bad_opcode":        {false, "packets dropped: an opcode not valid for the QP's type"},
+	"rcvd_no_recv_wqe":       {false, "UD and UC messages dropped: no receive was posted"},
+	"retrans_pkts":           {false, "packets the requesters sent again (go-back-N and timeouts)"},
+}
+
+// portDescs has one counter family per transport counter, named after it:
+// goroce_port_sent_pkts_total ... Each HELP says whether rxe has the
+// counter or only goroce does.
 func portDescs() map[string]*prometheus.Desc {
 	m := make(map[string]*prometheus.Desc, len(verbs.CounterNames))
 	for _, n := range verbs.CounterNames {
-		m[n] = prometheus.NewDesc("goroce_port_"+n+"_total", "The port's "+n+" counter, as rxe's hw_counters name it.", labelsPort, nil)
+		h, ok := counterHelp[n]
+		help := "goroce's " + n + " counter"
+		switch {
+		case !ok:
+		case h.rxe:
+			help = "The port's " + n + " counter, as rxe's hw_counters name it: " + h.what + "."
+		default:
+			help = "goroce's " + n + " counter (rxe has none; roce stat shows it): " + h.what + "."
+		}
+		m[n] = prometheus.NewDesc("goroce_port_"+n+"_total", help, labelsPort, nil)
 	}
 	return m
 }
@@ -195,9 +237,6 @@ func collectPort(ch chan<- prometheus.Metric, rep *host.CounterReport) {
 			counter(descDrops, v, c.cause)
 		}
 	}
-	counter(descRetx, rep.Counters["retrans_pkts"])
-	counter(descRNR, rep.Counters["rcvd_rnr_err"], "received")
-	counter(descRNR, rep.Counters["send_rnr_err"], "sent")
 	counter(descLink, rep.Link["tx_packets"], "tx")
 	counter(descLink, rep.Link["rx_packets"], "rx")
 	counter(descBytes, rep.Link["tx_bytes"], "tx")

@@ -331,8 +331,9 @@ func TestRoCEVersionMismatch(t *testing.T) {
 		t.Fatalf("after the fix: exit %d\nstderr: %s", code, cli.stderr.String())
 	}
 	srv.cmd.Process.Signal(syscall.SIGTERM)
-	if code := srv.wait(t, 30*time.Second); code != 0 {
-		t.Errorf("persistent server after SIGTERM: exit %d\nstderr: %s", code, srv.stderr.String())
+	if code := srv.wait(t, 30*time.Second); code != 143 || !strings.HasSuffix(srv.stderr.String(),
+		"\nroce: ping: interrupted by SIGTERM after serving 1 connection, while waiting for a connection on "+b.IPv4.String()+":7174\n") {
+		t.Errorf("persistent server after SIGTERM: exit %d, want 143 and a line saying so\nstderr: %s", code, srv.stderr.String())
 	}
 
 	// A v1 client (rxeB, v1 only) reaches a dual-version server (rxeA,

@@ -26,6 +26,7 @@ type portFlags struct {
 func (p *portFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVarP(&p.device, "device", "d", "", "use device `DEV` (required; roce link show lists them)")
 	cmd.Flags().IntVarP(&p.port, "port", "p", 1, "use port `PORT` of the device (goroce devices have port 1)")
+	flagRange(cmd, "port", 1, 255, "the port number", "(goroce devices have port 1)")
 }
 
 func (p *portFlags) check(op string) error {

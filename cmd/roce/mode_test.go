@@ -54,7 +54,7 @@ func TestModeTOS(t *testing.T) {
 		{"mode -d rxe2 -m 1", 0, "IB/RoCE v1\n", nil},
 		{"mode", exitUsage, "", []string{"roce: mode: which device? -d DEV is required", usage("mode")}},
 		{"mode -d rxe0 rxe1", exitUsage, "", []string{usage("mode")}},
-		{"mode -d rxe0 -p 0", exitUsage, "", []string{"roce: mode: -p 0: ports are numbered from 1"}},
+		{"mode -d rxe0 -p 0", exitUsage, "", []string{"roce: mode: Invalid argument: -p 0: the port number should be between 1 and 255 (goroce devices have port 1)"}},
 		{"mode -d rxe0 -p 2", 1, "", []string{"roce: mode: Invalid argument: port 2: goroce devices have one port, port 1"}},
 		{"mode -d rxe0 -p 2 -m 2", 1, "", []string{"roce: mode: Invalid argument: port 2: goroce devices have one port, port 1"}},
 		{"mode -d nosuchdev", 1, "", []string{"roce: mode: No such device: no device nosuchdev in " + dir}},

@@ -1,13 +1,9 @@
 package main
 
 import (
-	"context"
 	"errors"
-	"fmt"
+	"math"
 	"net/netip"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -35,7 +31,13 @@ of TCP, as perftest does: the client's argument is then the server's RoCE
 address, and the devices are found by address (-d picks one). -T sets the
 type of service of the test's connections (not the exchange's), -R only,
 as perftest does: the client's packets carry it as their IP TOS, and the
-server's too, which take it from the client's connect request.`,
+server's too, which take it from the client's connect request.
+
+Give -D to both sides, as perftest wants: perftest does not exchange it, and
+with -D on one side only ib_send_bw's two sides wait for each other forever.
+Two goroce sides agree: the one without -D (the server, when both have one)
+takes the other's and says so on stderr. A side whose peer exits mid-test
+ends with an error saying so.`,
 		Example: `  roce perf write -d rxe0 -x 1                      # server (ib_write_bw)
   roce perf write -d rxe0 -x 1 198.51.100.11        # client
   roce perf send --lat -d rxe0 -a 198.51.100.11     # ib_send_lat, all sizes
@@ -68,6 +70,7 @@ func newPerfVerbCmd(name string, verb perftest.Verb, bw, lat string) *cobra.Comm
 		duration, mtu int
 		rdmaCM        bool
 		cpuFreq       bool
+		noRelaxed     bool
 		tos           int
 	)
 	cmd := &cobra.Command{
@@ -78,9 +81,6 @@ func newPerfVerbCmd(name string, verb perftest.Verb, bw, lat string) *cobra.Comm
 			c.Verb = verb
 			c.RDMACM = rdmaCM
 			if cmd.Flags().Changed("duration") {
-				if duration < 1 {
-					return usageError{fmt.Errorf("-D %d: duration must be at least 1 second", duration)}
-				}
 				c.Duration = time.Duration(duration) * time.Second
 			}
 			if cmd.Flags().Changed("mtu") {
@@ -92,6 +92,8 @@ func newPerfVerbCmd(name string, verb perftest.Verb, bw, lat string) *cobra.Comm
 			if cmd.Flags().Changed("tos") {
 				c.TOS, c.SetTOS = tos, true
 			}
+			c.SetQPTimeout = cmd.Flags().Changed("qp-timeout")
+			c.RelaxedOrderingOff = noRelaxed
 			if len(args) == 1 {
 				c.Server = args[0]
 			}
@@ -101,8 +103,7 @@ func newPerfVerbCmd(name string, verb perftest.Verb, bw, lat string) *cobra.Comm
 			if err := c.Validate(); err != nil {
 				return usageError{err}
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
+			ctx := commandContext(cmd)
 			c.Out, c.Progress = cmd.OutOrStdout(), cmd.ErrOrStderr()
 			if rdmaCM {
 				// The devices are found by address, as librdmacm finds
@@ -128,7 +129,7 @@ func newPerfVerbCmd(name string, verb perftest.Verb, bw, lat string) *cobra.Comm
 				defer closeCM()
 				c.CM = cm
 				_, err = perftest.Run(ctx, nil, c)
-				return interrupted(ctx, err)
+				return err
 			}
 			d, closeDev, err := openDevice(cmd, dev, pcapFile)
 			if err != nil {
@@ -137,7 +138,7 @@ func newPerfVerbCmd(name string, verb perftest.Verb, bw, lat string) *cobra.Comm
 			defer closeDev()
 			c.Device = d.Name()
 			_, err = perftest.Run(ctx, d.Device, c)
-			return interrupted(ctx, err)
+			return err
 		},
 	}
 	f := cmd.Flags()
@@ -152,13 +153,13 @@ func newPerfVerbCmd(name string, verb perftest.Verb, bw, lat string) *cobra.Comm
 	f.BoolVarP(&c.Bidirectional, "bidirectional", "b", false, "measure bidirectional bandwidth (default unidirectional); BW tests only, on both sides")
 	f.IntVarP(&c.GIDIndex, "gid-index", "x", -1, "use the GID with `index` (default: an IPv4 RoCE v2 GID, as perftest picks)")
 	f.BoolVar(&c.IPv6, "ipv6", false, "pick an IPv6 GID when -x is not given")
-	f.IntVarP(&mtu, "mtu", "m", 0, "path MTU: 256 - 4096 (default port MTU)")
+	f.IntVarP(&mtu, "mtu", "m", 0, "path MTU: 256 - 4096 (0: the port's active MTU)")
 	f.IntVarP(&c.NumQPs, "qp", "q", 1, "number of QPs, each driven by its own goroutine")
 	f.IntVarP(&c.TxDepth, "tx-depth", "t", 0, "size of tx queue (default BW 128, latency 1)")
 	f.IntVarP(&c.RxDepth, "rx-depth", "r", 0, "size of rx queue (default 512; SEND only)")
 	f.IntVarP(&c.CQMod, "cq-mod", "Q", 0, "a CQE only every `n` completions (default 100)")
-	f.IntVarP(&c.OutReads, "outs", "o", 0, "outstanding reads/atomics (default the device maximum)")
-	f.IntVarP(&c.QPTimeout, "qp-timeout", "u", 14, "QP timeout: 4 usec * 2^timeout")
+	f.IntVarP(&c.OutReads, "outs", "o", 0, "outstanding reads/atomics, READ and atomic only (0: the device maximum)")
+	f.IntVarP(&c.QPTimeout, "qp-timeout", "u", 14, "QP timeout: 4.096 usec * 2^timeout (0: none)")
 	f.StringVarP(&c.Connection, "connection", "c", "RC", "connection type RC or UC (UC: write and send only; UD is not implemented)")
 	f.BoolVar(&c.ReportGbits, "report_gbits", false, "report BW in Gbit/sec instead of MiB/sec")
 	f.BoolVar(&c.OutJSON, "out_json", false, "also write the report to a file in perftest's format")
@@ -170,16 +171,29 @@ func newPerfVerbCmd(name string, verb perftest.Verb, bw, lat string) *cobra.Comm
 	if name == "atomic" {
 		f.StringVarP(&c.Atomic, "atomic_type", "A", "", "CMP_AND_SWAP or FETCH_AND_ADD (default FETCH_AND_ADD)")
 	}
+	f.BoolVar(&noRelaxed, "disable_pcie_relaxed", false, "Disable PCIe relaxed ordering (the banner says OFF; goroce has no PCIe to order)")
+	perfRanges(cmd)
 	return cmd
 }
 
-// interrupted turns the error of a run that Ctrl-C or SIGTERM ended (ctx
-// is signal.NotifyContext's) into a quiet exit 0, as roce metrics, roce
-// capture and roce ping -P end on Ctrl-C: a server waiting for its client
-// has nothing to report.
-func interrupted(ctx context.Context, err error) error {
-	if err != nil && ctx.Err() != nil {
-		return nil
-	}
-	return err
+// perfRanges are the values perf's numeric flags take: perftest 6.06's
+// (perftest_parameters.h: MIN_ITER..MAX_ITER, MIN_TX..MAX_TX, ...) where
+// goroce's device allows them, goroce's where it allows less (-s: max_msg_sz;
+// -q: a goroutine per QP).
+func perfRanges(cmd *cobra.Command) {
+	dev, port := goroceLimits()
+	flagRange(cmd, "ib-port", 1, 255, "IB Port", "(goroce devices have port 1)")
+	flagRange(cmd, "port", 1, 65535, "Port", "")
+	flagRange(cmd, "size", 1, int64(dev.MaxMsgSize), "Message Size", "(the device's max_msg_sz)")
+	flagRange(cmd, "iters", 5, 100000000, "Iteration num", "")
+	flagRange(cmd, "duration", 1, math.MaxInt32, "Duration period", "seconds")
+	flagRange(cmd, "gid-index", 0, int64(port.GIDTableLen-1), "Gid index", "(roce gids shows which to use)")
+	flagRange(cmd, "mtu", 0, 4096, "MTU", "bytes: 256, 512, 1024, 2048 or 4096 (0: the port's active MTU, as perftest)")
+	flagRange(cmd, "qp", 1, 1024, "num of Qps", "")
+	flagRange(cmd, "tx-depth", 1, 15000, "Tx depth", "")
+	flagRange(cmd, "rx-depth", 1, 16384, "Rx depth", "")
+	flagRange(cmd, "cq-mod", 1, 1024, "CQ moderation", "")
+	flagRange(cmd, "outs", 0, math.MaxInt32, "Outstanding Reads", "(0: the device maximum, as perftest)")
+	flagRange(cmd, "qp-timeout", 0, 31, "QP Timeout", "(4.096 usec * 2^timeout; 0: none, wait forever)")
+	flagRange(cmd, "tos", 0, 255, "TOS", "")
 }

@@ -107,6 +107,11 @@ func TestPerfOverVeth(t *testing.T) {
 		{"write", "-R", "-T", "106", "-s", "4096", "-n", "50", "--pcap", "{side}.pcap"},
 		{"send", "-R", "--lat", "-T", "0xb8", "-s", "64", "-n", "50", "--pcap", "{side}.pcap"},
 		{"read", "-R", "-T", "0", "-s", "4096", "-n", "50", "--pcap", "{side}.pcap"},
+		// 0 where perftest gives it a meaning: -u 0 no ACK timeout, -o 0
+		// the device's maximum of outstanding reads, -m 0 the port's MTU;
+		// -o above the maximum runs with it, saying so as perftest does.
+		{"read", "-u", "0", "-o", "0", "-m", "0", "-s", "4096", "-n", "50", "--disable_pcie_relaxed"},
+		{"read", "-o", "200", "-s", "4096", "-n", "50"},
 	}
 	files := t.TempDir()
 	for i, args := range cases {
@@ -187,6 +192,13 @@ func TestPerfOverVeth(t *testing.T) {
 				t.Errorf("no progress line on the client's stderr: %q", c.stderr)
 			}
 			checkPerfFlags(t, args, sideArgs, map[string]string{"server": s.stdout, "client": c.stdout})
+			if flagValue(args, "-o") == "200" {
+				for who, e := range map[string]string{"client": c.stderr, "server": s.stderr} {
+					if want := " Number of outstanding reads is above max = 128\n Changing to that max value\n"; !strings.Contains(e, want) {
+						t.Errorf("%s: -o 200: stderr %q lacks perftest's %q", who, e, want)
+					}
+				}
+			}
 			t.Logf("server:\n%s%sclient:\n%s%s", s.stdout, s.stderr, c.stdout, c.stderr)
 		})
 	}
@@ -296,9 +308,22 @@ func checkPerfFlags(t *testing.T, args []string, sideArgs func(side string) []st
 			t.Errorf("-a: the client's rows are for sizes %v, want %v", sizes, want)
 		}
 	}
+	// perftest 6.06 as Debian builds it (with PCIe relaxed ordering
+	// support) says ON, or OFF with --disable_pcie_relaxed.
+	relax := " PCIe relax order: ON\n"
+	if slices.Contains(args, "--disable_pcie_relaxed") {
+		relax = " PCIe relax order: OFF\n"
+	}
+	for side, o := range out {
+		if !strings.Contains(o, relax) {
+			t.Errorf("%s: the banner lacks %q:\n%s", side, relax, o)
+		}
+	}
 	mtu := 1024 // the port's, on a 1500-byte veth
 	if v := flagValue(args, "-m"); v != "" {
-		mtu, _ = strconv.Atoi(v)
+		if v != "0" { // -m 0: the port's
+			mtu, _ = strconv.Atoi(v)
+		}
 		for side, o := range out {
 			if want := fmt.Sprintf(" Mtu             : %d[B]\n", mtu); !strings.Contains(o, want) {
 				t.Errorf("%s: the banner lacks %q:\n%s", side, want, o)

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
-	"os"
-	"os/signal"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -45,9 +43,6 @@ failed connection says why, in words, after rping's own message.`,
 				return usageError{errors.New("choose one of -s (server) and -c (client)")}
 			}
 			c.Server = server
-			if port < 0 || port > 65535 {
-				return usageError{fmt.Errorf("-p %d: port must be 0-65535", port)}
-			}
 			var a netip.Addr
 			switch {
 			case addr != "":
@@ -84,16 +79,8 @@ failed connection says why, in words, after rping's own message.`,
 				return err
 			}
 			defer closeCM()
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
 			c.Out, c.Err = cmd.OutOrStdout(), cmd.ErrOrStderr()
-			if err := rping.Run(ctx, cm, c); err != nil {
-				if ctx.Err() != nil && c.Persistent {
-					return nil
-				}
-				return err
-			}
-			return nil
+			return rping.Run(commandContext(cmd), cm, c)
 		},
 	}
 	f := cmd.Flags()
@@ -112,5 +99,15 @@ failed connection says why, in words, after rping's own message.`,
 	f.BoolVarP(&selfQP, "self-qp", "q", false, "use self-created, self-modified QPs (the same on the wire; accepted for rping's sake)")
 	f.StringSliceVar(&devs, "dev", nil, "use only these devices (default: found by address)")
 	f.StringVar(&pcapFile, "pcap", "", "write every packet the device sends and receives to `file` (pcap)")
+	pingRanges(cmd)
 	return cmd
+}
+
+// pingRanges are the values ping's numeric flags take: rping's (-S:
+// RPING_MIN_BUFSIZE to RPING_BUFSIZE-1; -C: 0, until interrupted, or a
+// count), and a port RDMA CM can connect to.
+func pingRanges(cmd *cobra.Command) {
+	flagRange(cmd, "port", 1, 65535, "the port", "")
+	flagRange(cmd, "count", 0, math.MaxInt32, "the count", "(0: until interrupted)")
+	flagRange(cmd, "size", rping.MinSize, rping.MaxSize, "the ping data size", "bytes")
 }

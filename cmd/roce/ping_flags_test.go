@@ -122,11 +122,11 @@ func TestPingFlags(t *testing.T) {
 		t.Errorf("-I 198.18.0.99: exit %d, stderr %q; want a failure naming the address", code, p.stderr.String())
 	}
 
-	// -S outside rping's range: its message, with the range it accepts.
-	for _, size := range []string{"25", "65536"} {
+	// -S outside rping's range: a bad command line, with the range it accepts.
+	for _, size := range []string{"25", "65536", "0"} {
 		p := startPing(t, a, dir, roceBin, "-c", "-a", b.IPv4.String(), "-S", size, "-C", "1")
-		want := "roce: Invalid size " + size + " (valid range is 26 to 65535)"
-		if code := p.wait(t, time.Minute); code == 0 || !strings.Contains(p.stderr.String(), want) {
+		want := "roce: ping: Invalid argument: -S " + size + ": the ping data size should be between 26 and 65535 bytes\n"
+		if code := p.wait(t, time.Minute); code != exitUsage || !strings.Contains(p.stderr.String(), want) {
 			t.Errorf("-S %s: exit %d, stderr %q; want %q", size, code, p.stderr.String(), want)
 		}
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -52,6 +53,51 @@ func TestPingObserved(t *testing.T) {
 			t.Errorf("server's CM events %v lack %s", rep.CMEvents, ev)
 		}
 	}
+
+	// roce res show cm_id numbers a device's IDs 0, 1, 2 ... as they get
+	// the device, never reusing one, as rdma res show cm_id numbers the
+	// kernel's (restrack ids): the listener is 0 and the first
+	// connection's ID was 1, so a second connection's is 2; the client's
+	// own process numbers its one ID 0.
+	cli = startPing(t, a, dir, roceBin, "-c", "-a", b.IPv4.String(), "-C", "0")
+	var server, client string
+	for i := 0; i < 100; i++ {
+		_, server, _ = roceAt(t, dir, "res", "show", "cm_id", "rxeB")
+		_, client, _ = roceAt(t, dir, "res", "show", "cm_id", "rxeA")
+		if strings.Contains(server, "state CONNECT") && strings.Contains(client, "state CONNECT") {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	wantIDs := func(out string, want ...string) {
+		t.Helper()
+		var got []string
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			f := strings.Fields(l)
+			kv := map[string]string{}
+			for i := 0; i+1 < len(f); i++ {
+				kv[f[i]] = f[i+1]
+			}
+			got = append(got, kv["cm-idn"]+" "+kv["state"])
+		}
+		if strings.Join(got, ", ") != strings.Join(want, ", ") {
+			t.Errorf("cm-idn and state %q, want %q:\n%s", got, want, out)
+		}
+	}
+	wantIDs(server, "0 LISTEN", "2 CONNECT")
+	wantIDs(client, "0 CONNECT")
+
+	// Ctrl-C ends a client pinging until interrupted with 130 and a line
+	// that says how many pings it made; SIGTERM the persistent server with
+	// 143, saying how many connections it served.
+	cli.cmd.Process.Signal(syscall.SIGINT)
+	if code := cli.wait(t, 30*time.Second); code != 130 ||
+		!regexp.MustCompile(`(^|\n)roce: ping: interrupted by SIGINT after [1-9]\d* pings?\n$`).MatchString(cli.stderr.String()) {
+		t.Errorf("client after SIGINT: exit %d, stderr %q; want 130 and the pings it made", code, cli.stderr.String())
+	}
 	srv.cmd.Process.Signal(syscall.SIGTERM)
-	srv.wait(t, 30*time.Second)
+	want := "roce: ping: interrupted by SIGTERM after serving 2 connections, while waiting for a connection on " + b.IPv4.String() + ":7174\n"
+	if code := srv.wait(t, 30*time.Second); code != 143 || !strings.HasSuffix(srv.stderr.String(), want) {
+		t.Errorf("server after SIGTERM: exit %d, stderr %q; want 143 and %q", code, srv.stderr.String(), want)
+	}
 }

@@ -2,11 +2,10 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
-	"os/signal"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -17,6 +16,7 @@ import (
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/pcap"
 	"github.com/goroce/goroce/verbs"
+	"github.com/goroce/goroce/wire"
 )
 
 // rundirOf returns the --rundir flag's value where the command has one,
@@ -138,8 +138,8 @@ RoCE needs a GID: give -g with the index 'roce gids' suggests.`,
 				}
 				c.MTU = m
 			}
-			if c.Port < 0 || c.Port > 65535 {
-				return usageError{fmt.Errorf("-p %d: port must be 0-65535", c.Port)}
+			if err := needGID(cmd, c.GIDIndex); err != nil {
+				return err
 			}
 			if len(args) == 1 {
 				c.Server = args[0]
@@ -149,12 +149,10 @@ RoCE needs a GID: give -g with the index 'roce gids' suggests.`,
 				return err
 			}
 			defer closeDev()
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
 			c.Out = cmd.OutOrStdout()
 			stderr := cmd.ErrOrStderr()
 			c.Notice = func(format string, args ...any) { fmt.Fprintf(stderr, "roce: "+format+"\n", args...) }
-			return pingpong.Run(ctx, d.Device, c)
+			return pingpong.Run(commandContext(cmd), d.Device, c)
 		},
 	}
 	f := cmd.Flags()
@@ -170,8 +168,43 @@ RoCE needs a GID: give -g with the index 'roce gids' suggests.`,
 	f.IntVarP(&c.Iters, "iters", "n", 1000, "number of exchanges")
 	f.IntVarP(&c.SL, "sl", "l", 0, "service level value")
 	f.BoolVarP(&c.Events, "events", "e", false, "sleep on CQ events (default poll)")
-	f.IntVarP(&c.GIDIndex, "gid-idx", "g", -1, "local port gid `index`")
+	f.IntVarP(&c.GIDIndex, "gid-idx", "g", -1, "local port gid `index` (required: RoCE needs a GID; roce gids shows which)")
 	f.BoolVarP(&c.Check, "chk", "c", false, "validate received buffer")
 	f.StringVar(&pcapFile, "pcap", "", "write every packet the device sends and receives to `file` (pcap)")
+	pingpongRanges(cmd)
 	return cmd
+}
+
+// pingpongRanges are the values pingpong's numeric flags take. rdma-core's
+// tools take more, and misbehave with them: -r 0 posts no receive and
+// waits forever, -r -1 wraps to a CQ of 0 entries, -l 16 wraps into
+// sl 0, -p 0 listens on a port nobody can name.
+func pingpongRanges(cmd *cobra.Command) {
+	dev, port := goroceLimits()
+	flagRange(cmd, "port", 1, 65535, "the TCP port", "")
+	flagRange(cmd, "ib-port", 1, 255, "the port number", "(goroce devices have port 1)")
+	flagRange(cmd, "size", 1, int64(dev.MaxMsgSize), "the message size", "bytes (the device's max_msg_sz)")
+	flagRange(cmd, "mtu", 256, 4096, "the path MTU", "bytes: 256, 512, 1024, 2048 or 4096")
+	flagRange(cmd, "rx-depth", 1, int64(dev.MaxCQE-1), "the receive depth",
+		fmt.Sprintf("(its CQ holds rx-depth+1 completions, at most %d, max_cqe)", dev.MaxCQE))
+	flagRange(cmd, "iters", 1, math.MaxInt32, "the number of iterations", "")
+	flagRange(cmd, "sl", 0, 15, "the service level", "")
+	flagRange(cmd, "gid-idx", 0, int64(port.GIDTableLen-1), "the GID index", "(roce gids shows which to use)")
+}
+
+// goroceLimits are what every goroce device reports (ibv_query_device,
+// ibv_query_port), known before one is opened.
+func goroceLimits() (verbs.DeviceAttr, verbs.PortAttr) {
+	return host.DeviceAttrOf(wire.MAC{}), host.PortAttrOf(host.Netdev{})
+}
+
+// needGID refuses a pingpong without -g: RoCE addresses every packet with
+// a GID (a GRH or IP header), which rdma-core's tools only find out when
+// the QP is connected ("Failed to modify QP to RTR" on one side, "Couldn't
+// read/write remote address" on the other).
+func needGID(cmd *cobra.Command, index int) error {
+	if cmd.Flags().Changed("gid-idx") && index >= 0 {
+		return nil
+	}
+	return usageError{fmt.Errorf("%s: RoCE needs a GID: pass -g N (roce gids shows which index)", opName(cmd))}
 }

@@ -278,16 +278,26 @@ func TestDecodeErrors(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "missing.pcap")
 	notPcap := filepath.Join(t.TempDir(), "text.pcap")
 	os.WriteFile(notPcap, []byte("hello, world, this is not a capture file\n"), 0o644)
+	binary := filepath.Join(t.TempDir(), "binary.pcap")
+	os.WriteFile(binary, []byte{0x8b, 0xb8, 0x39, 0x00, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24}, 0o644)
+	empty, short := filepath.Join(t.TempDir(), "empty.pcap"), filepath.Join(t.TempDir(), "short.pcap")
+	os.WriteFile(empty, nil, 0o644)
+	os.WriteFile(short, []byte{0xd4}, 0o644)
 	for _, tc := range []struct {
 		args   []string
 		code   int
 		stderr string
 	}{
 		{[]string{"decode", missing}, exitError, "no such file or directory"},
-		{[]string{"decode", notPcap}, exitError, "roce: " + notPcap + ": "},
+		// A file that is not a capture says so, whatever it holds.
+		{[]string{"decode", notPcap}, exitError, "roce: " + notPcap + ": not a pcap or pcapng file: it starts with 68656c6c, where a pcap file starts with a1b2c3d4"},
+		{[]string{"decode", binary}, exitError, "roce: " + binary + ": not a pcap or pcapng file: it starts with 8bb83900"},
+		{[]string{"decode", empty}, exitError, "roce: " + empty + ": not a pcap or pcapng file: the file is empty\n"},
+		{[]string{"decode", short}, exitError, "roce: " + short + ": not a pcap or pcapng file: it holds only 1 of the 4 bytes of a magic number\n"},
 		{[]string{"decode"}, exitUsage, "requires at least 1 arg"},
 		{[]string{"decode", "--bogus", "x"}, exitUsage, "unknown flag: --bogus"},
-		{[]string{"decode", "--udp-port", "70000", "x"}, exitUsage, "invalid argument"},
+		{[]string{"decode", "--udp-port", "70000", "x"}, exitUsage, "roce: decode: Invalid argument: --udp-port 70000: the UDP port should be between 1 and 65535\n"},
+		{[]string{"decode", "--udp-port", "0", "x"}, exitUsage, "roce: decode: Invalid argument: --udp-port 0: the UDP port should be between 1 and 65535\n"},
 		{[]string{"decode", "-V", "--json", "x"}, exitUsage, "mutually exclusive"},
 		{[]string{"frobnicate"}, exitUsage, `unknown command "frobnicate" for "roce"`},
 		{[]string{"dmeo"}, exitUsage, "did you mean demo"}, // "demo or dev?"

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -39,13 +40,25 @@ func usageArgs(v cobra.PositionalArgs) cobra.PositionalArgs {
 // run executes the roce command line args, writing to stdout and stderr,
 // and returns the process exit status. Tests call it in-process.
 func run(args []string, stdout, stderr io.Writer) int {
+	in := watchInterrupts(stderr, os.Exit)
+	defer in.stop()
 	root := newRootCmd(stdout, stderr)
 	root.SetArgs(args)
-	cmd, err := root.ExecuteC()
+	cmd, err := root.ExecuteContextC(in.ctx)
+	if !in.claimExit() {
+		select {} // a forced exit is under way: it says so and exits
+	}
+	if sig := in.signalled(); sig != nil {
+		if cmd == nil {
+			cmd = root
+		}
+		fmt.Fprintf(stderr, "roce: %s\n", interruptLine(cmd, err, sig))
+		return sig.exitCode()
+	}
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintf(stderr, "roce: %v\n", err)
+	fmt.Fprintf(stderr, "roce: %s\n", oneLine(err.Error()))
 	var ue usageError
 	if errors.As(err, &ue) {
 		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
@@ -78,7 +91,12 @@ ibv_devinfo and show_gids do (roce dev, roce gids), runs rdma-core's
 pingpong tests, rping and perftest against any peer, goroce or Linux rxe
 (roce pingpong, roce ping, roce perf), sets the RoCE mode RDMA CM uses
 (roce mode, roce configfs), observes running devices (roce stat, roce res,
-roce capture) and decodes RoCE captures with every ICRC checked (roce decode).`,
+roce capture) and decodes RoCE captures with every ICRC checked (roce decode).
+
+Exit status: 0 on success, 1 for an error, 2 for a bad command line (a
+numeric flag outside its range included), 130 or 143 when Ctrl-C (SIGINT)
+or SIGTERM ended the command, with one line on stderr saying what had
+completed; a second Ctrl-C exits at once.`,
 		Example: `  roce demo                              # start here
   roce link add rxe0 type rxe netdev eth0  # a soft RoCE device on eth0
   roce gids                              # which GID index to use
@@ -101,13 +119,22 @@ roce capture) and decodes RoCE captures with every ICRC checked (roce decode).`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetVersionTemplate("roce {{.Version}}\n")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.SetFlagErrorFunc(flagParseError)
 	root.PersistentFlags().String("rundir", host.RunDir(),
 		"runtime `DIR`: the device registry and what running devices publish ($GOROCE_RUNDIR sets the default)")
 	root.AddCommand(newDecodeCmd(), newDemoCmd(), newLinkCmd(), newDevCmd(), newDevicesCmd(), newGIDsCmd(), newPingpongCmd(), newPingCmd(), newModeCmd(), newTOSCmd(), newConfigfsCmd())
 	root.AddCommand(newStatCmd(), newResCmd(), newCaptureCmd(), newMetricsCmd())
 	root.AddCommand(newPerfCmd())
 	addMetricsFlag(root)
+	// Every command's numeric flags are checked against their ranges
+	// before it runs (flagRange).
+	metricsPre := root.PersistentPreRunE
+	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
+		if err := checkFlagRanges(cmd); err != nil {
+			return err
+		}
+		return metricsPre(cmd, args)
+	}
 	return root
 }
 

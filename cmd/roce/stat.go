@@ -102,9 +102,6 @@ show' does.`,
 			}
 			qp := -1
 			if cmd.Flags().Changed("qp") {
-				if qpn < 0 || qpn > 0xFFFFFF {
-					return usageError{fmt.Errorf("--qp %d: a QPN is 0-16777215", qpn)}
-				}
 				qp = qpn
 			}
 			return stat(cmd, name, qp, jsonOut)
@@ -113,6 +110,7 @@ show' does.`,
 	f := cmd.Flags()
 	f.IntVar(&qpn, "qp", 0, "show QP `N`'s counters (rdma statistic qp show ... lqpn N)")
 	f.BoolVarP(&jsonOut, "json", "j", false, "JSON output, as rdma -j prints it")
+	flagRange(cmd, "qp", 0, 0xFFFFFF, "a QPN", "")
 	return cmd
 }
 

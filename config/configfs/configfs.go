@@ -34,11 +34,13 @@ package configfs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -53,8 +55,13 @@ import (
 type Server struct {
 	dir    string
 	srv    *fuse.Server
-	direct bool // mounted with mount(2), not fusermount
+	direct bool   // mounted with mount(2), not fusermount
+	conn   string // the FUSE connection's number in /sys/fs/fuse/connections ("" if unknown)
 }
+
+// UnmountWait bounds each of Unmount's two waits for the FUSE server to
+// stop: after the unmount, and after aborting the connection.
+const UnmountWait = 3 * time.Second
 
 // Options tune a mount; the zero value is a plain mount.
 type Options struct {
@@ -92,7 +99,7 @@ func MountWith(dir string, tree *config.Tree, o Options) (*Server, error) {
 	}
 	srv, err := mount(abs, tree, o, true)
 	if err == nil {
-		return &Server{dir: abs, srv: srv, direct: true}, nil
+		return &Server{dir: abs, srv: srv, direct: true, conn: fuseConn(abs)}, nil
 	}
 	directErr := err
 	if _, lerr := fusermount(); lerr != nil {
@@ -106,7 +113,46 @@ func MountWith(dir string, tree *config.Tree, o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: mount(2): %v; fusermount: %w", abs, directErr, err)
 	}
-	return &Server{dir: abs, srv: srv}, nil
+	return &Server{dir: abs, srv: srv, conn: fuseConn(abs)}, nil
+}
+
+// fuseConn returns the number of the FUSE connection mounted at dir: the
+// minor device number the mount table gives it (/proc/self/mountinfo's
+// third field, "0:52"), which names its directory in fusectl.
+func fuseConn(dir string) string {
+	conn := ""
+	for _, c := range mountsAt(dir) {
+		conn = c // the last mount at dir is the one on top
+	}
+	return conn
+}
+
+// fuseConnMounted reports whether connection conn is still mounted at dir
+// in this process's mount namespace.
+func fuseConnMounted(dir, conn string) bool {
+	for _, c := range mountsAt(dir) {
+		if c == conn {
+			return true
+		}
+	}
+	return false
+}
+
+// mountsAt lists the minor device numbers of the mounts at dir.
+func mountsAt(dir string) []string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && f[4] == dir {
+			if _, minor, ok := strings.Cut(f[2], ":"); ok {
+				out = append(out, minor)
+			}
+		}
+	}
+	return out
 }
 
 func fusermount() (string, error) {
@@ -143,12 +189,60 @@ func (s *Server) Dir() string { return s.dir }
 // Wait returns once the view is unmounted, by Unmount or umount(8).
 func (s *Server) Wait() { s.srv.Wait() }
 
-// Unmount unmounts the view. A mount point still in use (a shell's
-// working directory, an open file) is detached lazily, as umount -l does:
-// it leaves the mount table at once, and those users lose it when this
-// process exits — never a stale mount.
+// Unmount unmounts the view, in bounded time. A mount point still in use
+// (a shell's working directory, an open file) is detached lazily, as
+// umount -l does: it leaves the mount table at once, and those users lose
+// it when this process exits — never a stale mount.
+//
+// go-fuse's unmount waits for its readers of /dev/fuse to return, which
+// they do when the kernel ends the connection: when the last mount of it
+// goes. One this process cannot see keeps it alive — a copy in another
+// mount namespace, which unshare -m or ip netns exec made while the view
+// was mounted — and the wait would never end (a roce configfs mount was
+// found stuck there, its mount gone, after 24 minutes). So after
+// UnmountWait, Unmount aborts the connection (Abort), which fails what
+// the other mounts' users do next with ENOTCONN and ends the readers, and
+// it reports that it did.
 func (s *Server) Unmount() error {
-	err := s.srv.Unmount()
+	done := make(chan error, 1)
+	go func() { done <- s.srv.Unmount() }()
+	wait := func() (error, bool) {
+		select {
+		case err := <-done:
+			return err, true
+		case <-time.After(UnmountWait):
+			return nil, false
+		}
+	}
+	err, ok := wait()
+	elsewhere := false // the connection outlived the unmount here
+	if !ok {
+		// Slow, on a loaded machine, or waiting for what will not end:
+		// the unmount (umount(2) waits for the server's answers) or the
+		// readers once the connection is gone take longer, while a
+		// connection fusectl still shows after this mount left the mount
+		// table lives on in a copy elsewhere.
+		elsewhere = !fuseConnMounted(s.dir, s.conn) && s.connAlive()
+		if !elsewhere {
+			err, ok = wait()
+		}
+	}
+	if !ok {
+		aerr := s.Abort()
+		if err, ok = wait(); !ok {
+			return fmt.Errorf("unmount %s: the FUSE server did not stop within %v, nor %v after aborting the connection (%v)",
+				s.dir, 2*UnmountWait, UnmountWait, aerr)
+		}
+		switch {
+		case err != nil:
+		case elsewhere:
+			err = fmt.Errorf("unmount %s: the FUSE connection was still in use %v after the unmount "+
+				"(a mount of it in another mount namespace, made by unshare -m or ip netns exec?): aborted it", s.dir, UnmountWait)
+		default:
+			err = fmt.Errorf("unmount %s: not done after %v: aborted the FUSE connection", s.dir, 2*UnmountWait)
+		}
+		return err
+	}
 	if err == nil || !s.direct {
 		return err
 	}
@@ -156,6 +250,57 @@ func (s *Server) Unmount() error {
 		return fmt.Errorf("unmount %s: %w; detaching it: %v", s.dir, err, derr)
 	}
 	return nil
+}
+
+// fusectl is where the FUSE control file system shows each connection.
+const fusectl = "/sys/fs/fuse/connections"
+
+// mountFusectl mounts fusectl if it is not mounted (it needs root), and
+// reports whether it is.
+func mountFusectl() bool {
+	const fusectlMagic = 0x65735543 // FUSECTL_SUPER_MAGIC
+	var st syscall.Statfs_t
+	if syscall.Statfs(fusectl, &st) == nil && st.Type == fusectlMagic {
+		return true
+	}
+	syscall.Mount("fusectl", fusectl, "fusectl", 0, "")
+	return syscall.Statfs(fusectl, &st) == nil && st.Type == fusectlMagic
+}
+
+// connAlive reports whether the kernel still has the view's FUSE
+// connection: whether fusectl shows it. When that cannot be told, it is
+// taken to be alive.
+func (s *Server) connAlive() bool {
+	if s.conn == "" || !mountFusectl() {
+		return true
+	}
+	_, err := os.Stat(filepath.Join(fusectl, s.conn))
+	return !errors.Is(err, os.ErrNotExist)
+}
+
+// Abort ends the view at once, without waiting for anything: it aborts
+// the FUSE connection, as echo 1 > /sys/fs/fuse/connections/N/abort does
+// (mounting fusectl there if needed), so every request waiting on it and
+// every later one fails with ENOTCONN, and detaches the mount point. It is
+// for a process that must exit now; Unmount is the orderly way.
+func (s *Server) Abort() error {
+	var errs []error
+	if s.conn == "" {
+		errs = append(errs, errors.New("the FUSE connection's number is unknown"))
+	} else {
+		mountFusectl()
+		if err := os.WriteFile(filepath.Join(fusectl, s.conn, "abort"), []byte("1"), 0); err != nil {
+			errs = append(errs, fmt.Errorf("abort the FUSE connection: %w", err))
+		}
+	}
+	if s.direct {
+		if err := syscall.Unmount(s.dir, syscall.MNT_DETACH); err != nil && err != syscall.EINVAL {
+			errs = append(errs, fmt.Errorf("detach %s: %w", s.dir, err))
+		}
+	} else if fm, err := fusermount(); err == nil {
+		exec.Command(fm, "-u", "-z", s.dir).Run()
+	}
+	return errors.Join(errs...)
 }
 
 // fsys is what the nodes share.

@@ -68,6 +68,10 @@ func waitCQ(ctx context.Context, cq *verbs.CQ, wcs []verbs.WC, deadline time.Tim
 	}
 }
 
+// drainLimit bounds the wait, after -D's end, for the completions of what
+// a client had posted.
+const drainLimit = time.Second
+
 // progress prints a line per second on p.Progress during -D runs, from a
 // counter of completed messages.
 type progress struct {
@@ -75,6 +79,9 @@ type progress struct {
 }
 
 func (p *params) startProgress(count *atomic.Uint64, size int, unit string) *progress {
+	if p.track != nil {
+		p.track.traffic(count, size, unit == "lat")
+	}
 	if p.Duration == 0 || p.Progress == nil {
 		return &progress{stop: func() {}}
 	}
@@ -358,7 +365,9 @@ type compEvt struct {
 
 // runBWClient is run_iter_bw with one goroutine per QP, each posting up
 // to TX depth work requests, a CQE every CQ-moderation messages.
-func (r *run) runBWClient(ctx context.Context, size int) (*bwSamples, error) {
+func (r *run) runBWClient(ctx context.Context, size int) (_ *bwSamples, err error) {
+	ctx, ended := r.peerWatched(ctx)
+	defer func() { err = ended(err) }()
 	clk := clock{base: time.Now()}
 	win := r.window(clk, clk.now())
 	var count atomic.Uint64
@@ -399,6 +408,7 @@ func (r *run) bwClientQP(ctx context.Context, q *qpRes, size int, clk clock, win
 	wcs := make([]verbs.WC, 16)
 	var scnt, ccnt uint64
 	stopped := false
+	var drainUntil time.Time
 	for {
 		if win.on {
 			// Stop posting at the end, on a signaled boundary so that the
@@ -445,8 +455,25 @@ func (r *run) bwClientQP(ctx context.Context, q *qpRes, size int, clk clock, win
 			continue
 		}
 		var deadline time.Time
-		if win.on && !stopped {
+		switch {
+		case win.on && !stopped:
 			deadline = clk.base.Add(time.Duration(win.end))
+		case win.on:
+			// Draining, past the end: a peer that stopped taking messages
+			// (a SEND server whose -n ran out answers RNR NAKs, forever
+			// with rnr_retry 7) must not hold the run. perftest does not
+			// wait for outstanding work at all at the end of -D.
+			if drainUntil.IsZero() {
+				drainUntil = time.Now().Add(drainLimit)
+			}
+			if time.Now().After(drainUntil) {
+				if r.Progress != nil {
+					fmt.Fprintf(r.Progress, "roce perf: QP %d: %d messages still outstanding %v after the end of -D: the peer stopped taking them (its -n ran out?)\n",
+						q.qp.Num(), scnt-ccnt, drainLimit)
+				}
+				return nil
+			}
+			deadline = drainUntil
 		}
 		n, err := waitCQ(ctx, q.scq, wcs, deadline)
 		if err != nil {
@@ -513,7 +540,9 @@ func (r *run) merge(per []qpSamples, win window) *bwSamples {
 // runBWServer is run_iter_bw_server: one goroutine per QP takes receive
 // completions and reposts until every message of the run is posted for;
 // the time runs from the first receive to the last.
-func (r *run) runBWServer(ctx context.Context, size int) (*bwSamples, error) {
+func (r *run) runBWServer(ctx context.Context, size int) (_ *bwSamples, err error) {
+	ctx, ended := r.peerWatched(ctx)
+	defer func() { err = ended(err) }()
 	clk := clock{base: time.Now()}
 	var count atomic.Uint64
 	prog := r.startProgress(&count, size, r.unit())
@@ -622,7 +651,9 @@ func (r *run) bwServerQP(ctx context.Context, q *qpRes, size int, clk clock, fir
 // sent and what it received in the middle half of a run that starts on
 // the client at once and on the server at its first receive, and neither
 // side waits at the end for what it has outstanding.
-func (r *run) runBWDuplex(ctx context.Context, size int) (*bwSamples, error) {
+func (r *run) runBWDuplex(ctx context.Context, size int) (_ *bwSamples, err error) {
+	ctx, ended := r.peerWatched(ctx)
+	defer func() { err = ended(err) }()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	clk := clock{base: time.Now()}

@@ -64,6 +64,11 @@ const (
 	atomicSwap    = 0 // ATOMIC_SWAP_VALUE
 	minTOS        = 0 // MIN_TOS
 	maxTOS        = 255
+	defQPTimeout  = 14        // DEF_QP_TIME
+	maxTxDepth    = 15000     // MAX_TX
+	maxRxDepth    = 16384     // MAX_RX
+	maxCQMod      = 1024      // MAX_CQ_MOD
+	maxIters      = 100000000 // MAX_ITER
 )
 
 // Config mirrors perftest's options.
@@ -78,26 +83,36 @@ type Config struct {
 	Iters  int    // -n; 0 = default (ib_write_bw 5000, others 1000)
 	// Duration (-D) runs for this long instead of Iters, measuring the
 	// middle half (perftest's margin, -f, is a quarter each side).
-	Duration  time.Duration
-	All       bool // -a: sizes 2 B to 8 MiB
-	GIDIndex  int  // -x; -1 picks as perftest does (IPv4 unless IPv6, RoCE v2 over v1)
-	IPv6      bool // --ipv6: prefer an IPv6 GID when picking
-	MTU       int  // -m in bytes; 0 = the port's active MTU
-	NumQPs    int  // -q, default 1
-	TxDepth   int  // -t; 0 = default (BW 128, latency 1)
-	RxDepth   int  // -r; 0 = default (SEND 512)
-	CQMod     int  // -Q; 0 = default (100)
-	OutReads  int  // -o; 0 = the device maximum (READ and atomics)
-	QPTimeout int  // -u, default 14
+	Duration time.Duration
+	All      bool // -a: sizes 2 B to 8 MiB
+	GIDIndex int  // -x; -1 picks as perftest does (IPv4 unless IPv6, RoCE v2 over v1)
+	IPv6     bool // --ipv6: prefer an IPv6 GID when picking
+	MTU      int  // -m in bytes; 0 = the port's active MTU
+	NumQPs   int  // -q, default 1
+	TxDepth  int  // -t; 0 = default (BW 128, latency 1)
+	RxDepth  int  // -r; 0 = default (SEND 512)
+	CQMod    int  // -Q; 0 = default (100)
+	OutReads int  // -o; 0 = the device maximum (READ and atomics)
+	// QPTimeout is -u: the local ACK timeout, 4.096 µs × 2^QPTimeout; 0
+	// is the default, 14, unless SetQPTimeout says it was given, when 0
+	// means no timeout (IBTA §9.7.6.1.3: the requester waits forever), as
+	// perftest passes -u 0 to ibv_modify_qp.
+	QPTimeout    int
+	SetQPTimeout bool
 	// Connection is -c: "RC" (the default) or "UC" (SEND and RDMA WRITE
 	// only, and without -R). UD is not implemented.
 	Connection  string
 	ReportGbits bool // --report_gbits: Gb/sec instead of MB/sec (MiB)
-	OutJSON     bool // --out_json
-	JSONFile    string
-	Device      string    // the device name for the banner
-	Out         io.Writer // the tool's output (stdout)
-	Progress    io.Writer // a progress line per second in -D runs (stderr)
+	// RelaxedOrderingOff is --disable_pcie_relaxed: the banner's "PCIe
+	// relax order" says OFF instead of ON, as perftest built with PCIe
+	// relaxed ordering support (Debian's, the lab's) says. A soft device
+	// has no PCIe to order; rxe ignores IBV_ACCESS_RELAXED_ORDERING too.
+	RelaxedOrderingOff bool
+	OutJSON            bool // --out_json
+	JSONFile           string
+	Device             string    // the device name for the banner
+	Out                io.Writer // the tool's output (stdout)
+	Progress           io.Writer // a progress line per second in -D runs (stderr)
 	// Bidirectional is -b (perftest's duplex), for the BW tests only: both
 	// sides post the verb at each other at once, exchange their reports
 	// and each prints one line with the two sides' bandwidths and message
@@ -154,6 +169,7 @@ type params struct {
 	atomicFA bool
 	noPeak   bool
 	margin   time.Duration
+	track    *tracker // how far the run got; nil outside Run
 }
 
 func (c Config) resolve() (*params, error) {
@@ -165,7 +181,7 @@ func (c Config) resolve() (*params, error) {
 		p.Port = DefaultPort
 	}
 	if p.Port < 0 || p.Port > 65535 {
-		return nil, usage("-p %d: port must be 0-65535", p.Port)
+		return nil, usage("-p %d: port must be 1-65535", p.Port)
 	}
 	if p.IBPort == 0 {
 		p.IBPort = 1
@@ -217,8 +233,8 @@ func (c Config) resolve() (*params, error) {
 			p.Iters = defItersWB
 		}
 	}
-	if p.Iters < minIters {
-		return nil, usage("-n %d: iterations must be at least %d", p.Iters, minIters)
+	if p.Iters < minIters || p.Iters > maxIters {
+		return nil, usage("-n %d: Iteration num should be between %d and %d", p.Iters, minIters, maxIters)
 	}
 	if p.Duration < 0 || p.Duration > 0 && p.Duration < time.Second {
 		return nil, usage("-D %v: duration must be at least 1 second", p.Duration)
@@ -253,8 +269,8 @@ func (c Config) resolve() (*params, error) {
 			return nil, usage("-T %d without -R: TOS only valid for rdma_cm based QP and RawEth QP", p.TOS)
 		}
 	}
-	if p.QPTimeout == 0 {
-		p.QPTimeout = 14
+	if p.QPTimeout == 0 && !p.SetQPTimeout {
+		p.QPTimeout = defQPTimeout
 	}
 	if p.QPTimeout < 0 || p.QPTimeout > 31 {
 		return nil, usage("-u %d: QP timeout must be 0-31", p.QPTimeout)
@@ -271,15 +287,21 @@ func (c Config) resolve() (*params, error) {
 			p.RxDepth = defRxSend
 		}
 	}
-	if p.TxDepth < 1 || p.TxDepth > 16384 || p.RxDepth < 1 || p.RxDepth > 16384 {
-		return nil, usage("-t %d -r %d: queue depths must be 1-16384", p.TxDepth, p.RxDepth)
+	if p.TxDepth < 1 || p.TxDepth > maxTxDepth {
+		return nil, usage("-t %d: Tx depth should be between 1 and %d", p.TxDepth, maxTxDepth)
+	}
+	if p.RxDepth < 1 || p.RxDepth > maxRxDepth {
+		return nil, usage("-r %d: Rx depth should be between 1 and %d", p.RxDepth, maxRxDepth)
+	}
+	if p.Verb != Send && p.RxDepth > 1 {
+		return nil, usage("-r %d: On RDMA verbs rx depth can be only 1 (-r is for send)", p.RxDepth)
 	}
 	reqCQMod := p.CQMod != 0
 	if p.CQMod == 0 {
 		p.CQMod = defCQMod
 	}
-	if p.CQMod < 1 {
-		return nil, usage("-Q %d: CQ moderation must be positive", p.CQMod)
+	if p.CQMod < 1 || p.CQMod > maxCQMod {
+		return nil, usage("-Q %d: CQ moderation should be between 1 and %d", p.CQMod, maxCQMod)
 	}
 	if p.JSONFile == "" {
 		p.JSONFile = "perftest_out.json"
@@ -306,7 +328,10 @@ func (c Config) resolve() (*params, error) {
 		p.noPeak = true
 	}
 	if p.OutReads < 0 {
-		return nil, usage("-o %d: outstanding reads must be positive", p.OutReads)
+		return nil, usage("-o %d: outstanding reads must be 0 (the device maximum) or more", p.OutReads)
+	}
+	if p.OutReads > 0 && p.Verb != Read && p.Verb != Atomic {
+		return nil, usage("-o %d: Setting Outstanding reads only available on READ verb (and atomics)", p.OutReads)
 	}
 	return p, nil
 }

@@ -97,6 +97,10 @@ type comm struct {
 	gidIndex   int  // for struct pingpong_dest
 	client     bool
 	remVersion float64
+	// remGoroce says the peer is goroce (goroceMark), and remDuration is
+	// its -D then (0: none).
+	remGoroce   bool
+	remDuration time.Duration
 }
 
 // commLink carries the exchange's messages.
@@ -205,10 +209,21 @@ func (c *comm) handShake(my Dest) (Dest, error) {
 	return ParseDest(b)
 }
 
-// versions is exchange_versions + check_version_compatibility.
-func (c *comm) versions() error {
+// goroceMark follows the NUL that ends the version string in the
+// version message when goroce sends it, with this side's -D after it:
+// perftest reads the version with atof, which stops at the NUL (it does
+// in 6.06 and in perftest's master), so it never sees them; a goroce peer
+// learns the duration perftest's exchange does not carry, and both sides
+// run for the same time (run.agreeDuration).
+const goroceMark = "goroce"
+
+// versions is exchange_versions + check_version_compatibility; dur is
+// this side's -D, sent after goroceMark, and the peer's is noted.
+func (c *comm) versions(dur time.Duration) error {
 	my := make([]byte, versionLen)
-	copy(my, Version)
+	n := copy(my, Version) + 1
+	n += copy(my[n:], goroceMark)
+	binary.BigEndian.PutUint32(my[n:], uint32(min(dur/time.Second, math.MaxUint32)))
 	rem, err := c.xchg(my)
 	if err != nil {
 		return fmt.Errorf("Failed to exchange data between server and clients: %w", err)
@@ -216,6 +231,10 @@ func (c *comm) versions() error {
 	s := string(rem)
 	if i := strings.IndexByte(s, 0); i >= 0 {
 		s = s[:i]
+		if t := rem[i+1:]; len(t) >= len(goroceMark)+4 && string(t[:len(goroceMark)]) == goroceMark {
+			c.remGoroce = true
+			c.remDuration = time.Duration(binary.BigEndian.Uint32(t[len(goroceMark):])) * time.Second
+		}
 	}
 	c.remVersion = atof(s)
 	if c.remVersion < 5.70 {

@@ -36,13 +36,19 @@ func (r *run) latency(ctx context.Context) error {
 			q.posted = 0
 			if err = r.postRecvs(q, size, r.RxDepth); err == nil {
 				if err = r.hs(); err == nil {
-					posted, err = r.latSend(ctx, q, size, clk, win, &count)
+					wctx, ended := r.peerWatched(ctx)
+					posted, err = r.latSend(wctx, q, size, clk, win, &count)
+					err = ended(err)
 				}
 			}
 		case Write:
-			posted, err = r.latWrite(ctx, q, size, clk, win, &count)
+			wctx, ended := r.peerWatched(ctx)
+			posted, err = r.latWrite(wctx, q, size, clk, win, &count)
+			err = ended(err)
 		default:
-			posted, err = r.latRead(ctx, q, size, clk, win, &count)
+			wctx, ended := r.peerWatched(ctx)
+			posted, err = r.latRead(wctx, q, size, clk, win, &count)
+			err = ended(err)
 		}
 		prog.stop()
 		if err != nil {

@@ -781,7 +781,8 @@ func (roceDefaults) DefaultMode(string, int) (verbs.GIDType, error) { return ver
 func (d roceDefaults) DefaultTOS(string, int) (uint8, error)        { return d.tos, nil }
 
 // Run's error, when ctx ends while a server waits for its client (over
-// TCP or RDMA CM), is ctx's, not the closed socket's or listener's.
+// TCP or RDMA CM), is ctx's, not the closed socket's or listener's, and
+// says what the run was doing.
 func TestRunInterrupted(t *testing.T) {
 	for _, rdmaCM := range []bool{false, true} {
 		t.Run(map[bool]string{false: "tcp", true: "rdma_cm"}[rdmaCM], func(t *testing.T) {
@@ -814,8 +815,9 @@ func TestRunInterrupted(t *testing.T) {
 			cancel()
 			select {
 			case err := <-errc:
-				if !errors.Is(err, context.Canceled) || err.Error() != context.Canceled.Error() {
-					t.Errorf("Run: %v, want %v", err, context.Canceled)
+				if want := context.Canceled.Error() + " while waiting for a client on "; !errors.Is(err, context.Canceled) ||
+					!strings.HasPrefix(err.Error(), want) {
+					t.Errorf("Run: %v, want %q...", err, want)
 				}
 			case <-time.After(10 * time.Second):
 				t.Fatal("Run did not return 10 s after its context ended")

@@ -60,7 +60,7 @@ func (p *params) banner(w io.Writer, mtu, gidIndex, outReads int) {
 	fmt.Fprintf(w, " Dual-port       : OFF\t\tDevice         : %s\n", p.Device)
 	fmt.Fprintf(w, " Number of qps   : %d\t\tTransport type : IB\n", p.NumQPs)
 	fmt.Fprintf(w, " Connection type : %s\t\tUsing SRQ      : OFF\n", p.Connection)
-	fmt.Fprintf(w, " PCIe relax order: Unsupported\n")
+	fmt.Fprintf(w, " PCIe relax order: %s\n", onOff(!p.RelaxedOrderingOff))
 	fmt.Fprintf(w, " ibv_wr* API     : OFF\n")
 	if p.sends() {
 		fmt.Fprintf(w, " TX depth        : %d\n", p.TxDepth)
@@ -325,7 +325,7 @@ func (p *params) jsonInfo(sb *strings.Builder, mtu, gidIndex, outReads int) {
 	sb.WriteString("test: " + strings.ReplaceAll(p.title(), " ", "_") + ",\n")
 	fmt.Fprintf(sb, "Dual_port: OFF,\nDevice: %q,\n", p.Device)
 	fmt.Fprintf(sb, "Number_of_qps: %d,\nTransport_type: IB,\n", p.NumQPs)
-	fmt.Fprintf(sb, "Connection_type: %s,\nUsing_SRQ: OFF,\n PCIe_relax_order: Unsupported,\nibv_wr_API: OFF,\n", p.Connection)
+	fmt.Fprintf(sb, "Connection_type: %s,\nUsing_SRQ: OFF,\nPCIe_relax_order: %s,\nibv_wr_API: OFF,\n", p.Connection, onOff(!p.RelaxedOrderingOff))
 	if p.sends() {
 		fmt.Fprintf(sb, "TX_depth : %d,\n", p.TxDepth)
 	}
@@ -357,4 +357,12 @@ func (p *params) writeJSON(s string) error {
 		return fmt.Errorf("failed to open %s: %w", p.JSONFile, err)
 	}
 	return nil
+}
+
+// onOff is perftest's "ON" or "OFF".
+func onOff(on bool) string {
+	if on {
+		return "ON"
+	}
+	return "OFF"
 }

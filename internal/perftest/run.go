@@ -7,6 +7,9 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/goroce/goroce/verbs"
@@ -66,20 +69,76 @@ func patternB(i int) byte { return byte(i*13 + 5) }
 // exchange's connection through. When ctx ends first, the error is
 // ctx's (context.Canceled for an interrupted run).
 func Run(ctx context.Context, dev *verbs.Device, c Config) (*Result, error) {
-	res, err := runTest(ctx, dev, c)
+	t := &tracker{stage: "before the exchange"}
+	res, err := runTest(ctx, dev, c, t)
 	if err != nil && ctx.Err() != nil {
 		// Whatever failed failed because ctx ended: a closed listener, a
-		// socket past its deadline, an event channel's wait.
-		return nil, context.Cause(ctx)
+		// socket past its deadline, an event channel's wait. Say how far
+		// the run got: "context canceled after 1234 of 5000 iterations".
+		return nil, fmt.Errorf("%w %s", context.Cause(ctx), t)
 	}
 	return res, err
 }
 
-func runTest(ctx context.Context, dev *verbs.Device, c Config) (*Result, error) {
+// tracker is how far a run got, for the error of an interrupted one.
+type tracker struct {
+	mu    sync.Mutex
+	stage string         // guarded by mu: what the run is doing
+	count *atomic.Uint64 // guarded by mu: messages (BW) or iterations (latency) of the current size
+	size  int            // guarded by mu
+	lat   bool           // guarded by mu
+	p     *params        // guarded by mu: the run's -n and -D
+	sizes int            // guarded by mu: sizes done before the current one
+}
+
+func (t *tracker) setStage(s string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.stage, t.count = s, nil
+}
+
+// traffic notes that a size's traffic started, counted by count.
+func (t *tracker) traffic(count *atomic.Uint64, size int, lat bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.count != nil && t.size != size {
+		t.sizes++
+	}
+	t.count, t.size, t.lat = count, size, lat
+}
+
+func (t *tracker) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.count == nil {
+		return t.stage
+	}
+	what := "messages"
+	if t.lat {
+		what = "iterations"
+	}
+	s := fmt.Sprintf("after %d %s of %d bytes", t.count.Load(), what, t.size)
+	switch {
+	case t.p != nil && t.p.Duration > 0:
+		s += fmt.Sprintf(" (-D %d)", t.p.Duration/time.Second)
+	case t.p != nil:
+		s = fmt.Sprintf("after %d of %d %s of %d bytes", t.count.Load(), t.p.Iters, what, t.size)
+	}
+	if t.p != nil && t.p.All {
+		s += fmt.Sprintf(", %d sizes done", t.sizes)
+	}
+	return s
+}
+
+func runTest(ctx context.Context, dev *verbs.Device, c Config, t *tracker) (*Result, error) {
 	p, err := c.resolve()
 	if err != nil {
 		return nil, err
 	}
+	p.track = t
+	t.mu.Lock()
+	t.p = p
+	t.mu.Unlock()
 	r := &run{params: p, dev: dev, out: c.Out}
 	if r.out == nil {
 		r.out = io.Discard
@@ -87,6 +146,11 @@ func runTest(ctx context.Context, dev *verbs.Device, c Config) (*Result, error) 
 	if p.RDMACM {
 		if p.CM == nil {
 			return nil, errors.New("-R: no RDMA CM to connect through")
+		}
+		if p.client {
+			t.setStage(fmt.Sprintf("while connecting to %s port %d through RDMA CM", p.Server, p.Port))
+		} else {
+			t.setStage(fmt.Sprintf("while waiting for a client on port %d (RDMA CM)", p.Port))
 		}
 		if err := r.cmComm(ctx); err != nil {
 			return nil, err
@@ -116,14 +180,23 @@ func runTest(ctx context.Context, dev *verbs.Device, c Config) (*Result, error) 
 	r.outReads = 1
 	if p.Verb == Read || p.Verb == Atomic {
 		r.outReads = r.dev.Query().MaxQPRdAtom
+		if p.OutReads > r.outReads && p.Progress != nil {
+			// ctx_set_out_reads's words: perftest runs on, with the maximum.
+			fmt.Fprintf(p.Progress, " Number of outstanding reads is above max = %d\n Changing to that max value\n", r.outReads)
+		}
 		if p.OutReads > 0 {
 			r.outReads = min(p.OutReads, r.outReads)
 		}
 	}
 	if !p.RDMACM {
 		if p.client {
+			t.setStage(fmt.Sprintf("while connecting to %s port %d", p.Server, p.Port))
 			r.cm, err = dialComm(ctx, p.Dial, p.Server, p.Port)
 		} else {
+			t.setStage(fmt.Sprintf("while waiting for a client on port %d", p.Port))
+			if p.Listener != nil {
+				t.setStage("while waiting for a client on " + p.Listener.Addr().String())
+			}
 			fmt.Fprint(r.out, waitBanner)
 			r.cm, err = acceptComm(ctx, p.Listener, p.Port)
 		}
@@ -132,9 +205,13 @@ func runTest(ctx context.Context, dev *verbs.Device, c Config) (*Result, error) 
 		}
 		defer r.cm.Close()
 	}
+	t.setStage("during the exchange of QP data")
 	r.cm.gidIndex = r.gidIndex
 	defer r.destroy()
-	if err := r.cm.versions(); err != nil {
+	if err := r.cm.versions(p.Duration); err != nil {
+		return nil, err
+	}
+	if err := r.agreeDuration(c); err != nil {
 		return nil, err
 	}
 	cycle, line, err := r.cm.sysData(pageSize, cacheLine)
@@ -170,6 +247,50 @@ func runTest(ctx context.Context, dev *verbs.Device, c Config) (*Result, error) 
 		return nil, err
 	}
 	return &r.res, nil
+}
+
+// agreeDuration makes both sides of a goroce-to-goroce run use one -D:
+// the client's if it has one, else the server's. perftest's exchange does
+// not carry -D, and perftest with -D on one side only hangs with SEND (in
+// the lab, ib_send_bw -D 3 against a server without -D: the client prints
+// its row and waits forever for the server's last handshake, the server
+// for receives the client no longer sends; the reverse alike); with a
+// goroce peer, which says its -D after the version string, the side
+// without it (or with another) takes the other's and says so. Against
+// perftest nothing changes.
+func (r *run) agreeDuration(c Config) error {
+	rem := r.cm.remDuration
+	if !r.cm.remGoroce || rem == r.Duration || rem == 0 && !r.client {
+		return nil
+	}
+	if r.client && r.Duration != 0 {
+		return nil // the server takes ours
+	}
+	peer := "client"
+	if r.client {
+		peer = "server"
+	}
+	c.Duration = rem
+	p, err := c.resolve()
+	if err != nil {
+		return fmt.Errorf("the %s runs for %v (-D %d): %w", peer, rem, rem/time.Second, err)
+	}
+	if r.Progress != nil {
+		was := fmt.Sprintf("-n %d", r.Iters)
+		if r.Duration != 0 {
+			was = fmt.Sprintf("-D %d", r.Duration/time.Second)
+		}
+		fmt.Fprintf(r.Progress, "roce perf: the %s runs for %d s (-D %d): so does this side, not %s\n", peer, rem/time.Second, rem/time.Second, was)
+	}
+	p.Device = r.Device
+	p.track = r.track
+	if p.track != nil {
+		p.track.mu.Lock()
+		p.track.p = p
+		p.track.mu.Unlock()
+	}
+	r.params = p
+	return nil
 }
 
 // cmComm opens -R's exchange: the server listens on Port and serves the

@@ -28,6 +28,13 @@ func clientExchange(ctx context.Context, dial func(context.Context, string, stri
 	}
 	msg := make([]byte, msgLen)
 	if _, err := io.ReadFull(conn, msg); err != nil {
+		if err == io.EOF && ctx.Err() == nil {
+			// rdma-core's server closes without a word when it cannot
+			// connect its QP to ours: without -g it has no GID.
+			return Dest{}, fmt.Errorf("Couldn't read/write remote address: %w: the server closed the connection without "+
+				"answering; if it runs without -g, RoCE needs a GID on both sides: pass -g N there "+
+				"(roce gids, or show_gids on Linux, shows which index)", err)
+		}
 		return Dest{}, fmt.Errorf("Couldn't read/write remote address: %w", err)
 	}
 	if _, err := conn.Write([]byte("done\x00")); err != nil {

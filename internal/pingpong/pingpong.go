@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/goroce/goroce/link"
@@ -139,9 +140,41 @@ func gidString(g netip.Addr) string {
 	return g.String() // inet_ntop(AF_INET6): ::ffff:192.0.2.1 for IPv4-mapped
 }
 
-// Run runs one pingpong on dev.
+// Run runs one pingpong on dev. When ctx ends first, the error wraps
+// ctx's cause and says how far the run got: "context canceled after 412
+// of 1000 iterations".
 func Run(ctx context.Context, dev *verbs.Device, c Config) error {
 	c.Defaults()
+	var p progress
+	err := run(ctx, dev, c, &p)
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("%w %s", context.Cause(ctx), p.String())
+	}
+	return err
+}
+
+// progress is how far a run got, for an interrupted run's error.
+type progress struct {
+	stage      string // what the run was doing, before the iterations
+	rcnt, scnt int    // iterations received and sent, once they started
+	iters      int
+	iterating  bool
+}
+
+func (p *progress) String() string {
+	if !p.iterating {
+		return p.stage
+	}
+	return fmt.Sprintf("after %d of %d iterations (%d received, %d sent)", min(p.rcnt, p.scnt), p.iters, p.rcnt, p.scnt)
+}
+
+func run(ctx context.Context, dev *verbs.Device, c Config, prog *progress) error {
+	prog.stage = "before the exchange"
+	if c.GIDIndex < 0 {
+		// rdma-core's tools run on and fail once the QP is connected;
+		// every goroce device is RoCE.
+		return fmt.Errorf("no GID index: RoCE needs a GID: pass -g N (roce gids shows which index): %w", syscall.EINVAL)
+	}
 	// A device that dies (its link's receive path failed) completes nothing
 	// more, and a QP whose peer answered before retries forever (retry_cnt
 	// 7, as on rxe): end the run with the device's word instead of waiting.
@@ -215,14 +248,12 @@ func Run(ctx context.Context, dev *verbs.Device, c Config) error {
 	if routs < c.RxDepth {
 		return fmt.Errorf("Couldn't post receive (%d)", routs)
 	}
-	my := Dest{QPN: qp.Num(), PSN: rand.Uint32() & 0xffffff, GID: netip.IPv6Unspecified()}
-	if c.GIDIndex >= 0 {
-		g, err := dev.GID(c.GIDIndex)
-		if err != nil {
-			return fmt.Errorf("can't read sgid of index %d", c.GIDIndex)
-		}
-		my.GID = g.GID
+	my := Dest{QPN: qp.Num(), PSN: rand.Uint32() & 0xffffff}
+	g, err := dev.GID(c.GIDIndex)
+	if err != nil {
+		return fmt.Errorf("can't read sgid of index %d (roce gids shows the GIDs): %w", c.GIDIndex, err)
 	}
+	my.GID = g.GID
 	sep := ","
 	if ud {
 		sep = ":" // ibv_ud_pingpong prints "PSN 0x…: GID"
@@ -232,11 +263,13 @@ func Run(ctx context.Context, dev *verbs.Device, c Config) error {
 	var ah *verbs.AH
 	connect := func(rem Dest) error {
 		global := rem.GID.IsValid() && rem.GID != netip.IPv6Unspecified() && !isZeroIID(rem.GID)
-		ahAttr := verbs.AHAttr{PortNum: uint8(c.IBPort), SL: uint8(c.SL)}
-		if global {
-			ahAttr.IsGlobal = true
-			ahAttr.GRH = verbs.GlobalRoute{HopLimit: 1, DGID: rem.GID, SGIDIndex: uint8(max(c.GIDIndex, 0))}
+		if !global {
+			// The tools leave the path without a GRH, which RoCE cannot
+			// send (rxe: "ah_attr.is_global is 0").
+			return noPeerGID(c.Server != "")
 		}
+		ahAttr := verbs.AHAttr{PortNum: uint8(c.IBPort), SL: uint8(c.SL), IsGlobal: true,
+			GRH: verbs.GlobalRoute{HopLimit: 1, DGID: rem.GID, SGIDIndex: uint8(c.GIDIndex)}}
 		if ud {
 			if err := qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR}, verbs.AttrState); err != nil {
 				return fmt.Errorf("Failed to modify QP to RTR: %w", err)
@@ -275,9 +308,14 @@ func Run(ctx context.Context, dev *verbs.Device, c Config) error {
 		w.set(func() string {
 			return fmt.Sprintf("the server at %s, TCP port %d, to exchange QP numbers", c.Server, c.Port)
 		})
+		prog.stage = fmt.Sprintf("while exchanging addresses with %s port %d", c.Server, c.Port)
 		rem, err = clientExchange(ctx, c.Dial, c.Server, c.Port, my)
 	} else {
 		w.set(func() string { return fmt.Sprintf("a client to connect to TCP port %d", c.Port) })
+		prog.stage = fmt.Sprintf("while waiting for a client on port %d", c.Port)
+		if c.Listener != nil {
+			prog.stage = "while waiting for a client on " + c.Listener.Addr().String()
+		}
 		rem, err = serverExchange(ctx, c.Port, c.Listener, my, connect)
 	}
 	if err != nil {
@@ -333,8 +371,10 @@ func Run(ctx context.Context, dev *verbs.Device, c Config) error {
 	rcnt, scnt := 0, 0
 	var received atomic.Int64 // rcnt, for the watcher's words
 	w.set(func() string { return peerWait(dev, c, rem, received.Load()) })
+	prog.iterating, prog.iters = true, c.Iters
 	wcs := make([]verbs.WC, 2)
 	for rcnt < c.Iters || scnt < c.Iters {
+		prog.rcnt, prog.scnt = rcnt, scnt
 		var n int
 		if c.Events {
 			n, err = cq.PollWait(ctx, wcs)
@@ -432,6 +472,18 @@ func peerWait(dev *verbs.Device, c Config, rem Dest, received int64) string {
 }
 
 func unmapped(g netip.Addr) netip.Addr { return g.Unmap() }
+
+// noPeerGID is the error for a peer that sent an all-zero GID: an
+// rdma-core tool run without -g (gidx -1), which the tools connect without
+// a GRH, and RoCE cannot.
+func noPeerGID(client bool) error {
+	peer := "client"
+	if client {
+		peer = "server"
+	}
+	return fmt.Errorf("the %s sent no GID (it runs without -g?): RoCE needs a GID on both sides: "+
+		"pass -g N there (roce gids, or show_gids on Linux, shows which index): %w", peer, syscall.EINVAL)
+}
 
 // deviceFatal is the cause Run's context is cancelled with when the device
 // reports IBV_EVENT_DEVICE_FATAL.

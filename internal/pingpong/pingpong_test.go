@@ -3,7 +3,9 @@ package pingpong
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"strings"
@@ -134,5 +136,76 @@ func TestPingPongDeviceFatal(t *testing.T) {
 			cancel()
 			<-errc
 		})
+	}
+}
+
+// An rdma-core peer run without -g sends an all-zero GID (gidx -1), and
+// RoCE cannot reach it: where the server said "ah_attr.is_global is 0:
+// RoCE needs a GRH" and the client "Couldn't read/write remote address:
+// EOF", each says which side lacks -g and what to pass. The peers here
+// speak the tools' TCP exchange as rdma-core's do without -g.
+func TestPeerWithoutGID(t *testing.T) {
+	noGID := Dest{QPN: 0x11, PSN: 0x123456, GID: netip.IPv6Unspecified()}.Marshal()
+	const hint = "pass -g N there (roce gids, or show_gids on Linux, shows which index)"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, typ := range []verbs.QPType{verbs.RC, verbs.UD} {
+		p := verbstest.NewPair(t, verbstest.Options{NoConnect: true})
+
+		// A goroce server, an rdma-core client without -g.
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		errc := make(chan error, 1)
+		go func() { errc <- Run(ctx, p.A.Dev, Config{Type: typ, Listener: ln, GIDIndex: 0, Iters: 5, Size: 64}) }()
+		conn, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.Write(noGID)
+		if n, err := conn.Read(make([]byte, msgLen)); err == nil {
+			t.Errorf("%v server: answered %d bytes to a client without a GID", typ, n)
+		}
+		conn.Close()
+		if err := <-errc; err == nil || !strings.Contains(err.Error(), "the client sent no GID (it runs without -g?): RoCE needs a GID on both sides: "+hint) {
+			t.Errorf("%v server: %v", typ, err)
+		}
+
+		// A goroce client, an rdma-core server without -g: RC's closes the
+		// connection without answering (its QP would not connect), UD's
+		// answers with no GID.
+		ln, err = net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			c, err := ln.Accept()
+			ln.Close()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			io.ReadFull(c, make([]byte, msgLen))
+			if typ == verbs.UD {
+				c.Write(noGID)
+				io.ReadAll(c)
+			}
+		}()
+		err = Run(ctx, p.B.Dev, Config{Type: typ, Server: "127.0.0.1", Port: ln.Addr().(*net.TCPAddr).Port, GIDIndex: 0, Iters: 5, Size: 64})
+		want := "Couldn't read/write remote address: EOF: the server closed the connection without answering; " +
+			"if it runs without -g, RoCE needs a GID on both sides: " + hint
+		if typ == verbs.UD {
+			want = "the server sent no GID (it runs without -g?): RoCE needs a GID on both sides: " + hint
+		}
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%v client: %v, want %q", typ, err, want)
+		}
+	}
+	// Without a GID index goroce says so before anything else.
+	p := verbstest.NewPair(t, verbstest.Options{NoConnect: true})
+	if err := Run(ctx, p.A.Dev, Config{Server: "127.0.0.1", GIDIndex: -1}); !errors.Is(err, syscall.EINVAL) ||
+		!strings.Contains(err.Error(), "RoCE needs a GID: pass -g N (roce gids shows which index)") {
+		t.Errorf("GIDIndex -1: %v", err)
 	}
 }

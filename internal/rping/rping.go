@@ -87,14 +87,69 @@ func (c *Config) defaults() error {
 // Run runs the server or the client role on cm's devices until the
 // client's Count pings are done (client), the client disconnects (server;
 // with Persistent, until ctx ends), or ctx ends.
+//
+// When ctx ends first, the error wraps ctx's cause and says how far the
+// run got ("context canceled after 3 pings"); a persistent server (-P),
+// which runs until then, returns that error too.
 func Run(ctx context.Context, cm *rdmacm.CM, c Config) error {
 	if err := c.defaults(); err != nil {
 		return err
 	}
+	t := &tracker{}
+	var err error
 	if c.Server {
-		return serve(ctx, cm, c)
+		err = serve(ctx, cm, c, t)
+	} else {
+		err = client(ctx, cm, c, t)
 	}
-	return client(ctx, cm, c)
+	if ctx.Err() != nil && (err != nil || c.Persistent) {
+		return fmt.Errorf("%w %s", context.Cause(ctx), t)
+	}
+	return err
+}
+
+// tracker is how far a run got, for the error of an interrupted one.
+type tracker struct {
+	mu     sync.Mutex
+	stage  string // guarded by mu
+	pings  int    // guarded by mu: completed by the client, or served on the current connection
+	count  int    // guarded by mu: the client's -C
+	served int    // guarded by mu: connections a server finished
+	server bool   // guarded by mu
+}
+
+func (t *tracker) set(stage string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.stage = stage
+}
+
+func (t *tracker) ping() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.pings++
+}
+
+func (t *tracker) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case t.server && t.served > 0:
+		return fmt.Sprintf("after serving %s, %s", plural(t.served, "connection"), t.stage)
+	case t.stage != "":
+		return t.stage
+	case t.count > 0:
+		return fmt.Sprintf("after %d of %d pings", t.pings, t.count)
+	}
+	return "after " + plural(t.pings, "ping")
+}
+
+// plural says "1 ping", "2 pings".
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 // conn is one connection's verbs resources and rping state.
@@ -115,6 +170,9 @@ type conn struct {
 	recvBuf  []byte
 	sendBuf  []byte
 
+	track        *tracker      // counts the client's pings; nil: uncounted
+	onPing       func(n int)   // if set, told the server's count of pings after each
+	served       int           // pings the server completed
 	disconnected chan struct{} // closed on DISCONNECTED
 	once         sync.Once
 	cmErr        error // the CM event that ended the connection, if not DISCONNECTED
@@ -343,7 +401,9 @@ func next(ctx context.Context, ec *rdmacm.EventChannel, want rdmacm.EventType) (
 	return e, nil
 }
 
-func client(ctx context.Context, cm *rdmacm.CM, c Config) error {
+func client(ctx context.Context, cm *rdmacm.CM, c Config, t *tracker) error {
+	t.count = c.Count
+	t.set("while connecting to " + c.Addr.String())
 	k := &conn{c: &c, ec: cm.CreateEventChannel(), disconnected: make(chan struct{})}
 	defer k.close()
 	id, err := cm.CreateID(k.ec, rdmacm.PSTCP)
@@ -380,6 +440,8 @@ func client(ctx context.Context, cm *rdmacm.CM, c Config) error {
 	defer stop()
 	go k.watch(wctx)
 
+	t.set("")
+	k.track = t
 	done, err := k.pings(ctx)
 	if errors.Is(err, errDisconnected) {
 		// rping exits 0 here (state DISCONNECTED); that hides a server that
@@ -436,6 +498,9 @@ func (k *conn) pings(ctx context.Context) (int, error) {
 		if c.Verbose {
 			fmt.Fprintf(c.Out, "ping data: %s\n", cstring(k.buf))
 		}
+		if k.track != nil {
+			k.track.ping()
+		}
 	}
 	return c.Count, nil
 }
@@ -447,7 +512,10 @@ func cstring(b []byte) string {
 	return string(b)
 }
 
-func serve(ctx context.Context, cm *rdmacm.CM, c Config) error {
+func serve(ctx context.Context, cm *rdmacm.CM, c Config, t *tracker) error {
+	t.server = true
+	waiting := "while waiting for a connection on " + c.Addr.String()
+	t.set(waiting)
 	ec := cm.CreateEventChannel()
 	defer ec.Close()
 	lid, err := cm.CreateID(ec, rdmacm.PSTCP)
@@ -466,9 +534,6 @@ func serve(ctx context.Context, cm *rdmacm.CM, c Config) error {
 	for {
 		e, err := ec.Get(ctx)
 		if err != nil {
-			if c.Persistent && ctx.Err() != nil {
-				return nil
-			}
 			return err
 		}
 		if e.Type != rdmacm.EventConnectRequest {
@@ -477,14 +542,21 @@ func serve(ctx context.Context, cm *rdmacm.CM, c Config) error {
 		k := &conn{c: &c, id: e.ID, ec: cm.CreateEventChannel(), disconnected: make(chan struct{})}
 		e.ID.Migrate(k.ec)
 		if !c.Persistent {
+			t.set(fmt.Sprintf("after 0 pings from %s", e.ID.RemoteAddr()))
+			k.onPing = func(n int) { t.set(fmt.Sprintf("after %s from %s", plural(n, "ping"), e.ID.RemoteAddr())) }
 			return k.serveOne(ctx)
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := k.serveOne(ctx); err != nil && ctx.Err() == nil {
+			err := k.serveOne(ctx)
+			if err != nil && ctx.Err() == nil {
 				fmt.Fprintf(c.Err, "rping: %s: %v\n", k.id.RemoteAddr(), err)
 			}
+			t.mu.Lock()
+			t.served++
+			t.stage = waiting
+			t.mu.Unlock()
 		}()
 	}
 }
@@ -560,6 +632,9 @@ func (k *conn) serverLoop(ctx context.Context) error {
 			return err
 		}
 		k.debugf("server rdma write complete \n")
+		if k.served++; k.onPing != nil {
+			k.onPing(k.served)
+		}
 		if err := k.sendInfo(nil); err != nil { // begin again
 			return fmt.Errorf("post send error %w", err)
 		}
