@@ -99,6 +99,12 @@ func Start(t testing.TB) *Lab {
 	t.Cleanup(func() { f.Close() })
 	l := &Lab{Dir: dir}
 	if !l.up() {
+		// lab/up runs `ip netns add roce-host`: with /run/netns a mount
+		// point already, it binds nothing over the namespaces other tests
+		// have there (nettest.PrepareNetnsDir says why that matters).
+		if err := nettest.PrepareNetnsDir(); err != nil {
+			t.Fatal(err)
+		}
 		env := append(os.Environ(), "ROCE_LAB_TRACES="+t.TempDir())
 		for _, step := range [][]string{{"setup"}, {"up", "2"}} {
 			cmd := exec.Command(filepath.Join(dir, step[0]), step[1:]...)

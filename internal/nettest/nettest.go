@@ -71,21 +71,27 @@ func VethPair(t testing.TB, o Options) (a, b *Host) {
 	if o.MTU == 0 {
 		o.MTU = 1500
 	}
-	n := seq.Add(1)
-	if n == 1 {
-		reapStale()
+	reapErrs, err := ready()
+	if err != nil {
+		t.Fatalf("nettest: preparing %s: %v", netnsDir, err)
 	}
-	names := [2]string{fmt.Sprintf("goroce-%d-%d-a", os.Getpid(), n), fmt.Sprintf("goroce-%d-%d-b", os.Getpid(), n)}
+	for _, err := range reapErrs {
+		t.Errorf("nettest: a namespace left by an earlier test process cannot be deleted: %v", err)
+	}
+	n := seq.Add(1)
+	names := [2]string{vethPairName(os.Getpid(), n, "a"), vethPairName(os.Getpid(), n, "b")}
 	hosts := [2]*Host{{NSName: names[0], Ifname: "veth0"}, {NSName: names[1], Ifname: "veth1"}}
 	hosts[0].IPv4, hosts[1].IPv4 = netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2")
 	hosts[0].IPv6, hosts[1].IPv6 = netip.MustParseAddr("fd00:198:18::1"), netip.MustParseAddr("fd00:198:18::2")
-	err := Do(netns.None(), func() error {
+	var made [2]bool // NewNamed was called: a file, and maybe a mount, to delete
+	err = Do(netns.None(), func() error {
 		orig, err := netns.Get()
 		if err != nil {
 			return err
 		}
 		defer orig.Close()
-		for _, h := range hosts {
+		for i, h := range hosts {
+			made[i] = true
 			ns, err := netns.NewNamed(h.NSName) // also moves this thread into it
 			if err != nil {
 				return fmt.Errorf("netns %s: %w", h.NSName, err)
@@ -98,11 +104,18 @@ func VethPair(t testing.TB, o Options) (a, b *Host) {
 		return nil
 	})
 	t.Cleanup(func() {
-		for _, h := range hosts {
+		for i, h := range hosts {
 			if h.NS.IsOpen() {
 				h.NS.Close()
 			}
-			netns.DeleteNamed(h.NSName)
+			if !made[i] {
+				continue
+			}
+			// A namespace left behind keeps its veth and addresses until
+			// the host restarts: a failure, naming it.
+			if err := deleteNamed(h.NSName); err != nil {
+				t.Errorf("nettest: namespace %s is left behind: %v", h.NSName, err)
+			}
 		}
 	})
 	if err != nil {
@@ -174,24 +187,3 @@ func VethPair(t testing.TB, o Options) (a, b *Host) {
 
 // HardwareAddr returns h's MAC as a net.HardwareAddr.
 func (h *Host) HardwareAddr() net.HardwareAddr { return net.HardwareAddr(h.MAC[:]) }
-
-// reapStale deletes namespaces that VethPair made in processes that no
-// longer exist (goroce-PID-N-a/b): a test binary killed by go test's
-// timeout cannot run its cleanups, and its namespaces would otherwise
-// stay until the host restarts.
-func reapStale() {
-	ents, err := os.ReadDir("/run/netns")
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		var pid, n int
-		var side string
-		if c, _ := fmt.Sscanf(e.Name(), "goroce-%d-%d-%s", &pid, &n, &side); c != 3 || pid == os.Getpid() {
-			continue
-		}
-		if err := unix.Kill(pid, 0); err == unix.ESRCH {
-			netns.DeleteNamed(e.Name())
-		}
-	}
-}
