@@ -167,21 +167,6 @@ func (l *Lab) MustExec(t testing.TB, vm VM, cmd string) string {
 	return out
 }
 
-// WaitExit reads the log at path in vm up to polls times, 100 ms apart,
-// until it holds the "EXIT <status>" line the tests' background commands
-// end their logs with ("(cmd; echo EXIT $?) > log &"), and returns the log
-// as last read. Each read is itself a command in the VM, which a loaded
-// emulated VM runs slowly, so the wait stretches with the load as the
-// loops this replaced did.
-func (l *Lab) WaitExit(vm VM, path string, polls int) string {
-	var log string
-	for try := 0; try < polls && !strings.Contains(log, "EXIT"); try++ {
-		time.Sleep(100 * time.Millisecond)
-		log, _, _ = l.Exec(vm, "cat "+path)
-	}
-	return log
-}
-
 // Counters reads rxe0's hw_counters in vm.
 func (l *Lab) Counters(t testing.TB, vm VM) map[string]uint64 {
 	t.Helper()
