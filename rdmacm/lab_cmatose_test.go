@@ -72,15 +72,13 @@ func connectWhenUp(ctx context.Context, t *testing.T, s *labSide, peer *lab.Job,
 			return err
 		}
 		err = func() error {
-			// The tools resolve within 2 s; a VM on a loaded host may
-			// answer ARP or ND later than that.
-			if err := id.ResolveAddr(netip.Addr{}, dst, resolveTimeout); err != nil {
+			if err := id.ResolveAddr(netip.Addr{}, dst, 2*time.Second); err != nil {
 				return err
 			}
 			if e, err := ec.Get(ctx); err != nil || e.Type != rdmacm.EventAddrResolved {
 				return fmt.Errorf("%v %v", e, err)
 			}
-			if err := id.ResolveRoute(resolveTimeout); err != nil {
+			if err := id.ResolveRoute(2 * time.Second); err != nil {
 				return err
 			}
 			if e, err := ec.Get(ctx); err != nil || e.Type != rdmacm.EventRouteResolved {
@@ -112,9 +110,6 @@ func connectWhenUp(ctx context.Context, t *testing.T, s *labSide, peer *lab.Job,
 	}
 	return ec, id
 }
-
-// resolveTimeout bounds address and route resolution in the lab tests.
-const resolveTimeout = 30 * time.Second
 
 // completions sorts a CQ's completions into sends and receives, so that a
 // wait for one kind never throws the other away: ucmatose's SENDs can
