@@ -98,7 +98,8 @@ func TestStatResCaptureMetrics(t *testing.T) {
 	ln.Close()
 
 	_, srvErr, _ := roceProc(t, ctx, exe, dir, "pingpong", "-d", "rxe0", "-g", "1", "-n", "1000000", "-p", port, "--metrics-addr", "127.0.0.1:0")
-	line := firstLine(t, srvErr)
+	srvLog := &lockedBuffer{} // all of the server's stderr, for a failure's message
+	line := firstLine(t, io.TeeReader(srvErr, srvLog))
 	m := regexp.MustCompile(`serving metrics at (http://\S+/metrics)`).FindStringSubmatch(line)
 	if m == nil {
 		t.Fatalf("server's first line: %q", line)
@@ -112,7 +113,7 @@ func TestStatResCaptureMetrics(t *testing.T) {
 		c, _, stderr = roceAt(t, dir, "stat", "rxe0")
 		return c == 0 && stderr == ""
 	}) {
-		t.Fatalf("the pingpong server never opened rxe0: %s", stderr)
+		t.Fatalf("the pingpong server never opened rxe0: %s\nserver stderr:\n%s", stderr, srvLog)
 	}
 	pcapFile := filepath.Join(dir, "rxe0.pcap")
 	capCmd, capErr, _ := roceProc(t, ctx, exe, dir, "capture", "-d", "rxe0", "-w", pcapFile, "-c", "10")
