@@ -129,10 +129,14 @@ func tail(b []byte, n int) string {
 	return string(b)
 }
 
-// up reports whether both VMs answer.
+// up reports whether both VMs answer. The probe of a lab that is down
+// fails within seconds (no namespace, or no host at the address); a VM
+// that is up may take seconds to answer on a loaded host, and taking it
+// for down would run lab/setup and lab/up, and fail if it answered late
+// again.
 func (l *Lab) up() bool {
 	for _, vm := range []VM{VM1, VM2} {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		err := exec.CommandContext(ctx, filepath.Join(l.Dir, "vm-exec"), vm.Name, "true").Run()
 		cancel()
 		if err != nil {
