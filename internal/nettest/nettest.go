@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"testing"
 
@@ -182,7 +183,55 @@ func VethPair(t testing.TB, o Options) (a, b *Host) {
 			t.Fatal(err)
 		}
 	}
+	// Both ends up is not yet a link that carries traffic: the kernel's
+	// linkwatch work, which runs when it gets to it (a second or more on
+	// a loaded machine), attaches the real qdisc in place of noop (which
+	// drops every frame: a raw RoCE v1 frame sent before then was lost and
+	// its receiver waited until go test's timeout), sets the operstate and
+	// makes the link-local address. Wait for all three.
+	for _, h := range hosts {
+		var why string
+		err := h.Do(func() error {
+			if !testenv.Poll(testenv.Slow, func() bool { why = notReady(h.Ifname); return why == "" }) {
+				return fmt.Errorf("nettest: %s in %s not ready after %v: %s", h.Ifname, h.NSName, testenv.Slow, why)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 	return hosts[0], hosts[1]
+}
+
+// notReady says what ifname (in the calling thread's namespace) lacks to
+// carry traffic, or "" when it lacks nothing: operstate UP, a qdisc other
+// than noop, and a link-local IPv6 address that is not tentative.
+func notReady(ifname string) string {
+	l, err := netlink.LinkByName(ifname)
+	if err != nil {
+		return err.Error()
+	}
+	if st := l.Attrs().OperState; st != netlink.OperUp {
+		return "operstate " + st.String()
+	}
+	qs, err := netlink.QdiscList(l)
+	if err != nil {
+		return err.Error()
+	}
+	if !slices.ContainsFunc(qs, func(q netlink.Qdisc) bool { return q.Type() != "noop" }) {
+		return "no qdisc but noop"
+	}
+	as, err := netlink.AddrList(l, netlink.FAMILY_V6)
+	if err != nil {
+		return err.Error()
+	}
+	if !slices.ContainsFunc(as, func(a netlink.Addr) bool {
+		return a.IP.IsLinkLocalUnicast() && a.Flags&unix.IFA_F_TENTATIVE == 0
+	}) {
+		return "no link-local address"
+	}
+	return ""
 }
 
 // HardwareAddr returns h's MAC as a net.HardwareAddr.
