@@ -37,7 +37,9 @@ func (l *Lab) Background(t testing.TB, vm VM, log string, limit time.Duration, c
 	return &Job{l: l, vm: vm, log: log, limit: limit, start: time.Now()}
 }
 
-var exitLine = regexp.MustCompile(`(?m)^EXIT (\d+)$`)
+// exitLine is the end of a finished job's log: echo's line, which follows
+// the command's last output on the same line if that lacked a newline.
+var exitLine = regexp.MustCompile(`EXIT (\d+)\n*$`)
 
 // Log reads the job's log as it stands, and its exit status once it has one.
 func (j *Job) Log() (log string, status int, exited bool) {
