@@ -73,11 +73,19 @@ func Start(t testing.TB) *Lab {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Wait for the lock, saying so, and give up after 20 minutes rather
-	// than hang until go test's timeout. (A process started under the lock
+	// Wait for the lock, saying so, and give up a minute before go test's
+	// timeout (20 minutes without one) rather than be killed by it without
+	// a word: the lab tests of several packages, and other users, queue for
+	// the lab, and the queue can be long. (A process started under the lock
 	// that daemonizes, such as `flock LOCK lab/up`, keeps it: lab.Start's own
 	// children do not inherit it, the file being close-on-exec.)
 	deadline := time.Now().Add(20 * time.Minute)
+	if d, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
+		if end, ok := d.Deadline(); ok {
+			deadline = end.Add(-time.Minute)
+		}
+	}
+	waitStart := time.Now()
 	for next := time.Now(); ; time.Sleep(time.Second) {
 		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
@@ -89,7 +97,8 @@ func Start(t testing.TB) *Lab {
 		}
 		if time.Now().After(deadline) {
 			f.Close()
-			t.Fatalf("the lab lock %s has been held by another process for 20 minutes (lsof %s shows which)", lockPath, lockPath)
+			t.Fatalf("gave up waiting for the lab lock %s, held by other processes for %v (lsof %s shows which)",
+				lockPath, time.Since(waitStart).Round(time.Second), lockPath)
 		}
 		if time.Now().After(next) {
 			t.Logf("waiting for the lab lock %s, held by another test or tool", lockPath)
