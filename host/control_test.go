@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/gopacket/pcapgo"
 
+	"github.com/goroce/goroce/internal/testenv"
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/verbs/verbstest"
 	"github.com/goroce/goroce/wire"
@@ -104,7 +105,7 @@ func readCapture(s io.Reader) captureResult {
 
 func TestControlNotRunning(t *testing.T) {
 	r := loDevice(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Slow)
 	defer cancel()
 	if _, err := r.Counters(ctx, "rxe0"); !errors.Is(err, ErrNotRunning) {
 		t.Errorf("counters of a device nobody runs: %v, want ErrNotRunning", err)
@@ -283,7 +284,7 @@ func TestControlBadClients(t *testing.T) {
 	}
 	defer bad.Close()
 	bad.Write([]byte("{\"op\":\"reboot\"}\n"))
-	bad.SetReadDeadline(time.Now().Add(10 * time.Second))
+	bad.SetReadDeadline(time.Now().Add(testenv.Slow))
 	b, _ := io.ReadAll(bad)
 	if !strings.Contains(string(b), `unknown request \"reboot\"`) {
 		t.Errorf("reply to an unknown request: %q", b)
@@ -292,7 +293,7 @@ func TestControlBadClients(t *testing.T) {
 	go func() { d.Close(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Slow):
 		t.Fatal("Close hangs on an idle control client")
 	}
 }

@@ -6,10 +6,10 @@ import (
 	"net/netip"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/goroce/goroce/host"
 	"github.com/goroce/goroce/internal/nettest"
+	"github.com/goroce/goroce/internal/testenv"
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/verbs/verbstest"
 )
@@ -113,10 +113,10 @@ func TestOpenOverVeth(t *testing.T) {
 				SGList: []verbs.SGE{mrA.SGE(0, len(src))}, RemoteAddr: mrB.Addr(), RKey: mrB.RKey()}); err != nil {
 				t.Fatal(err)
 			}
-			if wc := verbstest.Poll(t, cqA, 10*time.Second); wc.Status != verbs.WCSuccess {
+			if wc := verbstest.Poll(t, cqA, testenv.Slow); wc.Status != verbs.WCSuccess {
 				t.Fatalf("WRITE: %v", &wc)
 			}
-			if wc := verbstest.Poll(t, cqB, 10*time.Second); wc.Status != verbs.WCSuccess || wc.ImmData != 42 || wc.ByteLen != uint32(len(src)) {
+			if wc := verbstest.Poll(t, cqB, testenv.Slow); wc.Status != verbs.WCSuccess || wc.ImmData != 42 || wc.ByteLen != uint32(len(src)) {
 				t.Fatalf("WRITE_WITH_IMM at B: %v", &wc)
 			}
 			if !bytes.Equal(src, dst) {

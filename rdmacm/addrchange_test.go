@@ -11,6 +11,7 @@ import (
 
 	"github.com/goroce/goroce/host"
 	"github.com/goroce/goroce/internal/nettest"
+	"github.com/goroce/goroce/internal/testenv"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -139,7 +140,7 @@ func TestAddrChangeNetlink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Slow)
 	defer cancel()
 	e, err := ec.Get(ctx)
 	if err != nil {

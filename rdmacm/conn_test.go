@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/testenv"
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/verbs/verbstest"
 )
@@ -17,7 +18,7 @@ func TestDialListen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Slow)
 	defer cancel()
 	type res struct {
 		c   *Conn

@@ -3,6 +3,7 @@ package rdmacm
 import (
 	"context"
 	"fmt"
+	"github.com/goroce/goroce/internal/testenv"
 	"net/netip"
 	"runtime"
 	"sync"
@@ -43,17 +44,9 @@ func live(s *side) (ids, comm, qps int) {
 	return ids, comm, len(s.dev.QPs())
 }
 
-// settle waits until f reports true or 10 s pass (timewait and goroutine
-// exits take a moment).
-func settle(f func() bool) bool {
-	for i := 0; i < 200; i++ {
-		if f() {
-			return true
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return f()
-}
+// settle waits until f reports true or testenv.Slow passes (timewait and
+// goroutine exits take a moment, and a loaded machine's moments are long).
+func settle(f func() bool) bool { return testenv.Poll(testenv.Slow, f) }
 
 // TestConnectCycles: 1,000 sequential and then 100 concurrent
 // connect/accept/disconnect cycles leave no CM ID, comm ID, QP or goroutine
@@ -131,7 +124,7 @@ func TestConnectCycles(t *testing.T) {
 	go func() { accepts.Wait(); close(acceptsDone) }()
 	select {
 	case <-acceptsDone:
-	case <-time.After(30 * time.Second):
+	case <-time.After(testenv.Slow):
 		acancel()
 		<-acceptsDone
 	}

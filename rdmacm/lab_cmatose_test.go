@@ -54,22 +54,22 @@ func (m *msgBufs) postRecvs(qp *verbs.QP) error {
 	return nil
 }
 
-// poll waits for n successful completions of kind op (receives: WCRecv)
-// and returns them.
 // connectWhenUp connects a new CM ID in port space ps to dst as the
 // clients of ucmatose and udaddy do (address, route, QP, receives posted,
 // connect) and returns it with its event channel once ESTABLISHED. While
-// the peer does not listen yet (an error containing notYet) it starts over
-// every 200 ms, 50 times at most.
-func connectWhenUp(ctx context.Context, t *testing.T, s *labSide, ps rdmacm.PortSpace, dst netip.AddrPort,
+// peer, the tool in the VM, does not listen yet (an error containing
+// notYet) it starts over (lab.UntilListening).
+func connectWhenUp(ctx context.Context, t *testing.T, s *labSide, peer *lab.Job, ps rdmacm.PortSpace, dst netip.AddrPort,
 	init verbs.QPInitAttr, m *msgBufs, param rdmacm.ConnParam, notYet string) (*rdmacm.EventChannel, *rdmacm.ID) {
 	t.Helper()
-	var err error
-	for try := 0; try < 50; try++ {
-		ec := s.cm.CreateEventChannel()
-		id, cerr := s.cm.CreateID(ec, ps)
-		if cerr != nil {
-			t.Fatal(cerr)
+	var ec *rdmacm.EventChannel
+	var id *rdmacm.ID
+	err := lab.UntilListening(ctx, peer, notYet, func() error {
+		ec = s.cm.CreateEventChannel()
+		var err error
+		if id, err = s.cm.CreateID(ec, ps); err != nil {
+			ec.Close()
+			return err
 		}
 		err = func() error {
 			if err := id.ResolveAddr(netip.Addr{}, dst, 2*time.Second); err != nil {
@@ -99,18 +99,16 @@ func connectWhenUp(ctx context.Context, t *testing.T, s *labSide, ps rdmacm.Port
 			}
 			return nil
 		}()
-		if err == nil {
-			return ec, id
+		if err != nil {
+			id.Destroy()
+			ec.Close()
 		}
-		id.Destroy()
-		ec.Close()
-		if !strings.Contains(err.Error(), notYet) {
-			t.Fatal(err)
-		}
-		time.Sleep(200 * time.Millisecond)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal(err)
-	return nil, nil
+	return ec, id
 }
 
 // completions sorts a CQ's completions into sends and receives, so that a
@@ -181,11 +179,11 @@ func TestLabCmatose(t *testing.T) {
 			ours, theirs = lab.HostIPv6, vm.IPv6
 		}
 		t.Run(fam+"/goroce-client", func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), toolLimit+10*time.Second)
 			defer cancel()
-			l.MustExec(t, vm, fmt.Sprintf("(timeout 140 ucmatose -b %s; echo EXIT $?) > /tmp/tose.log 2>&1 &", theirs))
+			job := l.Background(t, vm, "/tmp/tose.log", toolLimit, fmt.Sprintf("ucmatose -b %s", theirs))
 			m := newMsgBufs(t, s.pd, toseCount, toseSize, 0)
-			ec, id := connectWhenUp(ctx, t, s, rdmacm.PSTCP, netip.AddrPortFrom(netip.MustParseAddr(theirs), 7471), init, m,
+			ec, id := connectWhenUp(ctx, t, s, job, rdmacm.PSTCP, netip.AddrPortFrom(netip.MustParseAddr(theirs), 7471), init, m,
 				rdmacm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RetryCount: 5, RNRRetryCount: 7}, "REJECTED") // until ucmatose listens
 			defer ec.Close()
 			defer id.Destroy()
@@ -208,13 +206,13 @@ func TestLabCmatose(t *testing.T) {
 				t.Errorf("want DISCONNECTED from ucmatose, got %v %v", e, err)
 			}
 			id.Disconnect() // the DREP
-			log := l.WaitExit(vm, "/tmp/tose.log", 600)
+			log := job.Wait()
 			if !strings.Contains(log, "data transfers complete") || !strings.Contains(log, "EXIT 0") {
 				t.Errorf("ucmatose (server):\n%s", log)
 			}
 		})
 		t.Run(fam+"/goroce-server", func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), toolLimit+10*time.Second)
 			defer cancel()
 			m := newMsgBufs(t, s.pd, toseCount, toseSize, 0)
 			ln, err := s.cm.Listen(netip.AddrPortFrom(netip.MustParseAddr(ours), 7471), rdmacm.Endpoint{PD: s.pd, QP: init,
@@ -256,7 +254,7 @@ func TestLabCmatose(t *testing.T) {
 					return nil
 				}()
 			}()
-			out, rc, err := l.Exec(vm, fmt.Sprintf("timeout 140 ucmatose -s %s", ours))
+			out, rc, err := l.Exec(vm, fmt.Sprintf("timeout %d ucmatose -s %s", int(toolLimit.Seconds()), ours))
 			if err != nil || rc != 0 || !strings.Contains(out, "data transfers complete") {
 				t.Errorf("ucmatose -s: exit %d %v\n%s", rc, err, out)
 			}
@@ -299,12 +297,12 @@ func TestLabUdaddy(t *testing.T) {
 			ours, theirs = lab.HostIPv6, vm.IPv6
 		}
 		t.Run(fam+"/goroce-client", func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), toolLimit+10*time.Second)
 			defer cancel()
-			l.MustExec(t, vm, fmt.Sprintf("(timeout 140 udaddy -b %s; echo EXIT $?) > /tmp/udaddy.log 2>&1 &", theirs))
+			job := l.Background(t, vm, "/tmp/udaddy.log", toolLimit, fmt.Sprintf("udaddy -b %s", theirs))
 			m := newMsgBufs(t, s.pd, toseCount, toseSize, grhLen)
 			// until udaddy listens (SIDR_REP status: unsupported service)
-			ec, id := connectWhenUp(ctx, t, s, rdmacm.PSUDP, netip.AddrPortFrom(netip.MustParseAddr(theirs), 7174), init, m,
+			ec, id := connectWhenUp(ctx, t, s, job, rdmacm.PSUDP, netip.AddrPortFrom(netip.MustParseAddr(theirs), 7174), init, m,
 				rdmacm.ConnParam{}, "UNREACHABLE")
 			defer ec.Close()
 			defer id.Destroy()
@@ -328,13 +326,13 @@ func TestLabUdaddy(t *testing.T) {
 					t.Errorf("reply: %d bytes, flags %v, imm %#x; want %d, WITH_IMM, %#x", w.ByteLen, w.Flags, w.ImmData, grhLen+toseSize, ud.QPNum)
 				}
 			}
-			log := l.WaitExit(vm, "/tmp/udaddy.log", 600)
+			log := job.Wait()
 			if !strings.Contains(log, "data transfers complete") || !strings.Contains(log, "EXIT 0") {
 				t.Errorf("udaddy (server):\n%s", log)
 			}
 		})
 		t.Run(fam+"/goroce-server", func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), toolLimit+10*time.Second)
 			defer cancel()
 			m := newMsgBufs(t, s.pd, toseCount, toseSize, grhLen)
 			ec := s.cm.CreateEventChannel()
@@ -392,7 +390,7 @@ func TestLabUdaddy(t *testing.T) {
 					return err
 				}()
 			}()
-			out, rc, err := l.Exec(vm, fmt.Sprintf("timeout 140 udaddy -s %s", ours))
+			out, rc, err := l.Exec(vm, fmt.Sprintf("timeout %d udaddy -s %s", int(toolLimit.Seconds()), ours))
 			if err != nil || rc != 0 || !strings.Contains(out, "data transfers complete") {
 				t.Errorf("udaddy -s: exit %d %v\n%s", rc, err, out)
 			}

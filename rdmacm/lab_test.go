@@ -14,6 +14,12 @@ import (
 	"github.com/goroce/goroce/verbs"
 )
 
+// toolLimit bounds an rdma-core tool's run in the VM (timeout(1)): the
+// emulated VM on a loaded 2-core host can take most of a minute to run one
+// (it hung at 50 s in loaded CI runs). A subtest's context gives goroce's
+// side a little longer.
+const toolLimit = 140 * time.Second
+
 // labSide is a goroce device on the lab's bridge with a CM on it.
 type labSide struct {
 	dev *host.Device
@@ -118,23 +124,17 @@ func TestLabRDMAServerClient(t *testing.T) {
 			ours, theirs = lab.HostIPv6, vm.IPv6
 		}
 		t.Run(fam+"/goroce-client", func(t *testing.T) {
-			// The emulated VM on a loaded 2-core host can take most of a
-			// minute to run a tool (it hung at 50 s in loaded CI runs).
-			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), toolLimit+10*time.Second)
 			defer cancel()
 			newCQ(t)
-			l.MustExec(t, vm, fmt.Sprintf("(timeout 140 rdma_server -s %s -p 7471; echo EXIT $?) > /tmp/rs.log 2>&1 &", theirs))
+			job := l.Background(t, vm, "/tmp/rs.log", toolLimit, fmt.Sprintf("rdma_server -s %s -p 7471", theirs))
 			var c *rdmacm.Conn
-			var err error
 			var rbuf []byte
 			prepare := func(qp *verbs.QP) (err error) { rbuf, err = s.postRecv(qp); return err }
-			for try := 0; try < 50; try++ {
+			err := lab.UntilListening(ctx, job, "REJECTED", func() (err error) {
 				c, err = s.cm.Dial(ctx, netip.AddrPortFrom(netip.MustParseAddr(theirs), 7471), rdmacm.Endpoint{PD: s.pd, QP: qpInit, Prepare: prepare})
-				if err == nil || !strings.Contains(err.Error(), "REJECTED") {
-					break
-				}
-				time.Sleep(200 * time.Millisecond)
-			}
+				return err
+			})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -150,15 +150,13 @@ func TestLabRDMAServerClient(t *testing.T) {
 				t.Errorf("after the exchange: %v, %v; want DISCONNECTED", e, err)
 			}
 			c.Close() // the DREP rdma_server's destroy waits for, as rping's rdma_disconnect sends it
-			log := l.WaitExit(vm, "/tmp/rs.log", 600)
+			log := job.Wait()
 			if !strings.Contains(log, "EXIT 0") || !strings.Contains(log, "rdma_server: end 0") {
 				t.Errorf("rdma_server:\n%s", log)
 			}
 		})
 		t.Run(fam+"/goroce-server", func(t *testing.T) {
-			// The emulated VM on a loaded 2-core host can take most of a
-			// minute to run a tool (it hung at 50 s in loaded CI runs).
-			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), toolLimit+10*time.Second)
 			defer cancel()
 			newCQ(t)
 			// The receive is posted before the REP goes (Prepare), as
@@ -204,7 +202,7 @@ func TestLabRDMAServerClient(t *testing.T) {
 				}
 				res <- result{got, err}
 			}()
-			out, rc, err := l.Exec(vm, fmt.Sprintf("timeout 140 rdma_client -s %s -p 7471", ours))
+			out, rc, err := l.Exec(vm, fmt.Sprintf("timeout %d rdma_client -s %s -p 7471", int(toolLimit.Seconds()), ours))
 			if err != nil || rc != 0 || !strings.Contains(out, "rdma_client: end 0") {
 				t.Errorf("rdma_client: exit %d %v\n%s", rc, err, out)
 			}
@@ -219,16 +217,14 @@ func TestLabRDMAServerClient(t *testing.T) {
 			t.Logf("rdma_client sent %q", r.got)
 		})
 		t.Run(fam+"/rejected", func(t *testing.T) {
-			// The emulated VM on a loaded 2-core host can take most of a
-			// minute to run a tool (it hung at 50 s in loaded CI runs).
-			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), toolLimit+10*time.Second)
 			defer cancel()
 			newCQ(t)
 			_, err := s.cm.Dial(ctx, netip.AddrPortFrom(netip.MustParseAddr(theirs), 7999), rdmacm.Endpoint{PD: s.pd, QP: qpInit})
 			if err == nil || !strings.Contains(err.Error(), "REJECTED") || !strings.Contains(err.Error(), "reason 8") {
 				t.Errorf("goroce to a port nobody listens on in the VM: %v", err)
 			}
-			out, rc, _ := l.Exec(vm, fmt.Sprintf("timeout 30 rdma_client -s %s -p 7999", ours))
+			out, rc, _ := l.Exec(vm, fmt.Sprintf("timeout %d rdma_client -s %s -p 7999", int(toolLimit.Seconds()), ours))
 			if rc == 0 || !strings.Contains(out, "rdma_connect") {
 				t.Errorf("rdma_client to a port nobody listens on here: exit %d\n%s", rc, out)
 			}

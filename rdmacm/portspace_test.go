@@ -3,8 +3,8 @@ package rdmacm
 import (
 	"net/netip"
 	"testing"
-	"time"
 
+	"github.com/goroce/goroce/internal/testenv"
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/wire/mad"
 )
@@ -49,7 +49,7 @@ func TestPortSpaceIB(t *testing.T) {
 			t.Fatal(err)
 		}
 		for {
-			e := getWithin(t, a, 20*time.Second)
+			e := getWithin(t, a, testenv.Slow)
 			if e.Type == EventTimewaitExit {
 				continue
 			}

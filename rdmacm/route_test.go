@@ -8,8 +8,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
+	"github.com/goroce/goroce/internal/testenv"
 	"github.com/goroce/goroce/verbs/verbstest"
 )
 
@@ -68,7 +68,7 @@ func TestResolveAddrByRoute(t *testing.T) {
 		if err := id.ResolveAddr(sa, netip.MustParseAddrPort(dst), 0); err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), testenv.Slow)
 		defer cancel()
 		e, err := ec.Get(ctx)
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/testenv"
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/verbs/verbstest"
 	"github.com/goroce/goroce/wire/mad"
@@ -35,7 +36,7 @@ func recvMAD(t *testing.T, ch chan *inbound) *inbound {
 	select {
 	case in := <-ch:
 		return in
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Slow):
 		t.Fatal("no MAD captured")
 	}
 	return nil
@@ -231,7 +232,7 @@ func recvWC(t *testing.T, s *side) verbs.WC {
 
 func pollOne(t *testing.T, s *side) verbs.WC {
 	t.Helper()
-	return verbstest.Poll(t, s.cq, 10*time.Second)
+	return verbstest.Poll(t, s.cq, testenv.Slow)
 }
 
 // compareGolden compares every header and attribute field of m with a
@@ -284,7 +285,7 @@ func TestExchangeMatchesRping(t *testing.T) {
 		select {
 		case in = <-inA:
 		case in = <-inB:
-		case <-time.After(10 * time.Second):
+		case <-time.After(testenv.Slow):
 			t.Fatalf("captured only %d kinds of MAD", len(got))
 		}
 		m := mad.MAD(in.mad)

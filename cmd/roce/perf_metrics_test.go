@@ -53,7 +53,9 @@ func TestPerfMetrics(t *testing.T) {
 
 	// The processes run in this namespace (the devices' data paths in
 	// theirs), so the exchange goes over 127.0.0.1.
-	args := []string{"perf", "write", "-s", "65536", "-D", "3", "-p", port}
+	// 10 s (-D): each scrape must come while both still run, and on a
+	// loaded machine a scrape after the "2 s" line may take seconds.
+	args := []string{"perf", "write", "-s", "65536", "-D", "10", "-p", port}
 	srv := startProc(t, ctx, exe, dir, append(args, "-d", "rxe0", "--metrics-addr", "127.0.0.1:0")...)
 	line := srv.stderr.waitFor(t, ctx, "/metrics\n")
 	m := regexp.MustCompile(`roce: serving metrics at (http://\S+/metrics)\n`).FindStringSubmatch(line)
@@ -67,7 +69,7 @@ func TestPerfMetrics(t *testing.T) {
 
 	var scrapes [2]map[string]float64
 	for i := range scrapes {
-		cli.stderr.waitFor(t, ctx, fmt.Sprintf("roce perf:   %d s of 3 s: ", i+1))
+		cli.stderr.waitFor(t, ctx, fmt.Sprintf("roce perf:   %d s of 10 s: ", i+1))
 		scrapes[i] = scrape(t, ctx, url)
 		if cli.exited() || srv.exited() {
 			t.Fatalf("scrape %d: the test has ended already\nserver: %s%s\nclient: %s%s", i+1, srv.stdout, srv.stderr, cli.stdout, cli.stderr)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/host"
+	"github.com/goroce/goroce/internal/testenv"
 )
 
 // TestPingObserved: while a persistent roce ping server runs, roce res show
@@ -19,13 +20,10 @@ func TestPingObserved(t *testing.T) {
 	a, b, dir, roceBin := pingHosts(t, "", "")
 	srv := startPing(t, b, dir, roceBin, "-s", "-a", b.IPv4.String(), "-P")
 	var out string
-	for i := 0; i < 100; i++ {
+	testenv.Poll(testenv.Slow, func() bool {
 		_, out, _ = roceAt(t, dir, "res", "show", "cm_id", "rxeB")
-		if strings.Contains(out, "LISTEN") {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return strings.Contains(out, "LISTEN")
+	})
 	t.Logf("roce res show cm_id rxeB:\n%s", out)
 	if !strings.Contains(out, "LISTEN") || !strings.Contains(out, "ps TCP") || !strings.Contains(out, b.IPv4.String()+":7174") {
 		t.Errorf("roce res show cm_id rxeB while the server listens:\n%s", out)
@@ -34,17 +32,14 @@ func TestPingObserved(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("client: exit %d\n%s", code, cli.stderr.String())
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Slow)
 	defer cancel()
 	var rep *host.CounterReport
 	var err error
-	for i := 0; i < 50; i++ { // the DISCONNECTED event may trail the client's exit
+	testenv.Poll(testenv.Slow, func() bool { // the DISCONNECTED event may trail the client's exit
 		rep, err = host.NewRegistry(dir).Counters(ctx, "rxeB")
-		if err == nil && rep.CMEvents["RDMA_CM_EVENT_DISCONNECTED"] > 0 {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil && rep.CMEvents["RDMA_CM_EVENT_DISCONNECTED"] > 0
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

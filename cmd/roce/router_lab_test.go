@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/netip"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/goroce/goroce/internal/lab"
 	"github.com/goroce/goroce/internal/nettest"
+	"github.com/goroce/goroce/internal/testenv"
 )
 
 // labRouted puts a goroce host behind a Linux router on the lab's bridge,
@@ -172,44 +174,49 @@ func TestLabRouted(t *testing.T) {
 		}
 		gOurs, gTheirs := gidIndexOf(t, dir, "rxe0", ours), l.GIDIndex(t, vm, theirs.String())
 		t.Run(fam+"/pingpong", func(t *testing.T) {
-			l.MustExec(t, vm, fmt.Sprintf("killall ibv_rc_pingpong 2>/dev/null; (timeout 100 ibv_rc_pingpong -d rxe0 -g %d -n 20 -s 4096 -p 18599; echo EXIT $?) > /tmp/rpp.log 2>&1 &", gTheirs))
+			l.MustExec(t, vm, "killall ibv_rc_pingpong 2>/dev/null; true")
+			job := l.Background(t, vm, "/tmp/rpp.log", 100*time.Second, fmt.Sprintf("ibv_rc_pingpong -d rxe0 -g %d -n 20 -s 4096 -p 18599", gTheirs))
 			var cli *pingProc
-			for try := 0; ; try++ {
+			var code int
+			ctx, cancel := context.WithTimeout(context.Background(), testenv.Slow)
+			defer cancel()
+			err := lab.UntilListening(ctx, job, "Couldn't connect", func() error {
 				// The exchange over IPv4 (through R as well): ibv_rc_pingpong's
 				// server listens on the first address getaddrinfo gives, 0.0.0.0.
 				cli = startRoce(t, a, dir, roceBin, "pingpong", "-d", "rxe0", "-g", strconv.Itoa(gOurs), "-n", "20", "-s", "4096", "-p", "18599", vm.IPv4)
-				code := cli.wait(t, 2*time.Minute)
-				if code == 0 {
-					break
+				if code = cli.wait(t, 2*time.Minute); code != 0 {
+					return fmt.Errorf("exit %d: %s", code, cli.stderr.String())
 				}
-				if !strings.Contains(cli.stderr.String(), "Couldn't connect") || try > 50 {
-					vmlog, _, _ := l.Exec(vm, "sleep 2; cat /tmp/rpp.log; cd /sys/class/infiniband/rxe0/ports/1/hw_counters && grep . *")
-					var rstat, astat string
-					r.Do(func() error { o, _ := execIn("ip -s -s link"); rstat = o; return nil })
-					a.Do(func() error { o, _ := execIn("ip -s -s link"); astat = o; return nil })
-					t.Fatalf("roce pingpong: exit %d\n%s%s\nvm1: %s\nR: %s\nA: %s", code, cli.stdout.String(), cli.stderr.String(), vmlog, rstat, astat)
-				}
-				time.Sleep(200 * time.Millisecond)
+				return nil
+			})
+			if err != nil {
+				vmlog, _, _ := l.Exec(vm, "cat /tmp/rpp.log; cd /sys/class/infiniband/rxe0/ports/1/hw_counters && grep . *")
+				var rstat, astat string
+				r.Do(func() error { o, _ := execIn("ip -s -s link"); rstat = o; return nil })
+				a.Do(func() error { o, _ := execIn("ip -s -s link"); astat = o; return nil })
+				t.Fatalf("roce pingpong: %v\n%s\nvm1: %s\nR: %s\nA: %s", err, cli.stdout.String(), vmlog, rstat, astat)
 			}
-			if log := l.WaitExit(vm, "/tmp/rpp.log", 300); !strings.Contains(log, "EXIT 0") {
+			if log := job.Wait(); !strings.Contains(log, "EXIT 0") {
 				t.Fatalf("ibv_rc_pingpong:\n%s", log)
 			}
 		})
 		t.Run(fam+"/ping", func(t *testing.T) {
-			l.MustExec(t, vm, fmt.Sprintf("killall rping 2>/dev/null; (timeout 100 rping -s -a %s -C 5 -V; echo EXIT $?) > /tmp/rrp.log 2>&1 &", theirs))
+			l.MustExec(t, vm, "killall rping 2>/dev/null; true")
+			job := l.Background(t, vm, "/tmp/rrp.log", 100*time.Second, fmt.Sprintf("rping -s -a %s -C 5 -V", theirs))
 			var cli *pingProc
-			for try := 0; ; try++ {
+			ctx, cancel := context.WithTimeout(context.Background(), testenv.Slow)
+			defer cancel()
+			err := lab.UntilListening(ctx, job, "REJECTED", func() error {
 				cli = startRoce(t, a, dir, roceBin, "ping", "-c", "-a", theirs.String(), "-C", "5", "-V")
-				code := cli.wait(t, 2*time.Minute)
-				if code == 0 {
-					break
+				if code := cli.wait(t, 2*time.Minute); code != 0 {
+					return fmt.Errorf("exit %d: %s%s", code, cli.stdout.String(), cli.stderr.String())
 				}
-				if !strings.Contains(cli.stderr.String(), "REJECTED") || try > 50 {
-					t.Fatalf("roce ping: exit %d\n%s%s", code, cli.stdout.String(), cli.stderr.String())
-				}
-				time.Sleep(200 * time.Millisecond)
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("roce ping: %v", err)
 			}
-			if log := l.WaitExit(vm, "/tmp/rrp.log", 300); !strings.Contains(log, "EXIT 0") {
+			if log := job.Wait(); !strings.Contains(log, "EXIT 0") {
 				t.Fatalf("rping:\n%s", log)
 			}
 		})

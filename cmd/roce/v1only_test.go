@@ -14,6 +14,7 @@ import (
 	"github.com/goroce/goroce/host"
 	"github.com/goroce/goroce/internal/nettest"
 	"github.com/goroce/goroce/internal/rping"
+	"github.com/goroce/goroce/internal/testenv"
 	"github.com/goroce/goroce/link/afpacket"
 )
 
@@ -61,34 +62,27 @@ func TestV1OnlyServerLogsV2Request(t *testing.T) {
 	srv := startPing(t, b, dir, roceBin, "-s", "-a", b.IPv4.String())
 	reg := host.NewRegistry(dir)
 	counters := func() (*host.CounterReport, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), testenv.Slow)
 		defer cancel()
 		return reg.Counters(ctx, "rxeB")
 	}
 	// Wait for the server's device to run, so that the client's first REQ
 	// reaches it.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if _, err := counters(); err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("rxeB's owner does not answer after 30 s: %v", err)
-		}
+	var err error
+	if !testenv.Poll(testenv.Slow, func() bool { _, err = counters(); return err == nil }) {
+		t.Fatalf("rxeB's owner does not answer after %v: %v", testenv.Slow, err)
 	}
 	unreach := icmpOutDestUnreachs(t, b)
 
 	startPing(t, a, dir, roceBin, "-c", "-a", b.IPv4.String(), "-C", "1")
 	var rep *host.CounterReport
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		var err error
+	if !testenv.Poll(testenv.Slow, func() bool {
 		if rep, err = counters(); err != nil {
 			t.Fatal(err)
 		}
-		if rep.Link[afpacket.CounterV2CMOnV1] > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no RoCE v2 CM packet counted on rxeB after 30 s: %v", rep.Link)
-		}
+		return rep.Link[afpacket.CounterV2CMOnV1] > 0
+	}) {
+		t.Fatalf("no RoCE v2 CM packet counted on rxeB after %v: %v", testenv.Slow, rep.Link)
 	}
 	if rep.Link[afpacket.CounterV2OnV1] < rep.Link[afpacket.CounterV2CMOnV1] {
 		t.Errorf("link counters %v: the total is below the CM count", rep.Link)

@@ -73,11 +73,19 @@ func Start(t testing.TB) *Lab {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Wait for the lock, saying so, and give up after 20 minutes rather
-	// than hang until go test's timeout. (A process started under the lock
+	// Wait for the lock, saying so, and give up a minute before go test's
+	// timeout (20 minutes without one) rather than be killed by it without
+	// a word: the lab tests of several packages, and other users, queue for
+	// the lab, and the queue can be long. (A process started under the lock
 	// that daemonizes, such as `flock LOCK lab/up`, keeps it: lab.Start's own
 	// children do not inherit it, the file being close-on-exec.)
 	deadline := time.Now().Add(20 * time.Minute)
+	if d, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
+		if end, ok := d.Deadline(); ok {
+			deadline = end.Add(-time.Minute)
+		}
+	}
+	waitStart := time.Now()
 	for next := time.Now(); ; time.Sleep(time.Second) {
 		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
@@ -89,7 +97,8 @@ func Start(t testing.TB) *Lab {
 		}
 		if time.Now().After(deadline) {
 			f.Close()
-			t.Fatalf("the lab lock %s has been held by another process for 20 minutes (lsof %s shows which)", lockPath, lockPath)
+			t.Fatalf("gave up waiting for the lab lock %s, held by other processes for %v (lsof %s shows which)",
+				lockPath, time.Since(waitStart).Round(time.Second), lockPath)
 		}
 		if time.Now().After(next) {
 			t.Logf("waiting for the lab lock %s, held by another test or tool", lockPath)
@@ -99,6 +108,12 @@ func Start(t testing.TB) *Lab {
 	t.Cleanup(func() { f.Close() })
 	l := &Lab{Dir: dir}
 	if !l.up() {
+		// lab/up runs `ip netns add roce-host`: with /run/netns a mount
+		// point already, it binds nothing over the namespaces other tests
+		// have there (nettest.PrepareNetnsDir says why that matters).
+		if err := nettest.PrepareNetnsDir(); err != nil {
+			t.Fatal(err)
+		}
 		env := append(os.Environ(), "ROCE_LAB_TRACES="+t.TempDir())
 		for _, step := range [][]string{{"setup"}, {"up", "2"}} {
 			cmd := exec.Command(filepath.Join(dir, step[0]), step[1:]...)
@@ -123,10 +138,14 @@ func tail(b []byte, n int) string {
 	return string(b)
 }
 
-// up reports whether both VMs answer.
+// up reports whether both VMs answer. The probe of a lab that is down
+// fails within seconds (no namespace, or no host at the address); a VM
+// that is up may take seconds to answer on a loaded host, and taking it
+// for down would run lab/setup and lab/up, and fail if it answered late
+// again.
 func (l *Lab) up() bool {
 	for _, vm := range []VM{VM1, VM2} {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		err := exec.CommandContext(ctx, filepath.Join(l.Dir, "vm-exec"), vm.Name, "true").Run()
 		cancel()
 		if err != nil {
@@ -159,21 +178,6 @@ func (l *Lab) MustExec(t testing.TB, vm VM, cmd string) string {
 		t.Fatalf("%s: %q: exit %d %v\n%s", vm.Name, cmd, rc, err, out)
 	}
 	return out
-}
-
-// WaitExit reads the log at path in vm up to polls times, 100 ms apart,
-// until it holds the "EXIT <status>" line the tests' background commands
-// end their logs with ("(cmd; echo EXIT $?) > log &"), and returns the log
-// as last read. Each read is itself a command in the VM, which a loaded
-// emulated VM runs slowly, so the wait stretches with the load as the
-// loops this replaced did.
-func (l *Lab) WaitExit(vm VM, path string, polls int) string {
-	var log string
-	for try := 0; try < polls && !strings.Contains(log, "EXIT"); try++ {
-		time.Sleep(100 * time.Millisecond)
-		log, _, _ = l.Exec(vm, "cat "+path)
-	}
-	return log
 }
 
 // Counters reads rxe0's hw_counters in vm.

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"testing"
 
@@ -76,44 +77,13 @@ func VethPair(t testing.TB, o Options) (a, b *Host) {
 		o.MTU = 1500
 	}
 	n := seq.Add(1)
-	if n == 1 {
-		reapStale()
-	}
-	names := [2]string{fmt.Sprintf("goroce-%d-%d-a", os.Getpid(), n), fmt.Sprintf("goroce-%d-%d-b", os.Getpid(), n)}
+	names := [2]string{vethPairName(os.Getpid(), n, "a"), vethPairName(os.Getpid(), n, "b")}
 	hosts := [2]*Host{{NSName: names[0], Ifname: "veth0"}, {NSName: names[1], Ifname: "veth1"}}
 	hosts[0].IPv4, hosts[1].IPv4 = netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2")
 	hosts[0].IPv6, hosts[1].IPv6 = netip.MustParseAddr("fd00:198:18::1"), netip.MustParseAddr("fd00:198:18::2")
-	err := Do(netns.None(), func() error {
-		orig, err := netns.Get()
-		if err != nil {
-			return err
-		}
-		defer orig.Close()
-		for _, h := range hosts {
-			ns, err := netns.NewNamed(h.NSName) // also moves this thread into it
-			if err != nil {
-				return fmt.Errorf("netns %s: %w", h.NSName, err)
-			}
-			h.NS = ns
-			if err := netns.Set(orig); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	t.Cleanup(func() {
-		for _, h := range hosts {
-			if h.NS.IsOpen() {
-				h.NS.Close()
-			}
-			netns.DeleteNamed(h.NSName)
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	makeNamespaces(t, nsSlot{&hosts[0].NS, names[0]}, nsSlot{&hosts[1].NS, names[1]})
 	// Create the pair inside A, move veth1 to B, configure both.
-	err = hosts[0].Do(func() error {
+	err := hosts[0].Do(func() error {
 		la := netlink.NewLinkAttrs()
 		la.Name, la.MTU = "veth0", o.MTU
 		v := &netlink.Veth{LinkAttrs: la, PeerName: "veth1", PeerNamespace: netlink.NsFd(int(hosts[1].NS))}
@@ -127,41 +97,7 @@ func VethPair(t testing.TB, o Options) (a, b *Host) {
 	}
 	for _, h := range hosts {
 		err := h.Do(func() error {
-			lo, err := netlink.LinkByName("lo")
-			if err == nil {
-				err = netlink.LinkSetUp(lo)
-			}
-			if err != nil {
-				return err
-			}
-			l, err := netlink.LinkByName(h.Ifname)
-			if err != nil {
-				return err
-			}
-			if err := netlink.LinkSetMTU(l, o.MTU); err != nil {
-				return err
-			}
-			for _, p := range []string{h.IPv4.String() + "/24", h.IPv6.String() + "/64"} {
-				addr, err := netlink.ParseAddr(p)
-				if err != nil {
-					return err
-				}
-				addr.Flags = unix.IFA_F_NODAD
-				if err := netlink.AddrAdd(l, addr); err != nil {
-					return fmt.Errorf("addr %s: %w", p, err)
-				}
-			}
-			// No duplicate address detection for the link-local address
-			// either (the others are added NODAD): a tentative fe80::
-			// address can neither send nor receive for a second or two,
-			// and link-local GIDs are used in tests.
-			if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+h.Ifname+"/accept_dad", []byte("0"), 0); err != nil {
-				return fmt.Errorf("accept_dad: %w", err)
-			}
-			if err := netlink.LinkSetUp(l); err != nil {
-				return err
-			}
-			l, err = netlink.LinkByName(h.Ifname)
+			l, err := configure(h.Ifname, o.MTU, h.IPv4.String()+"/24", h.IPv6.String()+"/64")
 			if err != nil {
 				return err
 			}
@@ -173,32 +109,124 @@ func VethPair(t testing.TB, o Options) (a, b *Host) {
 			t.Fatal(err)
 		}
 	}
+	// Both ends up is not yet a link that carries traffic: the kernel's
+	// linkwatch work, which runs when it gets to it (a second or more on
+	// a loaded machine), attaches the real qdisc in place of noop (which
+	// drops every frame: a raw RoCE v1 frame sent before then was lost and
+	// its receiver waited until go test's timeout), sets the operstate and
+	// makes the link-local address. Wait for all three.
+	for _, h := range hosts {
+		waitReady(t, h.NS, h.NSName, h.Ifname)
+	}
 	return hosts[0], hosts[1]
+}
+
+// nsSlot is a namespace for makeNamespaces to make: its name, and the
+// handle to fill.
+type nsSlot struct {
+	ns   *netns.NsHandle
+	name string
+}
+
+// makeNamespaces makes the named network namespaces, deleted when t ends:
+// a namespace that cannot be deleted is a failure naming it, as it would
+// keep its links and addresses until the host restarts. /run/netns is prepared first as
+// iproute2 prepares it (ready), so a later `ip netns add` cannot hide
+// these namespaces' mounts.
+func makeNamespaces(t testing.TB, list ...nsSlot) {
+	t.Helper()
+	reapErrs, err := ready()
+	if err != nil {
+		t.Fatalf("nettest: preparing %s: %v", netnsDir, err)
+	}
+	for _, err := range reapErrs {
+		t.Errorf("nettest: a namespace left by an earlier test process cannot be deleted: %v", err)
+	}
+	made := make([]bool, len(list)) // NewNamed was called: a file, and maybe a mount, to delete
+	err = Do(netns.None(), func() error {
+		orig, err := netns.Get()
+		if err != nil {
+			return err
+		}
+		defer orig.Close()
+		for i, x := range list {
+			made[i] = true
+			ns, err := netns.NewNamed(x.name) // also moves this thread into it
+			if err != nil {
+				return fmt.Errorf("netns %s: %w", x.name, err)
+			}
+			*x.ns = ns
+			if err := netns.Set(orig); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	t.Cleanup(func() {
+		for i, x := range list {
+			if x.ns.IsOpen() {
+				x.ns.Close()
+			}
+			if !made[i] {
+				continue
+			}
+			if err := deleteNamed(x.name); err != nil {
+				t.Errorf("nettest: namespace %s is left behind: %v", x.name, err)
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitReady waits until ifname in ns can carry traffic (notReady).
+func waitReady(t testing.TB, ns netns.NsHandle, nsName, ifname string) {
+	t.Helper()
+	var why string
+	err := Do(ns, func() error {
+		if !testenv.Poll(testenv.Slow, func() bool { why = notReady(ifname); return why == "" }) {
+			return fmt.Errorf("nettest: %s in %s not ready after %v: %s", ifname, nsName, testenv.Slow, why)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// notReady says what ifname (in the calling thread's namespace) lacks to
+// carry traffic, or "" when it lacks nothing: operstate UP, a qdisc other
+// than noop, and a link-local IPv6 address that is not tentative.
+func notReady(ifname string) string {
+	l, err := netlink.LinkByName(ifname)
+	if err != nil {
+		return err.Error()
+	}
+	if st := l.Attrs().OperState; st != netlink.OperUp {
+		return "operstate " + st.String()
+	}
+	qs, err := netlink.QdiscList(l)
+	if err != nil {
+		return err.Error()
+	}
+	if !slices.ContainsFunc(qs, func(q netlink.Qdisc) bool { return q.Type() != "noop" }) {
+		return "no qdisc but noop"
+	}
+	as, err := netlink.AddrList(l, netlink.FAMILY_V6)
+	if err != nil {
+		return err.Error()
+	}
+	if !slices.ContainsFunc(as, func(a netlink.Addr) bool {
+		return a.IP.IsLinkLocalUnicast() && a.Flags&unix.IFA_F_TENTATIVE == 0
+	}) {
+		return "no link-local address"
+	}
+	return ""
 }
 
 // HardwareAddr returns h's MAC as a net.HardwareAddr.
 func (h *Host) HardwareAddr() net.HardwareAddr { return net.HardwareAddr(h.MAC[:]) }
-
-// reapStale deletes namespaces that VethPair made in processes that no
-// longer exist (goroce-PID-N-a/b): a test binary killed by go test's
-// timeout cannot run its cleanups, and its namespaces would otherwise
-// stay until the host restarts.
-func reapStale() {
-	ents, err := os.ReadDir("/run/netns")
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		var pid, n int
-		var side string
-		if c, _ := fmt.Sscanf(e.Name(), "goroce-%d-%d-%s", &pid, &n, &side); c != 3 || pid == os.Getpid() {
-			continue
-		}
-		if err := unix.Kill(pid, 0); err == unix.ESRCH {
-			netns.DeleteNamed(e.Name())
-		}
-	}
-}
 
 // Iface is one of a router's interfaces.
 type Iface struct {
@@ -234,10 +262,7 @@ func Routed(t testing.TB, o Options) (a *Host, r *Router, b *Host) {
 		o.MTU = 1500
 	}
 	n := seq.Add(1)
-	if n == 1 {
-		reapStale()
-	}
-	name := func(side string) string { return fmt.Sprintf("goroce-%d-%d-%s", os.Getpid(), n, side) }
+	name := func(side string) string { return vethPairName(os.Getpid(), n, side) }
 	p := netip.MustParseAddr
 	a = &Host{NSName: name("a"), Ifname: "rt-a0", IPv4: p("198.18.1.1"), IPv6: p("fd00:198:1::1"),
 		Gateway4: p("198.18.1.254"), Gateway6: p("fd00:198:1::fe")}
@@ -246,39 +271,9 @@ func Routed(t testing.TB, o Options) (a *Host, r *Router, b *Host) {
 	r = &Router{NSName: name("r"),
 		A: Iface{Ifname: "rt-r0", IPv4: a.Gateway4, IPv6: a.Gateway6},
 		B: Iface{Ifname: "rt-r1", IPv4: b.Gateway4, IPv6: b.Gateway6}}
-	nss := []*netns.NsHandle{&a.NS, &r.NS, &b.NS}
-	names := []string{a.NSName, r.NSName, b.NSName}
-	err := Do(netns.None(), func() error {
-		orig, err := netns.Get()
-		if err != nil {
-			return err
-		}
-		defer orig.Close()
-		for i, nm := range names {
-			ns, err := netns.NewNamed(nm) // also moves this thread into it
-			if err != nil {
-				return fmt.Errorf("netns %s: %w", nm, err)
-			}
-			*nss[i] = ns
-			if err := netns.Set(orig); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	t.Cleanup(func() {
-		for i, ns := range nss {
-			if ns.IsOpen() {
-				ns.Close()
-			}
-			netns.DeleteNamed(names[i])
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	makeNamespaces(t, nsSlot{&a.NS, a.NSName}, nsSlot{&r.NS, r.NSName}, nsSlot{&b.NS, b.NSName})
 	// The two veth pairs, made in R, one end of each moved to A and B.
-	err = r.Do(func() error {
+	err := r.Do(func() error {
 		for _, c := range []struct {
 			local, peer string
 			ns          netns.NsHandle
@@ -326,6 +321,12 @@ func Routed(t testing.TB, o Options) (a *Host, r *Router, b *Host) {
 		if err != nil {
 			t.Fatal(err)
 		}
+	}
+	for _, x := range []struct {
+		ns           netns.NsHandle
+		name, ifname string
+	}{{a.NS, a.NSName, a.Ifname}, {r.NS, r.NSName, r.A.Ifname}, {r.NS, r.NSName, r.B.Ifname}, {b.NS, b.NSName, b.Ifname}} {
+		waitReady(t, x.ns, x.name, x.ifname)
 	}
 	return a, r, b
 }

@@ -3,7 +3,6 @@ package perftest_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/netip"
 	"regexp"
 	"strconv"
@@ -15,7 +14,9 @@ import (
 	"github.com/goroce/goroce/host"
 	"github.com/goroce/goroce/internal/lab"
 	"github.com/goroce/goroce/internal/perftest"
+	"github.com/goroce/goroce/internal/testenv"
 	"github.com/goroce/goroce/rdmacm"
+	"github.com/goroce/goroce/verbs"
 )
 
 var labTools = []struct {
@@ -80,8 +81,7 @@ func TestLabInterop(t *testing.T) {
 	l := lab.Start(t)
 	d := l.OpenDevice(t, host.VersionsV2)
 	vm := lab.VM1
-	kill := "killall ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_send_lat ib_read_lat 2>/dev/null; true"
-	l.Exec(vm, kill)
+	l.Exec(vm, killPerftest)
 	before := l.Counters(t, vm)
 	for _, fam := range labFamilies {
 		ourIP, theirIP := fam.ours(vm), fam.vm(vm)
@@ -96,113 +96,179 @@ func TestLabInterop(t *testing.T) {
 					name += "-b"
 				}
 				t.Run(name+"/goroce-"+role, func(t *testing.T) {
-					ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-					defer cancel()
-					out := &strings.Builder{}
-					c := perftest.Config{Verb: tc.verb, Lat: tc.lat, Size: tc.size, Iters: 5, GIDIndex: gOurs, Out: out}
-					args := fmt.Sprintf("-d rxe0 -x %d -n 5 -F", gTheirs)
+					r := &labRun{l: l, vm: vm, dev: d.Device, tool: tc.tool, out: &syncBuilder{},
+						args: fmt.Sprintf("-d rxe0 -x %d -n 5 -F", gTheirs)}
+					r.c = perftest.Config{Verb: tc.verb, Lat: tc.lat, Size: tc.size, Iters: 5, GIDIndex: gOurs}
 					if tc.uc {
-						c.Connection = "UC"
-						args += " -c UC"
+						r.c.Connection = "UC"
+						r.args += " -c UC"
 					}
 					if tc.bidir {
-						c.Bidirectional = true
-						args += " -b"
+						r.c.Bidirectional = true
+						r.args += " -b"
 					}
 					if tc.size != 0 {
-						args += fmt.Sprintf(" -s %d", tc.size)
+						r.args += fmt.Sprintf(" -s %d", tc.size)
 					}
-					var theirs string
-					if role == "client" {
-						l.MustExec(t, vm, fmt.Sprintf("%s; (timeout 80 %s %s; echo EXIT $?) > /tmp/perf.log 2>&1 &", kill, tc.tool, args))
-						c.Server = vm.Mgmt
-						c.Dial = func(ctx context.Context, network, addr string) (conn net.Conn, err error) {
-							err = l.Do(func() (err error) {
-								var d net.Dialer
-								conn, err = d.DialContext(ctx, network, addr)
-								return err
-							})
-							return conn, err
-						}
-						var res *perftest.Result
-						var err error
-						for try := 0; try < 50; try++ { // until the server listens
-							if res, err = perftest.Run(ctx, d.Device, c); err == nil || !strings.Contains(err.Error(), "Couldn't connect") {
-								break
-							}
-							time.Sleep(200 * time.Millisecond)
-						}
-						if err != nil {
-							t.Fatalf("goroce client: %v\n%s", err, out)
-						}
-						checkResult(t, "goroce client", res, tc.lat)
-						theirs = l.WaitExit(vm, "/tmp/perf.log", 150)
-						if !strings.Contains(theirs, "EXIT 0") {
-							t.Fatalf("%s server:\n%s\ngoroce client:\n%s", tc.tool, theirs, out)
-						}
-					} else {
-						var ln net.Listener
-						if err := l.Do(func() (err error) {
-							ln, err = net.Listen("tcp", lab.HostMgmt+":18515")
-							return err
-						}); err != nil {
-							t.Fatal(err)
-						}
-						c.Listener = ln
-						type ret struct {
-							r   *perftest.Result
-							err error
-						}
-						done := make(chan ret, 1)
-						go func() {
-							r, err := perftest.Run(ctx, d.Device, c)
-							done <- ret{r, err}
-						}()
-						var rc int
-						var err error
-						theirs, rc, err = l.Exec(vm, fmt.Sprintf("timeout 80 %s %s %s", tc.tool, args, lab.HostMgmt))
-						if err != nil || rc != 0 {
-							cancel()
-							t.Errorf("%s client: exit %d %v\n%s", tc.tool, rc, err, theirs)
-						}
-						r := <-done
-						if r.err != nil {
-							t.Fatalf("goroce server: %v\n%s", r.err, out)
-						}
-						switch {
-						case tc.lat && tc.verb == perftest.Read: // ib_read_lat's server prints no table
-						case !tc.lat && tc.verb != perftest.Send && !tc.bidir && strings.Contains(theirs, clockFailed):
-							// The server of write/read/atomic_bw prints the client's report,
-							// and this client could not measure its clock.
-							t.Logf("%s could not measure its CPU clock; its report, which goroce prints: %+v", tc.tool, r.r.BW)
-						default:
-							checkResult(t, "goroce server", r.r, tc.lat)
-						}
+					ours, theirs := r.run(t, role)
+					if tc.uc && (!strings.Contains(theirs, " Connection type : UC") || !strings.Contains(ours, " Connection type : UC")) {
+						t.Errorf("a banner does not say Connection type : UC:\n%s\n%s", ours, theirs)
 					}
-					if !(tc.lat && tc.verb == perftest.Read && role == "client") && !perftestLine(theirs, tc.lat) { // ib_read_lat's server prints no table
-						t.Errorf("%s printed no result line:\n%s", tc.tool, theirs)
+					if !strings.Contains(ours, perftestGID(theirIP)) || !strings.Contains(theirs, perftestGID(ourIP)) {
+						t.Errorf("the address lines do not name %s and %s:\n%s\n%s", ourIP, theirIP, ours, theirs)
 					}
-					if tc.uc && (!strings.Contains(theirs, " Connection type : UC") || !strings.Contains(out.String(), " Connection type : UC")) {
-						t.Errorf("a banner does not say Connection type : UC:\n%s\n%s", out, theirs)
-					}
-					if tc.bidir {
-						checkDuplexInterop(t, out.String(), theirs)
-					}
-					if !strings.Contains(out.String(), perftestGID(theirIP)) || !strings.Contains(theirs, perftestGID(ourIP)) {
-						t.Errorf("the address lines do not name %s and %s:\n%s\n%s", ourIP, theirIP, out, theirs)
-					}
-					t.Logf("goroce %s:\n%s%s:\n%s", role, out, tc.tool, theirs)
 				})
 			}
 		}
 	}
+	checkRxeCounters(t, l, vm, before)
+	t.Logf("goroce counters: %v", d.Counters().Snapshot())
+}
+
+// killPerftest ends any perftest tool left in a VM by an interrupted run:
+// it would answer the next run's exchange.
+const killPerftest = "killall ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_send_lat ib_read_lat 2>/dev/null; true"
+
+// perftestLimit bounds a perftest tool's run in the VM (timeout(1)); a
+// subtest's context gives goroce's side a little longer.
+const perftestLimit = 80 * time.Second
+
+// labRun is one run of goroce's perf against a perftest tool in a lab VM,
+// in either role: what every lab test that runs perftest does, so that
+// what perftest may do on a loaded VM is tolerated in one place.
+type labRun struct {
+	l    *lab.Lab
+	vm   lab.VM
+	dev  *verbs.Device // nil with RDMA CM (-R): the CM finds it
+	tool string        // perftest's program
+	args string        // its flags, without the server's address
+	c    perftest.Config
+	out  *syncBuilder // c.Out: goroce's output
+}
+
+// run runs r with goroce as role ("client" or "server") under a context of
+// its own and checks what both sides printed: success, a result on each
+// (tolerating a perftest that could not measure its clock, see
+// checkServerResult), perftest's table line, and with -b the same line on
+// both sides. It returns goroce's output and perftest's.
+func (r *labRun) run(t *testing.T, role string) (ours, theirs string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), perftestLimit+10*time.Second)
+	defer cancel()
+	r.c.Out = r.out
+	if role == "client" {
+		theirs = r.goroceClient(ctx, t)
+	} else {
+		theirs = r.goroceServer(ctx, cancel, t)
+	}
+	readLat := r.c.Lat && r.c.Verb == perftest.Read
+	if !(readLat && role == "client") && !perftestLine(theirs, r.c.Lat) { // ib_read_lat's server prints no table
+		t.Errorf("%s printed no result line:\n%s", r.tool, theirs)
+	}
+	if r.c.Bidirectional {
+		checkDuplexInterop(t, r.out.String(), theirs)
+	}
+	t.Logf("goroce %s:\n%s%s:\n%s", role, r.out, r.tool, theirs)
+	return r.out.String(), theirs
+}
+
+// goroceClient runs the perftest tool as the server in the VM and goroce's
+// client against it, retrying while the tool does not listen yet, and
+// returns the tool's output.
+func (r *labRun) goroceClient(ctx context.Context, t *testing.T) string {
+	t.Helper()
+	r.l.Exec(r.vm, killPerftest)
+	job := r.l.Background(t, r.vm, "/tmp/perf.log", perftestLimit, r.tool+" "+r.args)
+	notYet := "Couldn't connect" // the TCP exchange, on the management network
+	r.c.Server, r.c.Dial = r.vm.Mgmt, r.l.DialContext
+	if r.c.RDMACM {
+		notYet, r.c.Server, r.c.Dial = "Unable to perform rdma_client function", r.vm.IPv4, nil
+	}
+	var res *perftest.Result
+	err := lab.UntilListening(ctx, job, notYet, func() (err error) {
+		res, err = perftest.Run(ctx, r.dev, r.c)
+		return err
+	})
+	if err != nil {
+		theirs, _, _ := job.Log()
+		t.Fatalf("goroce client: %v\n%s\n%s server:\n%s", err, r.out, r.tool, theirs)
+	}
+	checkResult(t, "goroce client", res, r.c.Lat)
+	theirs := job.Wait()
+	if !strings.Contains(theirs, "EXIT 0") {
+		t.Fatalf("%s server:\n%s\ngoroce client:\n%s", r.tool, theirs, r.out)
+	}
+	return theirs
+}
+
+// goroceServer runs goroce's server and the perftest tool as the client in
+// the VM against it, and returns the tool's output.
+func (r *labRun) goroceServer(ctx context.Context, cancel context.CancelFunc, t *testing.T) string {
+	t.Helper()
+	server := lab.HostMgmt // the TCP exchange, on the management network
+	if r.c.RDMACM {
+		server = lab.HostIPv4
+	} else {
+		r.c.Listener = r.l.Listen(t, lab.HostMgmt+":18515")
+	}
+	type ret struct {
+		r   *perftest.Result
+		err error
+	}
+	done := make(chan ret, 1)
+	go func() {
+		res, err := perftest.Run(ctx, r.dev, r.c)
+		done <- ret{res, err}
+	}()
+	if r.c.RDMACM { // until it listens: its CM ID is bound before it says so
+		for !strings.Contains(r.out.String(), "Waiting for client to connect") {
+			select {
+			case res := <-done:
+				t.Fatalf("goroce server: %v\n%s", res.err, r.out)
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	theirs, rc, err := r.l.Exec(r.vm, fmt.Sprintf("timeout %d %s %s %s", int(perftestLimit.Seconds()), r.tool, r.args, server))
+	if err != nil || rc != 0 {
+		cancel()
+		t.Errorf("%s client: exit %d %v\n%s", r.tool, rc, err, theirs)
+	}
+	res := <-done
+	if res.err != nil {
+		t.Fatalf("goroce server: %v\n%s", res.err, r.out)
+	}
+	r.checkServerResult(t, res.r, theirs)
+	return theirs
+}
+
+// checkServerResult checks goroce's server's result. ib_read_lat's server
+// prints no table; and the server of ib_write_bw, ib_read_bw and
+// ib_atomic_bw (one way) prints the client's report, which a perftest
+// client that could not measure its clock (clockFailed: a loaded TCG VM)
+// gives as 0.00 MB/s: goroce prints that as perftest's server does, so
+// only when the client says so is a zero report not a failure.
+func (r *labRun) checkServerResult(t *testing.T, res *perftest.Result, theirs string) {
+	t.Helper()
+	switch c := r.c; {
+	case c.Lat && c.Verb == perftest.Read:
+	case !c.Lat && c.Verb != perftest.Send && !c.Bidirectional && strings.Contains(theirs, clockFailed):
+		t.Logf("%s could not measure its CPU clock; its report, which goroce prints: %+v", r.tool, res.BW)
+	default:
+		checkResult(t, "goroce server", res, c.Lat)
+	}
+}
+
+// checkRxeCounters checks that vm's rxe counted no sequence errors or
+// duplicates since before.
+func checkRxeCounters(t *testing.T, l *lab.Lab, vm lab.VM, before map[string]uint64) {
+	t.Helper()
 	after := l.Counters(t, vm)
 	for _, k := range []string{"rcvd_seq_err", "duplicate_request", "out_of_seq_request"} {
 		if after[k] != before[k] {
 			t.Errorf("rxe counter %s moved from %d to %d", k, before[k], after[k])
 		}
 	}
-	t.Logf("goroce counters: %v", d.Counters().Snapshot())
 }
 
 // checkDuplexInterop checks a -b run of goroce against perftest: both
@@ -308,8 +374,7 @@ func TestLabInteropRDMACM(t *testing.T) {
 	}
 	t.Cleanup(func() { cm.Close() })
 	vm := lab.VM1
-	kill := "killall ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_send_lat ib_read_lat 2>/dev/null; true"
-	l.Exec(vm, kill)
+	l.Exec(vm, killPerftest)
 	gOurs, gTheirs := lab.HostGIDIndex(t, d, lab.HostIPv4), l.GIDIndex(t, vm, vm.IPv4)
 	before := l.Counters(t, vm)
 	for _, tc := range labRDMACMTools {
@@ -322,97 +387,32 @@ func TestLabInteropRDMACM(t *testing.T) {
 				name += fmt.Sprintf("-T%d", tc.tos)
 			}
 			t.Run(name+"/goroce-"+role, func(t *testing.T) {
-				ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-				defer cancel()
-				out := &syncBuilder{}
-				c := perftest.Config{Verb: tc.verb, Lat: tc.lat, Size: tc.size, Iters: 5, GIDIndex: gOurs, Out: out,
+				r := &labRun{l: l, vm: vm, tool: tc.tool, out: &syncBuilder{},
+					args: fmt.Sprintf("-R -d rxe0 -x %d -n 5 -F", gTheirs)}
+				r.c = perftest.Config{Verb: tc.verb, Lat: tc.lat, Size: tc.size, Iters: 5, GIDIndex: gOurs,
 					RDMACM: true, CM: cm, Bidirectional: tc.bidir}
-				args := fmt.Sprintf("-R -d rxe0 -x %d -n 5 -F", gTheirs)
 				if tc.bidir {
-					args += " -b"
+					r.args += " -b"
 				}
 				if tc.size != 0 {
-					args += fmt.Sprintf(" -s %d", tc.size)
+					r.args += fmt.Sprintf(" -s %d", tc.size)
 				}
 				if tc.tos != 0 {
-					c.TOS, c.SetTOS = tc.tos, true
-					args += fmt.Sprintf(" -T %d", tc.tos)
+					r.c.TOS, r.c.SetTOS = tc.tos, true
+					r.args += fmt.Sprintf(" -T %d", tc.tos)
 					startTOSCapture(t, l, vm)
 				}
-				var theirs string
-				if role == "client" {
-					l.MustExec(t, vm, fmt.Sprintf("%s; (timeout 80 %s %s; echo EXIT $?) > /tmp/perf.log 2>&1 &", kill, tc.tool, args))
-					c.Server = vm.IPv4
-					var res *perftest.Result
-					var err error
-					for try := 0; try < 20; try++ { // until the server listens
-						if res, err = perftest.Run(ctx, nil, c); err == nil || !strings.Contains(err.Error(), "Unable to perform rdma_client function") {
-							break
-						}
-					}
-					if err != nil {
-						theirs, _, _ = l.Exec(vm, "cat /tmp/perf.log")
-						t.Fatalf("goroce client: %v\n%s\n%s server:\n%s", err, out, tc.tool, theirs)
-					}
-					checkResult(t, "goroce client", res, tc.lat)
-					theirs = l.WaitExit(vm, "/tmp/perf.log", 150)
-					if !strings.Contains(theirs, "EXIT 0") {
-						t.Fatalf("%s server:\n%s\ngoroce client:\n%s", tc.tool, theirs, out)
-					}
-				} else {
-					type ret struct {
-						r   *perftest.Result
-						err error
-					}
-					done := make(chan ret, 1)
-					go func() {
-						r, err := perftest.Run(ctx, nil, c)
-						done <- ret{r, err}
-					}()
-					for !strings.Contains(out.String(), "Waiting for client to connect") { // listening
-						select {
-						case r := <-done:
-							t.Fatalf("goroce server: %v\n%s", r.err, out)
-						case <-time.After(10 * time.Millisecond):
-						}
-					}
-					var rc int
-					var err error
-					theirs, rc, err = l.Exec(vm, fmt.Sprintf("timeout 80 %s %s %s", tc.tool, args, lab.HostIPv4))
-					if err != nil || rc != 0 {
-						cancel()
-						t.Errorf("%s client: exit %d %v\n%s", tc.tool, rc, err, theirs)
-					}
-					r := <-done
-					if r.err != nil {
-						t.Fatalf("goroce server: %v\n%s", r.err, out)
-					}
-					if !(tc.lat && tc.verb == perftest.Read) { // ib_read_lat's server prints no table
-						checkResult(t, "goroce server", r.r, tc.lat)
-					}
-				}
-				if !(tc.lat && tc.verb == perftest.Read && role == "client") && !perftestLine(theirs, tc.lat) {
-					t.Errorf("%s printed no result line:\n%s", tc.tool, theirs)
-				}
-				if !strings.Contains(theirs, "Data ex. method : rdma_cm") || !strings.Contains(out.String(), "Data ex. method : rdma_cm") {
-					t.Errorf("a banner does not say rdma_cm:\n%s\n%s", out, theirs)
-				}
-				if tc.bidir {
-					checkDuplexInterop(t, out.String(), theirs)
+				ours, theirs := r.run(t, role)
+				if !strings.Contains(theirs, "Data ex. method : rdma_cm") || !strings.Contains(ours, "Data ex. method : rdma_cm") {
+					t.Errorf("a banner does not say rdma_cm:\n%s\n%s", ours, theirs)
 				}
 				if tc.tos != 0 {
 					checkTOSCapture(t, l, vm, tc.tos)
 				}
-				t.Logf("goroce %s:\n%s%s:\n%s", role, out, tc.tool, theirs)
 			})
 		}
 	}
-	after := l.Counters(t, vm)
-	for _, k := range []string{"rcvd_seq_err", "duplicate_request", "out_of_seq_request"} {
-		if after[k] != before[k] {
-			t.Errorf("rxe counter %s moved from %d to %d", k, before[k], after[k])
-		}
-	}
+	checkRxeCounters(t, l, vm, before)
 	t.Logf("goroce counters: %v", d.Counters().Snapshot())
 }
 
@@ -421,15 +421,12 @@ func TestLabInteropRDMACM(t *testing.T) {
 func startTOSCapture(t *testing.T, l *lab.Lab, vm lab.VM) {
 	t.Helper()
 	l.MustExec(t, vm, "rm -f /tmp/tos.txt; (tcpdump -i eth0 -n -v -l udp port 4791 > /tmp/tos.txt 2>&1 & echo $! > /tmp/tcpdump.pid)")
-	for try := 0; ; try++ {
-		out, _, _ := l.Exec(vm, "cat /tmp/tos.txt")
-		if strings.Contains(out, "listening on") {
-			return
-		}
-		if try == 100 {
-			t.Fatalf("tcpdump in %s does not listen:\n%s", vm.Name, out)
-		}
-		time.Sleep(100 * time.Millisecond)
+	var out string
+	if !testenv.Poll(testenv.Slow, func() bool {
+		out, _, _ = l.Exec(vm, "cat /tmp/tos.txt")
+		return strings.Contains(out, "listening on")
+	}) {
+		t.Fatalf("tcpdump in %s does not listen:\n%s", vm.Name, out)
 	}
 }
 
@@ -441,8 +438,14 @@ func startTOSCapture(t *testing.T, l *lab.Lab, vm lab.VM) {
 func checkTOSCapture(t *testing.T, l *lab.Lab, vm lab.VM, tos int) {
 	t.Helper()
 	l.Exec(vm, "kill $(cat /tmp/tcpdump.pid)")
-	time.Sleep(500 * time.Millisecond) // tcpdump flushes and exits
-	out := l.MustExec(t, vm, "cat /tmp/tos.txt")
+	// tcpdump flushes and exits, saying how many packets it captured.
+	var out string
+	if !testenv.Poll(testenv.Slow, func() bool {
+		out, _, _ = l.Exec(vm, "cat /tmp/tos.txt")
+		return strings.Contains(out, "packets captured")
+	}) {
+		t.Fatalf("tcpdump in %s did not end:\n%s", vm.Name, out)
+	}
 	// "IP (tos 0x6a,ECT(0), ttl 64, ...)\n    192.0.2.1.49152 > 192.0.2.11.4791: UDP, ..."
 	re := regexp.MustCompile(`IP \(tos (0x[0-9a-f]+)[^\n]*\n\s*(\S+)\.\d+ > (\S+)\.\d+: `)
 	seen := map[string]map[int]int{} // source → TOS → packets

@@ -17,6 +17,7 @@ import (
 
 	"github.com/goroce/goroce/internal/capture"
 	"github.com/goroce/goroce/internal/perftest/perftestcheck"
+	"github.com/goroce/goroce/internal/testenv"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/fabric"
 	"github.com/goroce/goroce/link/pcap"
@@ -617,7 +618,7 @@ func checkTable(t *testing.T, who, out string, m modeCase, sizes []int, iters in
 
 // -D over the fabric: the client stops posting when the duration is up,
 // whatever -n says (perftest's END_STATE), so a 1-second write run of
-// 64 KiB messages (a CQE each) with -n 100000000 returns within seconds
+// 64 KiB messages (a CQE each) with -n 100000000 returns
 // and reports the messages of its middle half. (Before the fix, the
 // client posted on after the end until its send queue happened to drain:
 // about a second too long under -race over veth, TestPerfMetrics; here
@@ -632,12 +633,14 @@ func TestPerfDurationStops(t *testing.T) {
 
 // runDurationPair runs cfg (a -D run) goroce to goroce over a TCP exchange
 // on loopback between two fabric devices, server on A, client on B, and
-// returns both results; a run that does not end
-// within 10 s of its 1-second duration is an error.
+// returns both results. A client that does not stop at its duration runs
+// on (the -n of TestPerfDurationStops takes hours) until the context's
+// testenv.Slow ends it, an error; how long a run that stops takes is not
+// checked: a loaded machine drains the send queue slowly.
 func runDurationPair(t *testing.T, cfg Config) (cr, sr *Result) {
 	t.Helper()
 	pair := verbstest.NewPair(t, verbstest.Options{NoConnect: true})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Slow)
 	defer cancel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -668,9 +671,6 @@ func runDurationPair(t *testing.T, cfg Config) (cr, sr *Result) {
 		t.Fatalf("server: %v\n%s", s.err, sout.String())
 	}
 	t.Logf("client ran %v:\n%s\nserver:\n%s", took, cbuf.String(), sout.String())
-	if took > 10*time.Second {
-		t.Errorf("a 1-second run took %v", took)
-	}
 	return cr, s.r
 }
 
@@ -819,8 +819,8 @@ func TestRunInterrupted(t *testing.T) {
 					!strings.HasPrefix(err.Error(), want) {
 					t.Errorf("Run: %v, want %q...", err, want)
 				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("Run did not return 10 s after its context ended")
+			case <-time.After(testenv.Slow):
+				t.Fatalf("Run did not return %v after its context ended", testenv.Slow)
 			}
 		})
 	}

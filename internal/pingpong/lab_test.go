@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,11 +21,12 @@ import (
 	"github.com/goroce/goroce/wire"
 )
 
-// capture runs tcpdump on the lab bridge until stop is called; it returns the file.
-func startCapture(t *testing.T, l *lab.Lab) (string, func()) {
+// startCapture runs tcpdump on the lab bridge until stop is called; it
+// returns the file.
+func startCapture(t *testing.T, l *lab.Lab) (file string, stop func()) {
 	_, err := exec.LookPath("tcpdump")
 	testenv.Require(t, err == nil, "tcpdump")
-	file := filepath.Join(t.TempDir(), "lab.pcap")
+	file = filepath.Join(t.TempDir(), "lab.pcap")
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := l.Command(ctx, "tcpdump", "-i", lab.Bridge, "-s", "0", "-U", "-w", file, "udp port 4791")
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
@@ -35,15 +35,21 @@ func startCapture(t *testing.T, l *lab.Lab) (string, func()) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// Wait until tcpdump listens.
-	for i := 0; i < 100 && !strings.Contains(out.String(), "listening"); i++ {
-		time.Sleep(50 * time.Millisecond)
+	// -U writes each packet as it comes; SIGINT ends tcpdump after the one
+	// it is writing.
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			cmd.Wait()
+		})
 	}
-	return file, func() {
-		time.Sleep(200 * time.Millisecond)
-		cancel()
-		cmd.Wait()
+	t.Cleanup(stop)
+	if !testenv.Poll(testenv.Slow, func() bool { return strings.Contains(out.String(), "listening") }) {
+		stop()
+		t.Fatalf("tcpdump does not listen:\n%s", out)
 	}
+	return file, stop
 }
 
 // TestLabInterop runs goroce's pingpong against rdma-core's ibv_*_pingpong
@@ -54,9 +60,7 @@ func TestLabInterop(t *testing.T) {
 	l := lab.Start(t)
 	d := l.OpenDevice(t, host.VersionsV2)
 	vm := lab.VM1
-	// A pingpong left over from an earlier, interrupted run would answer our
-	// exchange with a stale QP.
-	l.Exec(vm, "killall ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong 2>/dev/null; true")
+	l.Exec(vm, killPingpong)
 	before := l.Counters(t, vm)
 	file, stopCapture := startCapture(t, l)
 	for _, fam := range []string{"IPv4", "IPv6"} {
@@ -75,54 +79,12 @@ func TestLabInterop(t *testing.T) {
 				for _, role := range []string{"client", "server"} {
 					name := fmt.Sprintf("%s/%s/%d/goroce-%s", fam, typ, size, role)
 					t.Run(name, func(t *testing.T) {
-						ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-						defer cancel()
 						c := pingpong.Config{Type: typ, GIDIndex: gOurs, Size: size, Iters: 5, Out: &strings.Builder{}}
 						args := fmt.Sprintf("-d rxe0 -g %d -n 5 -s %d", gTheirs, size)
 						if role == "client" {
-							l.MustExec(t, vm, fmt.Sprintf("killall ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong 2>/dev/null; (timeout 80 %s %s; echo EXIT $?) > /tmp/pp.log 2>&1 &", tool, args))
-							c.Server = vm.Mgmt
-							// Dial from inside roce-host: the lab's addresses exist only there.
-							c.Dial = func(ctx context.Context, network, addr string) (conn net.Conn, err error) {
-								err = l.Do(func() (err error) {
-									var d net.Dialer
-									conn, err = d.DialContext(ctx, network, addr)
-									return err
-								})
-								return conn, err
-							}
-							var err error
-							for try := 0; try < 50; try++ { // until the server listens
-								if err = pingpong.Run(ctx, d.Device, c); err == nil || !strings.Contains(err.Error(), "Couldn't connect") {
-									break
-								}
-								time.Sleep(200 * time.Millisecond)
-							}
-							if err != nil {
-								t.Fatalf("goroce client: %v\n%s", err, c.Out)
-							}
-							log := l.WaitExit(vm, "/tmp/pp.log", 100)
-							if !strings.Contains(log, "EXIT 0") {
-								t.Fatalf("%s server:\n%s", tool, log)
-							}
+							goroceClient(t, l, vm, d, c, tool, args)
 						} else {
-							var ln net.Listener
-							if err := l.Do(func() (err error) {
-								ln, err = net.Listen("tcp", lab.HostMgmt+":18515")
-								return err
-							}); err != nil {
-								t.Fatal(err)
-							}
-							c.Listener = ln
-							errc := make(chan error, 1)
-							go func() { errc <- pingpong.Run(ctx, d.Device, c) }()
-							out, rc, err := l.Exec(vm, fmt.Sprintf("timeout 80 %s %s %s", tool, args, lab.HostMgmt))
-							if err != nil || rc != 0 {
-								t.Errorf("%s client: exit %d %v\n%s", tool, rc, err, out)
-							}
-							if err := <-errc; err != nil {
-								t.Fatalf("goroce server: %v\n%s", err, c.Out)
-							}
+							goroceServer(t, l, vm, d, c, tool, args)
 						}
 					})
 				}
@@ -150,6 +112,49 @@ func TestLabInterop(t *testing.T) {
 	t.Logf("rxe counters after: %v", after)
 	t.Logf("goroce counters: %v", ours)
 	verifyCapture(t, file)
+}
+
+// killPingpong ends any pingpong left in a VM by an interrupted run: it
+// would answer the next run's exchange with a stale QP.
+const killPingpong = "killall ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong 2>/dev/null; true"
+
+// pingpongLimit bounds a pingpong's run in the VM (timeout(1)); goroce's
+// side has a little longer.
+const pingpongLimit = 80 * time.Second
+
+// goroceClient runs tool (ibv_*_pingpong) with args as the server in vm and
+// goroce's pingpong c against it, retrying while the tool does not listen
+// yet: both succeed.
+func goroceClient(t *testing.T, l *lab.Lab, vm lab.VM, d *host.Device, c pingpong.Config, tool, args string) {
+	ctx, cancel := context.WithTimeout(context.Background(), pingpongLimit+10*time.Second)
+	defer cancel()
+	l.Exec(vm, killPingpong)
+	job := l.Background(t, vm, "/tmp/pp.log", pingpongLimit, tool+" "+args)
+	c.Server, c.Dial = vm.Mgmt, l.DialContext // the exchange, from inside roce-host
+	err := lab.UntilListening(ctx, job, "Couldn't connect", func() error { return pingpong.Run(ctx, d.Device, c) })
+	if err != nil {
+		t.Fatalf("goroce client: %v\n%s", err, c.Out)
+	}
+	if log := job.Wait(); !strings.Contains(log, "EXIT 0") {
+		t.Fatalf("%s server:\n%s", tool, log)
+	}
+}
+
+// goroceServer runs goroce's pingpong c as the server and tool with args
+// as the client in vm against it: both succeed.
+func goroceServer(t *testing.T, l *lab.Lab, vm lab.VM, d *host.Device, c pingpong.Config, tool, args string) {
+	ctx, cancel := context.WithTimeout(context.Background(), pingpongLimit+10*time.Second)
+	defer cancel()
+	c.Listener = l.Listen(t, lab.HostMgmt+":18515")
+	errc := make(chan error, 1)
+	go func() { errc <- pingpong.Run(ctx, d.Device, c) }()
+	out, rc, err := l.Exec(vm, fmt.Sprintf("timeout %d %s %s %s", int(pingpongLimit.Seconds()), tool, args, lab.HostMgmt))
+	if err != nil || rc != 0 {
+		t.Errorf("%s client: exit %d %v\n%s", tool, rc, err, out)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("goroce server: %v\n%s", err, c.Out)
+	}
 }
 
 // verifyCapture checks every RoCE packet of the capture: it parses and its

@@ -62,55 +62,11 @@ func TestLabRping(t *testing.T) {
 			ours, theirs = lab.HostIPv6, vm.IPv6
 		}
 		for _, size := range []int{64, 4096} {
-			const count = 3
 			t.Run(fmt.Sprintf("%s/%d/goroce-client", fam, size), func(t *testing.T) {
-				ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-				defer cancel()
-				l.MustExec(t, vm, fmt.Sprintf("killall rping 2>/dev/null; (timeout 80 rping -s -a %s -v -S %d -C %d 2>/tmp/rping.err; echo EXIT $?) > /tmp/rping.log 2>&1 &", theirs, size, count))
-				var out, errs strings.Builder
-				var err error
-				for try := 0; try < 50; try++ { // until the server listens
-					out.Reset()
-					errs.Reset()
-					err = rping.Run(ctx, cm, rping.Config{Addr: netip.AddrPortFrom(netip.MustParseAddr(theirs), 0),
-						Count: count, Size: size, Verbose: true, Validate: true, Out: &out, Err: &errs})
-					if err == nil || !strings.Contains(err.Error(), "REJECTED") {
-						break
-					}
-					time.Sleep(200 * time.Millisecond)
-				}
-				if err != nil {
-					t.Fatalf("goroce client: %v\n%s", err, errs.String())
-				}
-				if want := pingLines("ping data: ", count, size); out.String() != want {
-					t.Errorf("goroce client printed\n%s\nwant\n%s", out.String(), want)
-				}
-				log := l.WaitExit(vm, "/tmp/rping.log", 600)
-				if !strings.Contains(log, pingLines("server ping data: ", count, size)) || !strings.Contains(log, "EXIT 0") {
-					stderr, _, _ := l.Exec(vm, "cat /tmp/rping.err")
-					t.Errorf("rping -s printed:\n%s\nand on stderr:\n%s", log, stderr)
-				}
+				goroceClient(t, l, vm, cm, theirs, size)
 			})
 			t.Run(fmt.Sprintf("%s/%d/goroce-server", fam, size), func(t *testing.T) {
-				ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-				defer cancel()
-				var out, errs strings.Builder
-				errc := make(chan error, 1)
-				go func() {
-					errc <- rping.Run(ctx, cm, rping.Config{Server: true, Addr: netip.AddrPortFrom(netip.MustParseAddr(ours), 0),
-						Size: size, Verbose: true, Out: &out, Err: &errs})
-				}()
-				time.Sleep(100 * time.Millisecond) // the listener is bound before Run blocks; be generous
-				log, rc, err := l.Exec(vm, fmt.Sprintf("timeout 80 rping -c -a %s -v -V -S %d -C %d 2>/dev/null", ours, size, count))
-				if err != nil || rc != 0 || !strings.Contains(log, pingLines("ping data: ", count, size)) {
-					t.Errorf("rping -c: exit %d %v\n%s", rc, err, log)
-				}
-				if err := <-errc; err != nil {
-					t.Fatalf("goroce server: %v\n%s", err, errs.String())
-				}
-				if want := pingLines("server ping data: ", count, size); out.String() != want {
-					t.Errorf("goroce server printed\n%s\nwant\n%s", out.String(), want)
-				}
+				goroceServer(t, l, vm, cm, ours, size)
 			})
 		}
 	}
@@ -119,5 +75,79 @@ func TestLabRping(t *testing.T) {
 		if after[k] != before[k] {
 			t.Errorf("rxe counter %s moved from %d to %d", k, before[k], after[k])
 		}
+	}
+}
+
+// labPings is how many pings each lab run sends (-C).
+const labPings = 3
+
+// rpingLimit bounds an rping's run in the VM (timeout(1)); goroce's side
+// has a little longer.
+const rpingLimit = 80 * time.Second
+
+// goroceClient runs rping -s on theirs in vm and goroce's client against
+// it, retrying while rping does not listen yet: both print every ping of
+// size bytes, and rping exits 0.
+func goroceClient(t *testing.T, l *lab.Lab, vm lab.VM, cm *rdmacm.CM, theirs string, size int) {
+	ctx, cancel := context.WithTimeout(context.Background(), rpingLimit+10*time.Second)
+	defer cancel()
+	l.Exec(vm, "killall rping 2>/dev/null; true")
+	job := l.Background(t, vm, "/tmp/rping.log", rpingLimit,
+		fmt.Sprintf("rping -s -a %s -v -S %d -C %d 2>/tmp/rping.err", theirs, size, labPings))
+	var out, errs strings.Builder
+	err := lab.UntilListening(ctx, job, "REJECTED", func() error {
+		out.Reset()
+		errs.Reset()
+		return rping.Run(ctx, cm, rping.Config{Addr: netip.AddrPortFrom(netip.MustParseAddr(theirs), 0),
+			Count: labPings, Size: size, Verbose: true, Validate: true, Out: &out, Err: &errs})
+	})
+	if err != nil {
+		t.Fatalf("goroce client: %v\n%s", err, errs.String())
+	}
+	if want := pingLines("ping data: ", labPings, size); out.String() != want {
+		t.Errorf("goroce client printed\n%s\nwant\n%s", out.String(), want)
+	}
+	log := job.Wait()
+	if !strings.Contains(log, pingLines("server ping data: ", labPings, size)) || !strings.Contains(log, "EXIT 0") {
+		stderr, _, _ := l.Exec(vm, "cat /tmp/rping.err")
+		t.Errorf("rping -s printed:\n%s\nand on stderr:\n%s", log, stderr)
+	}
+}
+
+// goroceServer runs goroce's server on ours and, once it listens, rping -c
+// in vm against it: both print every ping of size bytes, and rping exits 0.
+func goroceServer(t *testing.T, l *lab.Lab, vm lab.VM, cm *rdmacm.CM, ours string, size int) {
+	ctx, cancel := context.WithTimeout(context.Background(), rpingLimit+10*time.Second)
+	defer cancel()
+	var out, errs strings.Builder
+	errc := make(chan error, 1)
+	go func() {
+		errc <- rping.Run(ctx, cm, rping.Config{Server: true, Addr: netip.AddrPortFrom(netip.MustParseAddr(ours), 0),
+			Size: size, Verbose: true, Out: &out, Err: &errs})
+	}()
+	listening := func() bool {
+		for _, id := range cm.IDs(nil) {
+			if id.State == "LISTEN" && id.Src == netip.AddrPortFrom(netip.MustParseAddr(ours), rping.DefaultPort) {
+				return true
+			}
+		}
+		return false
+	}
+	for !listening() {
+		select {
+		case err := <-errc:
+			t.Fatalf("goroce server ended before it listened: %v\n%s", err, errs.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	log, rc, err := l.Exec(vm, fmt.Sprintf("timeout %d rping -c -a %s -v -V -S %d -C %d 2>/dev/null", int(rpingLimit.Seconds()), ours, size, labPings))
+	if err != nil || rc != 0 || !strings.Contains(log, pingLines("ping data: ", labPings, size)) {
+		t.Errorf("rping -c: exit %d %v\n%s", rc, err, log)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("goroce server: %v\n%s", err, errs.String())
+	}
+	if want := pingLines("server ping data: ", labPings, size); out.String() != want {
+		t.Errorf("goroce server printed\n%s\nwant\n%s", out.String(), want)
 	}
 }

@@ -35,6 +35,25 @@ func pair(t *testing.T, net string) (a, b *rdmacm.CM, ipA, ipB netip.Addr) {
 	return
 }
 
+// waitListening waits until cm has an ID listening on addr (the server
+// Run in srvDone's goroutine is ready for a client), failing t if that
+// server ends first.
+func waitListening(t *testing.T, cm *rdmacm.CM, addr netip.AddrPort, srvDone chan error) {
+	t.Helper()
+	for {
+		for _, id := range cm.IDs(nil) {
+			if id.State == "LISTEN" && id.Src == addr {
+				return
+			}
+		}
+		select {
+		case err := <-srvDone:
+			t.Fatalf("the server ended before it listened on %v: %v", addr, err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
 // TestPing runs the server on one device and the client on the other,
 // with -v and -V, on every network, and checks both print what rping
 // prints for every ping.
@@ -52,16 +71,8 @@ func TestPing(t *testing.T) {
 				}()
 				// The client may try before the server listens: rping
 				// users retry; the test waits for the listener instead.
-				var err error
-				for i := 0; i < 100; i++ {
-					cout.Reset()
-					cerr.Reset()
-					err = Run(ctx, b, Config{Addr: netip.AddrPortFrom(ipA, 0), Count: 5, Size: size, Verbose: true, Validate: true, Out: &cout, Err: &cerr})
-					if err == nil || !strings.Contains(err.Error(), "REJECTED") {
-						break
-					}
-					time.Sleep(20 * time.Millisecond)
-				}
+				waitListening(t, a, netip.AddrPortFrom(ipA, DefaultPort), srvDone)
+				err := Run(ctx, b, Config{Addr: netip.AddrPortFrom(ipA, 0), Count: 5, Size: size, Verbose: true, Validate: true, Out: &cout, Err: &cerr})
 				if err != nil {
 					t.Fatalf("size %d: client: %v\n%s", size, err, cerr.String())
 				}
@@ -145,14 +156,8 @@ func TestSizeMismatch(t *testing.T) {
 	defer cancel()
 	srvDone := make(chan error, 1)
 	go func() { srvDone <- Run(ctx, a, Config{Server: true, Addr: netip.AddrPortFrom(ipA, 0)}) }()
-	var err error
-	for i := 0; i < 100; i++ {
-		err = Run(ctx, b, Config{Addr: netip.AddrPortFrom(ipA, 0), Count: 2, Size: 4000})
-		if err == nil || !strings.Contains(err.Error(), "REJECTED") {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitListening(t, a, netip.AddrPortFrom(ipA, DefaultPort), srvDone)
+	err := Run(ctx, b, Config{Addr: netip.AddrPortFrom(ipA, 0), Count: 2, Size: 4000})
 	if err == nil || !strings.Contains(err.Error(), "the server disconnected after 0 of 2 pings") {
 		t.Errorf("client: %v", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // InCI reports whether the tests run in CI (the environment variable CI is "true").
@@ -80,4 +81,24 @@ func Tshark(t testing.TB) string {
 func Root(t testing.TB) {
 	t.Helper()
 	Require(t, os.Geteuid() == 0, "root privileges")
+}
+
+// Slow is the bound for waits on things that take a moment on an idle
+// machine and seconds on a loaded one (a 2-core CI host shared with
+// compiles, emulated VMs): a wait polls for its condition, and gives up
+// only after Slow, a time no healthy run comes near.
+const Slow = 2 * time.Minute
+
+// Poll calls cond every 50 ms until it returns true or within has passed,
+// and reports whether it returned true. For waits on a condition with no
+// event to wait on (a file's contents, a process's output).
+func Poll(within time.Duration, cond func() bool) bool {
+	for end := time.Now().Add(within); ; time.Sleep(50 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+		if time.Now().After(end) {
+			return false
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/testenv"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/fabric"
 	"github.com/goroce/goroce/wire"
@@ -14,7 +15,7 @@ import (
 type slowSend struct{ link.Link }
 
 func (s slowSend) Send(pkts []link.Packet) (int, error) {
-	time.Sleep(15 * time.Millisecond) // less than the sender's 8 local ACK timeouts of 4 ms
+	time.Sleep(15 * time.Millisecond)
 	return s.Link.Send(pkts)
 }
 
@@ -29,7 +30,15 @@ func TestCloseSendsTheLastACK(t *testing.T) {
 		}
 		return l
 	}
-	defer func() { wrapLink = nil }()
+	// A 1 s local ACK timeout, not rcPair's 4 ms: the SEND is the QP's
+	// first message, and until a peer has answered, retry_cnt 7 is spent
+	// (comp.go's spendRetry), so a loaded machine that delays the slow ACK
+	// past 8 timeouts of 4 ms would fail the SEND for no fault of Close.
+	// Without the last ACK the SEND still fails, after 8 s. (Not in
+	// virtual time: Close waits on a mutex the slow Send holds, which
+	// synctest does not count as durably blocked.)
+	rcPairTimeout = 18
+	defer func() { wrapLink, rcPairTimeout = nil, 10 }()
 	a, b, _ := rcPair(t, QPTypeRC, fabric.Faults{}, wire.RoCEv2)
 	defer a.dev.Close()
 	rbuf := make([]byte, 64)
@@ -43,7 +52,7 @@ func TestCloseSendsTheLastACK(t *testing.T) {
 	if err := a.qp.PostSend(SendWR{WRID: 2, Opcode: WRSend, Flags: SendSignaled | SendInline, InlineData: []byte("last")}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Slow)
 	defer cancel()
 	var wc [1]WC
 	if n, err := b.cq.PollWait(ctx, wc[:]); err != nil || n != 1 || wc[0].Status != WCSuccess {

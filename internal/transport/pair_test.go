@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/netip"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/goroce/goroce/internal/mem"
@@ -113,71 +114,73 @@ func poll(t testing.TB, cq *CQ) WC {
 }
 
 func TestSmokeRC(t *testing.T) {
-	a, b, _ := rcPair(t, QPTypeRC, fabric.Faults{}, wire.RoCEv2)
-	bufA := make([]byte, 1<<16)
-	bufB := make([]byte, 1<<16)
-	mrA, _ := a.pd.RegMR(bufA, mem.LocalWrite)
-	mrB, err := b.pd.RegMR(bufB, mem.LocalWrite|mem.RemoteWrite|mem.RemoteRead|mem.RemoteAtomic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range bufA {
-		bufA[i] = byte(i * 7)
-	}
-	// SEND 5000 bytes.
-	if err := b.qp.PostRecv(RecvWR{WRID: 1, SGList: []SGE{mrB.SGE(0, 8192)}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.qp.PostSend(SendWR{WRID: 2, Opcode: WRSend, Flags: SendSignaled, SGList: []SGE{mrA.SGE(0, 5000)}}); err != nil {
-		t.Fatal(err)
-	}
-	if wc := poll(t, a.cq); wc.Status != WCSuccess || wc.WRID != 2 {
-		t.Fatalf("send: %v", &wc)
-	}
-	if wc := poll(t, b.cq); wc.Status != WCSuccess || wc.ByteLen != 5000 {
-		t.Fatalf("recv: %v", &wc)
-	}
-	if !bytes.Equal(bufA[:5000], bufB[:5000]) {
-		t.Fatal("SEND data differs")
-	}
-	// WRITE 10000 bytes at offset 10000.
-	if err := a.qp.PostSend(SendWR{WRID: 3, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: []SGE{mrA.SGE(100, 10000)},
-		RemoteAddr: mrB.Addr() + 10000, RKey: mrB.RKey()}); err != nil {
-		t.Fatal(err)
-	}
-	if wc := poll(t, a.cq); wc.Status != WCSuccess {
-		t.Fatalf("write: %v", &wc)
-	}
-	if !bytes.Equal(bufA[100:10100], bufB[10000:20000]) {
-		t.Fatal("WRITE data differs")
-	}
-	// READ it back into A at 30000.
-	if err := a.qp.PostSend(SendWR{WRID: 4, Opcode: WRRDMARead, Flags: SendSignaled, SGList: []SGE{mrA.SGE(30000, 10000)},
-		RemoteAddr: mrB.Addr() + 10000, RKey: mrB.RKey()}); err != nil {
-		t.Fatal(err)
-	}
-	if wc := poll(t, a.cq); wc.Status != WCSuccess || wc.ByteLen != 10000 {
-		t.Fatalf("read: %v", &wc)
-	}
-	if !bytes.Equal(bufA[100:10100], bufA[30000:40000]) {
-		t.Fatal("READ data differs")
-	}
-	// FETCH_ADD at B+40000.
-	if err := a.qp.PostSend(SendWR{WRID: 5, Opcode: WRAtomicFetchAndAdd, Flags: SendSignaled, SGList: []SGE{mrA.SGE(50000, 8)},
-		RemoteAddr: mrB.Addr() + 40000, RKey: mrB.RKey(), CompareAdd: 5}); err != nil {
-		t.Fatal(err)
-	}
-	if wc := poll(t, a.cq); wc.Status != WCSuccess {
-		t.Fatalf("fadd: %v", &wc)
-	}
-	// Bad rkey.
-	if err := a.qp.PostSend(SendWR{WRID: 6, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: []SGE{mrA.SGE(0, 10)},
-		RemoteAddr: mrB.Addr(), RKey: mrB.RKey() + 1}); err != nil {
-		t.Fatal(err)
-	}
-	if wc := poll(t, a.cq); wc.Status != WCRemAccessErr {
-		t.Fatalf("bad rkey: %v", &wc)
-	} else {
-		t.Logf("bad rkey: %v", &wc)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		a, b, _ := rcPair(t, QPTypeRC, fabric.Faults{}, wire.RoCEv2)
+		bufA := make([]byte, 1<<16)
+		bufB := make([]byte, 1<<16)
+		mrA, _ := a.pd.RegMR(bufA, mem.LocalWrite)
+		mrB, err := b.pd.RegMR(bufB, mem.LocalWrite|mem.RemoteWrite|mem.RemoteRead|mem.RemoteAtomic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range bufA {
+			bufA[i] = byte(i * 7)
+		}
+		// SEND 5000 bytes.
+		if err := b.qp.PostRecv(RecvWR{WRID: 1, SGList: []SGE{mrB.SGE(0, 8192)}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.qp.PostSend(SendWR{WRID: 2, Opcode: WRSend, Flags: SendSignaled, SGList: []SGE{mrA.SGE(0, 5000)}}); err != nil {
+			t.Fatal(err)
+		}
+		if wc := poll(t, a.cq); wc.Status != WCSuccess || wc.WRID != 2 {
+			t.Fatalf("send: %v", &wc)
+		}
+		if wc := poll(t, b.cq); wc.Status != WCSuccess || wc.ByteLen != 5000 {
+			t.Fatalf("recv: %v", &wc)
+		}
+		if !bytes.Equal(bufA[:5000], bufB[:5000]) {
+			t.Fatal("SEND data differs")
+		}
+		// WRITE 10000 bytes at offset 10000.
+		if err := a.qp.PostSend(SendWR{WRID: 3, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: []SGE{mrA.SGE(100, 10000)},
+			RemoteAddr: mrB.Addr() + 10000, RKey: mrB.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+		if wc := poll(t, a.cq); wc.Status != WCSuccess {
+			t.Fatalf("write: %v", &wc)
+		}
+		if !bytes.Equal(bufA[100:10100], bufB[10000:20000]) {
+			t.Fatal("WRITE data differs")
+		}
+		// READ it back into A at 30000.
+		if err := a.qp.PostSend(SendWR{WRID: 4, Opcode: WRRDMARead, Flags: SendSignaled, SGList: []SGE{mrA.SGE(30000, 10000)},
+			RemoteAddr: mrB.Addr() + 10000, RKey: mrB.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+		if wc := poll(t, a.cq); wc.Status != WCSuccess || wc.ByteLen != 10000 {
+			t.Fatalf("read: %v", &wc)
+		}
+		if !bytes.Equal(bufA[100:10100], bufA[30000:40000]) {
+			t.Fatal("READ data differs")
+		}
+		// FETCH_ADD at B+40000.
+		if err := a.qp.PostSend(SendWR{WRID: 5, Opcode: WRAtomicFetchAndAdd, Flags: SendSignaled, SGList: []SGE{mrA.SGE(50000, 8)},
+			RemoteAddr: mrB.Addr() + 40000, RKey: mrB.RKey(), CompareAdd: 5}); err != nil {
+			t.Fatal(err)
+		}
+		if wc := poll(t, a.cq); wc.Status != WCSuccess {
+			t.Fatalf("fadd: %v", &wc)
+		}
+		// Bad rkey.
+		if err := a.qp.PostSend(SendWR{WRID: 6, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: []SGE{mrA.SGE(0, 10)},
+			RemoteAddr: mrB.Addr(), RKey: mrB.RKey() + 1}); err != nil {
+			t.Fatal(err)
+		}
+		if wc := poll(t, a.cq); wc.Status != WCRemAccessErr {
+			t.Fatalf("bad rkey: %v", &wc)
+		} else {
+			t.Logf("bad rkey: %v", &wc)
+		}
+	})
 }

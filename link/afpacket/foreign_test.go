@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/nettest"
+	"github.com/goroce/goroce/internal/testenv"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/wire"
 	"github.com/goroce/goroce/wire/mad"
@@ -126,10 +127,10 @@ func TestV1OnlyDropsV2(t *testing.T) {
 	var res result
 	select {
 	case res = <-done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Slow):
 		b.Close()
 		<-done
-		t.Fatal("the RoCE v1 packet did not arrive within 10 s")
+		t.Fatalf("the RoCE v1 packet did not arrive within %v", testenv.Slow)
 	}
 	if res.err != nil {
 		t.Fatal(res.err)

@@ -86,7 +86,7 @@ func testChecksums(t *testing.T, v6, noGSO, priv bool) {
 	}
 	var got []link.Packet
 	// A receiver that drops them would wait forever: closing it ends Recv.
-	stop := time.AfterFunc(10*time.Second, func() { b.Close() })
+	stop := time.AfterFunc(testenv.Slow, func() { b.Close() })
 	for len(got) < len(want) {
 		bufs := linktest.NewBuffers(64)
 		n, err := b.Recv(bufs)

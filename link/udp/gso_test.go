@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os/exec"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -106,10 +107,10 @@ func testGSO(t *testing.T, v6, priv bool, rxBatch int, steady bool) {
 	}
 	total := 0
 	recvd := make(chan result, 1)
+	var nGot atomic.Int64 // packets receive has so far
 	receive := func() {
 		var got []link.Packet
-		deadline := time.Now().Add(10 * time.Second)
-		for len(got) < total && time.Now().Before(deadline) {
+		for len(got) < total {
 			bufs := linktest.NewBuffers(rxBatch)
 			n, err := b.Recv(bufs)
 			if err != nil {
@@ -117,6 +118,7 @@ func testGSO(t *testing.T, v6, priv bool, rxBatch int, steady bool) {
 				return
 			}
 			got = append(got, bufs[:n]...)
+			nGot.Store(int64(len(got)))
 		}
 		recvd <- result{got, nil}
 	}
@@ -126,8 +128,11 @@ func testGSO(t *testing.T, v6, priv bool, rxBatch int, steady bool) {
 		go receive()
 	}
 	for r := range rounds {
-		if steady {
-			time.Sleep(5 * time.Millisecond) // let the receiver catch up
+		// Steady: the receiver has caught up with the rounds before this
+		// one (waiting for that, not for a time that a loaded machine
+		// can overrun).
+		if steady && !testenv.Poll(testenv.Slow, func() bool { return nGot.Load() >= int64(len(want)) }) {
+			t.Fatalf("before round %d: received %d of %d packets", r, nGot.Load(), len(want))
 		}
 		// 17 WRITE packets (one GSO message of 16 would exceed 64 KB), then
 		// 40 tiny SENDs; the third round in engine-sized batches.
@@ -147,7 +152,13 @@ func testGSO(t *testing.T, v6, priv bool, rxBatch int, steady bool) {
 	if !steady {
 		go receive()
 	}
-	res := <-recvd
+	var res result
+	select {
+	case res = <-recvd:
+	case <-time.After(testenv.Slow): // a receiver that lost packets would wait forever
+		b.Close()
+		res = <-recvd
+	}
 	got := res.got
 	if res.err != nil {
 		t.Fatal(res.err)
@@ -244,9 +255,11 @@ func TestGSOSegmentIDs(t *testing.T) {
 		}
 	}
 	// capture returns the IPv4 packets to port 4791 the capture holds, with
-	// their virtio-net headers.
+	// their virtio-net headers: it waits for the first frame, then reads
+	// until none comes for SO_RCVTIMEO.
 	capture := func() (ips [][]byte, vnets [][]byte) {
 		t.Helper()
+		waitReadable(t, capfd)
 		buf := make([]byte, 1<<17)
 		for {
 			n, _, err := unix.Recvfrom(capfd, buf, 0)
@@ -264,11 +277,12 @@ func TestGSOSegmentIDs(t *testing.T) {
 			ips, vnets = append(ips, append([]byte(nil), ip...)), append(vnets, append([]byte(nil), f[:vnetLen]...))
 		}
 	}
-	// Resolve the neighbour first, so the GSO message is not queued behind ARP.
+	// Resolve the neighbour first, so the GSO message is not queued behind
+	// ARP: once the warm-up SEND has reached B, it is.
 	warm := writeBatch(l.Headroom(), addr, 0, 2, 1)[2:]
 	l.Send(warm)
-	time.Sleep(50 * time.Millisecond)
 	capture()
+	waitReadable(t, ufd)
 	drain(ufd)
 
 	send()
@@ -321,10 +335,27 @@ func drain(fd int) {
 	}
 }
 
-// segmentIDs reads datagrams from fd until it times out and returns, for
-// each, the IPv4 ID that makes its ICRC right.
+// waitReadable waits until fd has something to read, failing t if nothing
+// comes within testenv.Slow: a frame's first read waits for it, not for
+// a receive timeout a loaded machine can overrun.
+func waitReadable(t *testing.T, fd int) {
+	t.Helper()
+	ok := testenv.Poll(testenv.Slow, func() bool {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 100)
+		return err == nil && n == 1
+	})
+	if !ok {
+		t.Fatalf("nothing arrived on fd %d within %v", fd, testenv.Slow)
+	}
+}
+
+// segmentIDs reads datagrams from fd, once the first has come until none
+// comes for SO_RCVTIMEO, and returns, for each, the IPv4 ID that makes its
+// ICRC right.
 func segmentIDs(t *testing.T, fd int, a link.Addr) []uint16 {
 	t.Helper()
+	waitReadable(t, fd)
 	var s idSolver
 	pred := &Link{cfg: Config{Port: wire.RoCEv2Port}}
 	var ids []uint16
