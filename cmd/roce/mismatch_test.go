@@ -161,7 +161,7 @@ func frameVersions(t *testing.T, file string) (v1, v2 int) {
 func TestRoCEModeProcedure(t *testing.T) {
 	requireFUSE(t)
 	a, b, dir, roceBin := pingHosts(t, "", "")
-	mnt := t.TempDir()
+	mnt := testenv.SharedMountPoint(t)
 	var stderr bytes.Buffer
 	mount := exec.Command(roceBin, "--rundir", dir, "configfs", "mount", mnt)
 	pipe, err := mount.StderrPipe()

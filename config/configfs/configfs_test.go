@@ -72,7 +72,7 @@ func mountTreeWith(t *testing.T, o configfs.Options) (mnt string, tree *config.T
 		}
 	}
 	tree = config.Open(rundir)
-	mnt = t.TempDir() // removed after the unmount below: cleanups run last-first
+	mnt = testenv.SharedMountPoint(t) // removed after the unmount below: cleanups run last-first
 	srv, err := configfs.MountWith(mnt, tree, o)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // InCI reports whether the tests run in CI (the environment variable CI is "true").
@@ -101,4 +103,30 @@ func Poll(within time.Duration, cond func() bool) bool {
 			return false
 		}
 	}
+}
+
+// SharedMountPoint returns an empty directory inside a bind mount of a
+// temporary directory onto itself, made shared (MS_SHARED), unmounted when
+// t ends: where a test mounts a FUSE file system. Other tests and tools on the machine run `ip netns exec`, which
+// copies every mount into a new mount namespace and makes the copies
+// slaves (MS_SLAVE|MS_REC on /): under a private parent the copy of the
+// FUSE mount would keep its connection alive after this test's unmount,
+// which configfs then reports (after 3 s) and aborts. Under a shared
+// parent the unmount propagates to those copies, as it does on a
+// systemd host, whose / is shared.
+func SharedMountPoint(t testing.TB) string {
+	t.Helper()
+	base := t.TempDir()
+	if err := unix.Mount(base, base, "", unix.MS_BIND, ""); err != nil {
+		t.Fatalf("bind mount %s: %v", base, err)
+	}
+	t.Cleanup(func() { unix.Unmount(base, unix.MNT_DETACH) })
+	if err := unix.Mount("", base, "", unix.MS_SHARED, ""); err != nil {
+		t.Fatalf("make %s shared: %v", base, err)
+	}
+	mnt := filepath.Join(base, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return mnt
 }
