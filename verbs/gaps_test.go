@@ -389,7 +389,7 @@ func TestAsyncEventQPFatal(t *testing.T) {
 		p := verbstest.NewPair(t, verbstest.Options{})
 		dst := newCanary(t, p.B.PD, 256, verbs.AccessLocalWrite)
 		s := dst.mr.SGE(0, 256)
-		s.LKey++
+		s.LKey ^= 1
 		mustPostRecv(t, p.B.QP, verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{s}})
 		mustPostSend(t, p.A.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
 			SGList: sgl(source(t, p.A.PD, randBytes(100, 2)), 100)})

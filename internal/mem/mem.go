@@ -6,8 +6,10 @@
 package mem
 
 import (
+	crand "crypto/rand"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"unsafe"
@@ -136,14 +138,21 @@ type Table struct {
 	mu      sync.RWMutex
 	regions map[uint32]*Region // by index (key >> 8); guarded by mu
 	next    uint32             // next index; guarded by mu
-	keygen  uint8              // low 8 bits of new keys; guarded by mu
+	keygen  *rand.ChaCha8      // the low 8 bits of new keys; guarded by mu
 	pds     uint32             // guarded by mu
 	max     int
 }
 
 // NewTable returns an empty table holding at most max regions.
 func NewTable(max int) *Table {
-	return &Table{regions: make(map[uint32]*Region), next: 1, max: max}
+	// The key bits are random, as rxe's (rxe_mr_init takes them from
+	// get_random_bytes through rxe_get_next_key): keys that count up
+	// (0x101, 0x202, … in every run) let a peer guess the rkey of a
+	// region never shared with it. A stream cipher seeded once from the
+	// system's random source makes each draw cheap.
+	var seed [32]byte
+	crand.Read(seed[:])
+	return &Table{regions: make(map[uint32]*Region), next: 1, max: max, keygen: rand.NewChaCha8(seed)}
 }
 
 // AllocPD returns a new protection domain.
@@ -160,7 +169,7 @@ func AddressOf(buf []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.
 
 // Register registers buf in pd with the given access and IOVA (the address
 // remote peers use for buf[0]). Like rxe, a region's lkey and rkey are the
-// same 32-bit number: an index in the upper 24 bits, a generation in the low 8.
+// same 32-bit number: an index in the upper 24 bits, random low 8 bits.
 func (t *Table) Register(pd *PD, buf []byte, iova uint64, access Access) (*Region, error) {
 	if err := access.Validate(); err != nil {
 		return nil, err
@@ -181,8 +190,7 @@ func (t *Table) Register(pd *PD, buf []byte, iova uint64, access Access) (*Regio
 	}
 	idx := t.next
 	t.next++
-	t.keygen++
-	key := idx<<8 | uint32(t.keygen)
+	key := idx<<8 | uint32(t.keygen.Uint64()&0xff)
 	r := &Region{pd: pd, buf: buf, iova: iova, access: access, lkey: key, rkey: key, valid: true}
 	t.regions[idx] = r
 	return r, nil
