@@ -87,6 +87,11 @@ var (
 	ErrRange     = errors.New("range is outside the memory region")
 	ErrAlignment = errors.New("address is not 8-byte aligned")
 	ErrTooMany   = errors.New("too many memory regions")
+	// ErrNotInvalidatable: SEND_WITH_INVALIDATE named a region that may
+	// not be invalidated remotely (rxe_invalidate_mr refuses any MR but a
+	// fast-registration one, IB_MR_TYPE_MEM_REG; a type 2 memory window
+	// is the other kind IBTA §10.6.5 lets a remote invalidate).
+	ErrNotInvalidatable = errors.New("memory region is a user MR (ibv_reg_mr): only fast-registration MRs and type 2 memory windows may be invalidated remotely")
 )
 
 // KeyError says which check failed for which key and range.
@@ -124,6 +129,11 @@ type Region struct {
 	lkey   uint32
 	rkey   uint32
 	valid  bool // guarded by Table.mu; false after Invalidate or Deregister
+	// remoteInv: a SEND_WITH_INVALIDATE may invalidate the region. Only a
+	// fast-registration MR (IB_MR_TYPE_MEM_REG) or a type 2 memory window
+	// may be (IBTA §10.6.5; rxe_invalidate_mr); goroce has neither yet, so
+	// no region sets it.
+	remoteInv bool
 }
 
 func (r *Region) PD() *PD        { return r.pd }
@@ -207,7 +217,11 @@ func (t *Table) Deregister(r *Region) {
 }
 
 // Invalidate makes the region with rkey unusable (SEND_WITH_INVALIDATE,
-// §10.6.5); pd must own it.
+// §10.6.5); pd must own it, and it must be of a kind a remote may
+// invalidate: a region registered with Register never is
+// (ErrNotInvalidatable), as rxe_invalidate_mr refuses any MR whose type is
+// not IB_MR_TYPE_MEM_REG. Otherwise a peer could revoke, with one packet,
+// a region the application never offered for invalidation.
 func (t *Table) Invalidate(pd *PD, rkey uint32) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -217,6 +231,9 @@ func (t *Table) Invalidate(pd *PD, rkey uint32) error {
 	}
 	if r.pd != pd {
 		return &KeyError{Err: ErrBadPD, Key: rkey}
+	}
+	if !r.remoteInv {
+		return &KeyError{Err: ErrNotInvalidatable, Key: rkey}
 	}
 	r.valid = false
 	return nil

@@ -51,6 +51,37 @@ func TestKeysRandom(t *testing.T) {
 	}
 }
 
+// TestInvalidateRefusesUserMR: a region registered with Register (a user
+// MR, ibv_reg_mr) is never invalidated by Invalidate, whatever its access,
+// as rxe_invalidate_mr refuses any MR that is not a fast-registration one;
+// the key, PD and validity checks come first.
+func TestInvalidateRefusesUserMR(t *testing.T) {
+	tb := NewTable(16)
+	pd, other := tb.AllocPD(), tb.AllocPD()
+	for _, acc := range []Access{LocalWrite, LocalWrite | RemoteWrite | RemoteRead | RemoteAtomic | MWBind} {
+		r, err := tb.Register(pd, make([]byte, 64), 0x1000, acc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			pd   *PD
+			key  uint32
+			want error
+		}{
+			{pd, r.RKey(), ErrNotInvalidatable},
+			{other, r.RKey(), ErrBadPD},
+			{pd, r.RKey() ^ 1, ErrBadKey},
+		} {
+			if err := tb.Invalidate(c.pd, c.key); !errors.Is(err, c.want) {
+				t.Errorf("access %v: Invalidate(key %#x): %v, want %v", acc, c.key, err, c.want)
+			}
+		}
+		if _, err := tb.Slice(pd, r.LKey(), true, 0x1000, 64, LocalWrite); err != nil {
+			t.Errorf("access %v: the region no longer works after refused invalidations: %v", acc, err)
+		}
+	}
+}
+
 // TestSliceBounds: every range check of Slice, at the edges: the region's
 // end, below its start, and ranges whose end wraps 2^64.
 func TestSliceBounds(t *testing.T) {

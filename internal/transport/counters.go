@@ -37,6 +37,15 @@ const (
 	RcvdBadOpcode                      // rcvd_bad_opcode: opcode not valid for the QP's type
 	RcvdNoRecvWQE                      // rcvd_no_recv_wqe: UD/UC messages dropped for lack of a receive
 	RetransPkts                        // retrans_pkts: packets sent again
+	// DuplicateRequestDropped counts duplicate READ and FLUSH requests
+	// that repeat no request this QP executed (or that find the responder
+	// busy with too many), dropped (IBTA §9.9.3.1.4 class D): a READ is
+	// executed again only when a requester's retry can explain it.
+	DuplicateRequestDropped // duplicate_request_dropped
+	RcvdBadOpSeq            // rcvd_bad_op_seq: UC packets dropped for continuing no message of their kind
+	RcvdBadRKey             // rcvd_bad_rkey: requests refused for their rkey, PD, access or range (UC: dropped)
+	RcvdBadLength           // rcvd_bad_length: requests refused for a payload or DMA length (UC: dropped)
+	AsyncEventsDropped      // async_events_dropped: events the full async event queue could not hold
 	numCounters
 )
 
@@ -48,6 +57,7 @@ var CounterNames = [numCounters]string{
 	"completer_retry_err", "send_err", "link_downed", "rdma_sends", "rdma_recvs",
 	"rcvd_bad_icrc", "rcvd_bad_header", "rcvd_bad_qp", "rcvd_bad_pkey", "rcvd_bad_qkey",
 	"rcvd_bad_opcode", "rcvd_no_recv_wqe", "retrans_pkts",
+	"duplicate_request_dropped", "rcvd_bad_op_seq", "rcvd_bad_rkey", "rcvd_bad_length", "async_events_dropped",
 }
 
 func (c Counter) String() string { return CounterNames[c] }
