@@ -373,7 +373,9 @@ func (d *Device) receive() {
 	var p wire.Packet
 	prevICRC, prevMal := uint64(0), uint64(0)
 	for {
+		d.sched.rxIdle(true)
 		k, err := d.link.Recv(bufs)
+		d.sched.rxIdle(false)
 		if err != nil {
 			if !errors.Is(err, net.ErrClosed) {
 				d.events.post(AsyncEvent{Type: EventDeviceFatal, Detail: "link receive failed: " + err.Error()})
@@ -406,6 +408,10 @@ func (d *Device) receive() {
 		}
 		out.release()
 		d.rxMu.Unlock()
+		// One turn of the scheduler's per batch received: while packets
+		// keep the receive goroutine busy, the scheduler's goroutine waits
+		// (runSched), and bulk work still moves a burst at a time.
+		d.serveTurn(&out)
 	}
 }
 

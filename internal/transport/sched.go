@@ -9,14 +9,25 @@ package transport
 //
 // Work lives with its QP (respState.pend, reqState.more, guarded by the
 // QP's mutex); the scheduler only holds the order in which QPs get their
-// next turn, each QP at most once. One goroutine per device serves the
-// turns. Linux rxe does the same with a task per QP direction that yields
-// after RXE_MAX_ITERATIONS packets (rxe_task.c), the kernel's work queue
-// taking the QPs in turn.
+// next turn, each QP at most once. Linux rxe does the same with a task per
+// QP direction that yields after RXE_MAX_ITERATIONS packets (rxe_task.c),
+// the kernel's work queue taking the QPs in turn.
+//
+// Turns are served by the receive goroutine, one after each batch of
+// packets it handles, and by the scheduler's goroutine while the receive
+// goroutine waits for packets. The device's data path thus alternates
+// between what arrives (every QP's requests and responses, answered at
+// once: a legitimate request never queues behind another QP's bulk) and
+// one burst of bulk work; with nothing arriving the bulk work has the
+// device to itself. When the scheduler's goroutine ran beside a busy
+// receive goroutine instead, the two competed for the link and the CPU,
+// and a connection doing small operations kept a third of its rate while
+// another QP answered a READ of 256 MiB (bench/'s ReadFairness).
 
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
 )
 
 type sched struct {
@@ -26,13 +37,29 @@ type sched struct {
 	wake chan struct{}
 	quit chan struct{}
 	done chan struct{}
-	// txMu is held while the goroutine serves a turn: Barrier takes it to
-	// order the caller after the memory the turn read (READ sources).
+	// txMu is held while a turn is served: Barrier takes it to order the
+	// caller after the memory the turn read (READ sources).
 	txMu sync.Mutex
+	// idle: the receive goroutine waits for packets; idleCh signals that
+	// it has started to.
+	idle   atomic.Bool
+	idleCh chan struct{}
+}
+
+// rxIdle records whether the receive goroutine waits for packets.
+func (s *sched) rxIdle(idle bool) {
+	s.idle.Store(idle)
+	if idle {
+		select {
+		case s.idleCh <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func (s *sched) init() {
 	s.wake = make(chan struct{}, 1)
+	s.idleCh = make(chan struct{}, 1)
 	s.quit = make(chan struct{})
 	s.done = make(chan struct{})
 }
@@ -75,7 +102,8 @@ func (s *sched) pop() *QP {
 	return q
 }
 
-// run is the scheduler's goroutine: it serves turns until Close.
+// runSched is the scheduler's goroutine: it serves turns while the
+// receive goroutine waits for packets, until Close.
 func (d *Device) runSched() {
 	s := &d.sched
 	defer close(s.done)
@@ -86,16 +114,27 @@ func (d *Device) runSched() {
 		case <-s.quit:
 			return
 		}
-		for d.serveTurn(out) {
+		for {
+			for !s.idle.Load() {
+				// The receive goroutine is handling packets; it serves a
+				// turn itself after each batch.
+				select {
+				case <-s.idleCh:
+				case <-s.quit:
+					return
+				}
+			}
+			if !d.serveTurn(out) {
+				break
+			}
 			select {
 			case <-s.quit:
 				return
 			default:
 			}
-			// Let the receive goroutine and the applications' goroutines
-			// run between turns: on a machine with few cores the turn
-			// loop would otherwise hold one until the Go scheduler
-			// preempts it, and the other QPs' packets wait that long.
+			// Let the other goroutines run between turns: on a machine
+			// with few cores the loop would otherwise hold one until the
+			// Go scheduler preempts it.
 			runtime.Gosched()
 		}
 	}
