@@ -191,8 +191,13 @@ func TestReadFairness(t *testing.T) {
 				e.op(t)
 				ops++
 			}
-			if ops < 10 {
-				t.Errorf("%d legitimate operations completed while the READ was answered, want ≥ 10", ops)
+			// On 41136fb one did, the one posted with the READ request,
+			// after the READ. (With GOMAXPROCS=1 over UDP the count is
+			// lower than with two: a goroutine serving turns keeps Go's
+			// scheduler from polling the network, which then happens every
+			// 10 ms, sysmon's period; see sched.go.)
+			if ops < 5 {
+				t.Errorf("%d legitimate operations completed while the READ was answered, want ≥ 5", ops)
 			}
 			t.Logf("%d legitimate operations completed while 16,384 READ responses went out", ops)
 		})
