@@ -134,7 +134,12 @@ func (d *Device) runSched() {
 			}
 			// Let the other goroutines run between turns: on a machine
 			// with few cores the loop would otherwise hold one until the
-			// Go scheduler preempts it.
+			// Go scheduler preempts it. (Gosched does not make the Go
+			// scheduler poll the network: with GOMAXPROCS=1 a packet for
+			// the receive goroutine waits for sysmon's poll, every 10 ms,
+			// while turns are served; with two Ps or more the idle one
+			// polls. The run-to-completion data path of a later issue,
+			// which receives between bursts, removes the difference.)
 			runtime.Gosched()
 		}
 	}
