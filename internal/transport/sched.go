@@ -41,20 +41,42 @@ type sched struct {
 	// caller after the memory the turn read (READ sources).
 	txMu sync.Mutex
 	// idle: the receive goroutine waits for packets; idleCh signals that
-	// it has started to.
-	idle   atomic.Bool
-	idleCh chan struct{}
+	// it has started to, when the scheduler's goroutine waits for that
+	// (waiting).
+	idle    atomic.Bool
+	waiting atomic.Bool
+	idleCh  chan struct{}
 }
 
 // rxIdle records whether the receive goroutine waits for packets.
 func (s *sched) rxIdle(idle bool) {
 	s.idle.Store(idle)
-	if idle {
+	if idle && s.waiting.Load() {
 		select {
 		case s.idleCh <- struct{}{}:
 		default:
 		}
 	}
+}
+
+// waitIdle returns once the receive goroutine waits for packets, or false
+// at Close. (waiting is set before idle is read again, and rxIdle sets
+// idle before it reads waiting: one of the two sees the other.)
+func (s *sched) waitIdle() bool {
+	for !s.idle.Load() {
+		s.waiting.Store(true)
+		if s.idle.Load() {
+			s.waiting.Store(false)
+			break
+		}
+		select {
+		case <-s.idleCh:
+		case <-s.quit:
+			return false
+		}
+		s.waiting.Store(false)
+	}
+	return true
 }
 
 func (s *sched) init() {
@@ -115,14 +137,10 @@ func (d *Device) runSched() {
 			return
 		}
 		for {
-			for !s.idle.Load() {
-				// The receive goroutine is handling packets; it serves a
-				// turn itself after each batch.
-				select {
-				case <-s.idleCh:
-				case <-s.quit:
-					return
-				}
+			// While the receive goroutine handles packets it serves a
+			// turn itself after each batch.
+			if !s.waitIdle() {
+				return
 			}
 			if !d.serveTurn(out) {
 				break
