@@ -411,7 +411,9 @@ func (d *Device) receive() {
 		// One turn of the scheduler's per batch received: while packets
 		// keep the receive goroutine busy, the scheduler's goroutine waits
 		// (runSched), and bulk work still moves a burst at a time.
-		d.serveTurn(&out)
+		if d.sched.waitingQPs.Load() > 0 {
+			d.serveTurn(&out)
+		}
 	}
 }
 

@@ -34,9 +34,12 @@ type sched struct {
 	mu   sync.Mutex
 	fifo []*QP // guarded by mu: the QPs waiting for a turn, in order
 	head int   // guarded by mu
-	wake chan struct{}
-	quit chan struct{}
-	done chan struct{}
+	// waitingQPs is len(fifo)-head, readable without mu: the receive
+	// goroutine looks at it after every batch.
+	waitingQPs atomic.Int32
+	wake       chan struct{}
+	quit       chan struct{}
+	done       chan struct{}
 	// txMu is held while a turn is served: Barrier takes it to order the
 	// caller after the memory the turn read (READ sources).
 	txMu sync.Mutex
@@ -93,6 +96,7 @@ func (s *sched) push(q *QP) {
 	if !q.queued {
 		q.queued = true
 		s.fifo = append(s.fifo, q)
+		s.waitingQPs.Add(1)
 	}
 	s.mu.Unlock()
 	select {
@@ -111,6 +115,7 @@ func (s *sched) pop() *QP {
 	q := s.fifo[s.head]
 	s.fifo[s.head] = nil
 	s.head++
+	s.waitingQPs.Add(-1)
 	if s.head == len(s.fifo) {
 		s.fifo, s.head = s.fifo[:0], 0
 	} else if s.head >= 1024 && 2*s.head >= len(s.fifo) {
