@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/goroce/goroce/link"
@@ -202,4 +203,58 @@ func TestReadFairness(t *testing.T) {
 			t.Logf("%d legitimate operations completed while 16,384 READ responses went out", ops)
 		})
 	}
+}
+
+// TestReadResponsesBeforeLaterACKs: a READ answered in several bursts, and
+// behind it in the same post a SEND and an RDMA WRITE: the responder's
+// packets leave in PSN order — every READ response before the ACKs of the
+// requests that followed it (an ACK past an outstanding READ tells the
+// requester the READ's responses were lost: IBTA §9.7.5.1.3), and nothing
+// is retried. In virtual time: on a loaded machine a real 67 ms timer
+// fires while the device waits for a CPU, and the retry proves nothing.
+func TestReadResponsesBeforeLaterACKs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var tap *tapLink
+		p := buildPair(t, pairConfig{Options: verbstest.Options{MTU: verbs.MTU1024}, Wrap: tapSide(1, &tap)})
+		const n = 1 << 20 // 1024 responses: sixteen bursts of 64 KiB
+		remote := newCanary(t, p.B.PD, n, allRemote)
+		data := remote.set(0, randBytes(n, 31))
+		local := newCanary(t, p.A.PD, n, verbs.AccessLocalWrite)
+		dst := newCanary(t, p.B.PD, 64, verbs.AccessLocalWrite)
+		mustPostRecv(t, p.B.QP, verbs.RecvWR{WRID: 9, SGList: []verbs.SGE{dst.mr.SGE(0, 64)}})
+		src := source(t, p.A.PD, randBytes(64, 32))
+		mustPostSend(t, p.A.QP,
+			verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, SGList: []verbs.SGE{local.mr.SGE(0, n)},
+				RemoteAddr: remote.addr(0), RKey: remote.mr.RKey()},
+			verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: sgl(src, 64)},
+			verbs.SendWR{WRID: 3, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: sgl(src, 64),
+				RemoteAddr: remote.addr(0), RKey: remote.mr.RKey()})
+		wantOK(t, p.A.CQ, 1, verbs.WCRDMARead)
+		wantOK(t, p.A.CQ, 2, verbs.WCSend)
+		wantOK(t, p.A.CQ, 3, verbs.WCRDMAWrite)
+		wantOK(t, p.B.RCQ, 9, verbs.WCRecv)
+		local.check(t, data)
+		lastResp, firstACK, resps := -1, -1, 0
+		for i, tp := range tap.all() {
+			if tp.rx {
+				continue
+			}
+			switch op := tp.bth().Opcode(); {
+			case op >= wire.TransportRC|wire.OpReadResponseFirst && op <= wire.TransportRC|wire.OpReadResponseOnly:
+				lastResp = i
+				resps++
+			case op == wire.OpcodeRCAcknowledge && firstACK < 0:
+				firstACK = i
+			}
+		}
+		if resps != n/1024 {
+			t.Errorf("%d READ responses sent, want %d", resps, n/1024)
+		}
+		if firstACK < lastResp {
+			t.Errorf("an ACK (packet %d) left before the last READ response (packet %d)", firstACK, lastResp)
+		}
+		if c := counterOf(p.A.QP.Counters(), "completer_retry_err"); c != 0 {
+			t.Errorf("completer_retry_err %d, want 0", c)
+		}
+	})
 }
