@@ -69,7 +69,7 @@ var (
 
 var remoteCases = []remoteCase{
 	{name: "write/wrong-rkey", wr: func(e *protEnv) verbs.SendWR {
-		e.rkey++ // another generation of the same index
+		e.rkey ^= 1 // another key of the same index (the low 8 bits are random)
 		return writeWR(at(0), 100)(e)
 	}},
 	{name: "write/unknown-rkey", wr: func(e *protEnv) verbs.SendWR {
@@ -90,7 +90,7 @@ var remoteCases = []remoteCase{
 		return w
 	}},
 	{name: "read/wrong-rkey", wr: func(e *protEnv) verbs.SendWR {
-		e.rkey++
+		e.rkey ^= 1
 		return readWR(at(0), 100)(e)
 	}},
 	{name: "read/one-byte-past-end", wr: readWR(at(regionLen-100+1), 100)},
@@ -106,7 +106,7 @@ var remoteCases = []remoteCase{
 	{name: "cmp_swp/past-end", wr: atomicWR(verbs.WRAtomicCmpAndSwp, at(regionLen))},
 	{name: "fetch_add/below-start", wr: atomicWR(verbs.WRAtomicFetchAndAdd, at(-8))},
 	{name: "fetch_add/wrong-rkey", wr: func(e *protEnv) verbs.SendWR {
-		e.rkey++
+		e.rkey ^= 1
 		return atomicWR(verbs.WRAtomicFetchAndAdd, at(8))(e)
 	}},
 	{name: "fetch_add/mr-of-another-pd", otherPD: true, wr: atomicWR(verbs.WRAtomicFetchAndAdd, at(8))},
@@ -260,7 +260,7 @@ func TestLocalProtection(t *testing.T) {
 	}{
 		{"send/bad-lkey", func(src *verbs.MR, _, _ *canary) verbs.SendWR {
 			s := src.SGE(0, 100)
-			s.LKey++
+			s.LKey ^= 1
 			return verbs.SendWR{Opcode: verbs.WRSend, SGList: []verbs.SGE{s}}
 		}},
 		{"send/sge-past-region", func(src *verbs.MR, _, _ *canary) verbs.SendWR {
@@ -273,7 +273,7 @@ func TestLocalProtection(t *testing.T) {
 		}},
 		{"write/bad-lkey", func(src *verbs.MR, _, remote *canary) verbs.SendWR {
 			s := src.SGE(0, 3000)
-			s.LKey++
+			s.LKey ^= 1
 			return verbs.SendWR{Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{s}, RemoteAddr: remote.addr(0), RKey: remote.mr.RKey()}
 		}},
 		{"read/target-without-LOCAL_WRITE", func(_ *verbs.MR, noWrite, remote *canary) verbs.SendWR {
@@ -337,7 +337,7 @@ func TestReceiveProtection(t *testing.T) {
 	p := verbstest.NewPair(t, verbstest.Options{})
 	dst := newCanary(t, p.B.PD, 256, verbs.AccessLocalWrite)
 	s := dst.mr.SGE(0, 256)
-	s.LKey++
+	s.LKey ^= 1
 	mustPostRecv(t, p.B.QP, verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{s}}, verbs.RecvWR{WRID: 2})
 	mustPostSend(t, p.A.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: sgl(source(t, p.A.PD, randBytes(100, 1)), 100)})
 	rwc := poll(t, p.B.RCQ)
@@ -359,7 +359,7 @@ func TestUCProtection(t *testing.T) {
 		mrAccess verbs.Access
 		addr     int
 		n        int
-		rkeyAdd  uint32
+		rkeyXor  uint32
 	}{
 		{"wrong-rkey", allRemote, 0, 100, 1},
 		{"one-byte-past-end", allRemote, regionLen - 100 + 1, 100, 0},
@@ -373,7 +373,7 @@ func TestUCProtection(t *testing.T) {
 			data := randBytes(regionLen, 5)
 			src := source(t, p.A.PD, data)
 			mustPostSend(t, p.A.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: sgl(src, c.n),
-				RemoteAddr: uint64(int64(remote.addr(0)) + int64(c.addr)), RKey: remote.mr.RKey() + c.rkeyAdd})
+				RemoteAddr: uint64(int64(remote.addr(0)) + int64(c.addr)), RKey: remote.mr.RKey() ^ c.rkeyXor})
 			wantOK(t, p.A.CQ, 1, verbs.WCRDMAWrite)
 			// A good write and a SEND behind it arrive: the QP still works.
 			good := newCanary(t, p.B.PD, 64, allRemote)

@@ -60,12 +60,12 @@ func TestSendQueueError(t *testing.T) {
 		}},
 		{"UD/bad-lkey", verbs.UD, verbs.WCLocProtErr, false, func(p *verbstest.Pair, src *verbs.MR) verbs.SendWR {
 			s := src.SGE(0, 100)
-			s.LKey++
+			s.LKey ^= 1
 			return udTo(t, p, verbs.SendWR{Opcode: verbs.WRSend, SGList: []verbs.SGE{s}})
 		}},
 		{"UC/bad-lkey", verbs.UC, verbs.WCLocProtErr, false, func(p *verbstest.Pair, src *verbs.MR) verbs.SendWR {
 			s := src.SGE(0, 100)
-			s.LKey++
+			s.LKey ^= 1
 			return verbs.SendWR{Opcode: verbs.WRSend, SGList: []verbs.SGE{s}}
 		}},
 		{"UC/second-packet-bad-lkey", verbs.UC, verbs.WCLocProtErr, true, func(p *verbstest.Pair, src *verbs.MR) verbs.SendWR {
@@ -169,7 +169,7 @@ func TestSendQueueError(t *testing.T) {
 func TestSendQueueErrorRC(t *testing.T) {
 	p := verbstest.NewPair(t, verbstest.Options{})
 	s := source(t, p.A.PD, randBytes(100, 1)).SGE(0, 100)
-	s.LKey++
+	s.LKey ^= 1
 	mustPostSend(t, p.A.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{s}})
 	want(t, poll(t, p.A.CQ), verbs.WCLocProtErr, 1)
 	waitEvent(t, p.A.Dev, verbs.EventQPFatal, p.A.QP.Num())

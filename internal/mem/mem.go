@@ -6,8 +6,10 @@
 package mem
 
 import (
+	crand "crypto/rand"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"unsafe"
@@ -85,6 +87,11 @@ var (
 	ErrRange     = errors.New("range is outside the memory region")
 	ErrAlignment = errors.New("address is not 8-byte aligned")
 	ErrTooMany   = errors.New("too many memory regions")
+	// ErrNotInvalidatable: SEND_WITH_INVALIDATE named a region that may
+	// not be invalidated remotely (rxe_invalidate_mr refuses any MR but a
+	// fast-registration one, IB_MR_TYPE_MEM_REG; a type 2 memory window
+	// is the other kind IBTA §10.6.5 lets a remote invalidate).
+	ErrNotInvalidatable = errors.New("memory region is a user MR (ibv_reg_mr): only fast-registration MRs and type 2 memory windows may be invalidated remotely")
 )
 
 // KeyError says which check failed for which key and range.
@@ -122,6 +129,11 @@ type Region struct {
 	lkey   uint32
 	rkey   uint32
 	valid  bool // guarded by Table.mu; false after Invalidate or Deregister
+	// remoteInv: a SEND_WITH_INVALIDATE may invalidate the region. Only a
+	// fast-registration MR (IB_MR_TYPE_MEM_REG) or a type 2 memory window
+	// may be (IBTA §10.6.5; rxe_invalidate_mr); goroce has neither yet, so
+	// no region sets it.
+	remoteInv bool
 }
 
 func (r *Region) PD() *PD        { return r.pd }
@@ -136,14 +148,21 @@ type Table struct {
 	mu      sync.RWMutex
 	regions map[uint32]*Region // by index (key >> 8); guarded by mu
 	next    uint32             // next index; guarded by mu
-	keygen  uint8              // low 8 bits of new keys; guarded by mu
+	keygen  *rand.ChaCha8      // the low 8 bits of new keys; guarded by mu
 	pds     uint32             // guarded by mu
 	max     int
 }
 
 // NewTable returns an empty table holding at most max regions.
 func NewTable(max int) *Table {
-	return &Table{regions: make(map[uint32]*Region), next: 1, max: max}
+	// The key bits are random, as rxe's (rxe_mr_init takes them from
+	// get_random_bytes through rxe_get_next_key): keys that count up
+	// (0x101, 0x202, … in every run) let a peer guess the rkey of a
+	// region never shared with it. A stream cipher seeded once from the
+	// system's random source makes each draw cheap.
+	var seed [32]byte
+	crand.Read(seed[:])
+	return &Table{regions: make(map[uint32]*Region), next: 1, max: max, keygen: rand.NewChaCha8(seed)}
 }
 
 // AllocPD returns a new protection domain.
@@ -160,7 +179,7 @@ func AddressOf(buf []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.
 
 // Register registers buf in pd with the given access and IOVA (the address
 // remote peers use for buf[0]). Like rxe, a region's lkey and rkey are the
-// same 32-bit number: an index in the upper 24 bits, a generation in the low 8.
+// same 32-bit number: an index in the upper 24 bits, random low 8 bits.
 func (t *Table) Register(pd *PD, buf []byte, iova uint64, access Access) (*Region, error) {
 	if err := access.Validate(); err != nil {
 		return nil, err
@@ -181,8 +200,7 @@ func (t *Table) Register(pd *PD, buf []byte, iova uint64, access Access) (*Regio
 	}
 	idx := t.next
 	t.next++
-	t.keygen++
-	key := idx<<8 | uint32(t.keygen)
+	key := idx<<8 | uint32(t.keygen.Uint64()&0xff)
 	r := &Region{pd: pd, buf: buf, iova: iova, access: access, lkey: key, rkey: key, valid: true}
 	t.regions[idx] = r
 	return r, nil
@@ -199,7 +217,11 @@ func (t *Table) Deregister(r *Region) {
 }
 
 // Invalidate makes the region with rkey unusable (SEND_WITH_INVALIDATE,
-// §10.6.5); pd must own it.
+// §10.6.5); pd must own it, and it must be of a kind a remote may
+// invalidate: a region registered with Register never is
+// (ErrNotInvalidatable), as rxe_invalidate_mr refuses any MR whose type is
+// not IB_MR_TYPE_MEM_REG. Otherwise a peer could revoke, with one packet,
+// a region the application never offered for invalidation.
 func (t *Table) Invalidate(pd *PD, rkey uint32) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -209,6 +231,9 @@ func (t *Table) Invalidate(pd *PD, rkey uint32) error {
 	}
 	if r.pd != pd {
 		return &KeyError{Err: ErrBadPD, Key: rkey}
+	}
+	if !r.remoteInv {
+		return &KeyError{Err: ErrNotInvalidatable, Key: rkey}
 	}
 	r.valid = false
 	return nil

@@ -498,7 +498,7 @@ func (q *QP) onNAK(psn wire.PSN, syn wire.Syndrome, out *txBatch) {
 	var what string
 	switch syn.Value() {
 	case wire.NAKInvalidRequest:
-		status, what = WCRemInvReqErr, "rejected the request as invalid (an opcode it does not support, a misaligned atomic, a length beyond its buffers or the DMA length, or, for a READ or ATOMIC, more of them outstanding than its max_dest_rd_atomic allows: keep this QP's max_rd_atomic at most the peer's max_dest_rd_atomic)"
+		status, what = WCRemInvReqErr, "rejected the request as invalid (an opcode it does not support, a misaligned atomic, a length beyond its buffers or the DMA length, a SEND_WITH_INV naming an rkey it may not invalidate, or, for a READ or ATOMIC, more of them outstanding than its max_dest_rd_atomic allows: keep this QP's max_rd_atomic at most the peer's max_dest_rd_atomic)"
 	case wire.NAKRemoteAccessError:
 		status, what = WCRemAccessErr, "denied access"
 	case wire.NAKRemoteOperationalError:

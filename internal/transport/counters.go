@@ -36,7 +36,16 @@ const (
 	RcvdBadQKey                        // rcvd_bad_qkey
 	RcvdBadOpcode                      // rcvd_bad_opcode: opcode not valid for the QP's type
 	RcvdNoRecvWQE                      // rcvd_no_recv_wqe: UD/UC messages dropped for lack of a receive
-	RetransPkts                        // retrans_pkts: packets sent again
+	// DuplicateRequestDropped counts duplicate READ and FLUSH requests
+	// that repeat no request this QP executed (or that find the responder
+	// busy with too many), dropped (IBTA §9.9.3.1.4 class D): a READ is
+	// executed again only when a requester's retry can explain it.
+	DuplicateRequestDropped // duplicate_request_dropped
+	RcvdBadOpSeq            // rcvd_bad_op_seq: requests out of opcode sequence (UC: dropped)
+	RcvdBadRKey             // rcvd_bad_rkey: requests refused for their rkey, PD, access or range (UC: dropped)
+	RcvdBadLength           // rcvd_bad_length: requests refused for a payload or DMA length (UC: dropped)
+	AsyncEventsDropped      // async_events_dropped: events the full async event queue could not hold
+	RetransPkts             // retrans_pkts: packets sent again
 	numCounters
 )
 
@@ -47,7 +56,9 @@ var CounterNames = [numCounters]string{
 	"send_rnr_err", "rcvd_seq_err", "ack_deferred", "retry_exceeded_err", "retry_rnr_exceeded_err",
 	"completer_retry_err", "send_err", "link_downed", "rdma_sends", "rdma_recvs",
 	"rcvd_bad_icrc", "rcvd_bad_header", "rcvd_bad_qp", "rcvd_bad_pkey", "rcvd_bad_qkey",
-	"rcvd_bad_opcode", "rcvd_no_recv_wqe", "retrans_pkts",
+	"rcvd_bad_opcode", "rcvd_no_recv_wqe",
+	"duplicate_request_dropped", "rcvd_bad_op_seq", "rcvd_bad_rkey", "rcvd_bad_length", "async_events_dropped",
+	"retrans_pkts",
 }
 
 func (c Counter) String() string { return CounterNames[c] }

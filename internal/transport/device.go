@@ -61,11 +61,17 @@ type Device struct {
 	// rxMu is held while the receive goroutine handles a batch: Barrier
 	// takes it to order the caller after everything handled so far.
 	rxMu sync.Mutex
+	// sched gives the QPs with bulk work their turns (sched.go).
+	sched sched
 }
 
 // OpenDevice starts a device on cfg.Link. Close it to stop its receive
-// goroutine and close the link.
-func OpenDevice(cfg Config) (*Device, error) {
+// goroutine and its scheduler's, and close the link.
+func OpenDevice(cfg Config) (*Device, error) { return openDevice(cfg, true) }
+
+// openDevice opens a device; without sched, nothing serves the scheduler's
+// turns but drainSched (tests that step the device themselves).
+func openDevice(cfg Config, sched bool) (*Device, error) {
 	if cfg.Link == nil {
 		return nil, fmt.Errorf("open device %q: no link: %w", cfg.Name, syscall.EINVAL)
 	}
@@ -96,7 +102,13 @@ func OpenDevice(cfg Config) (*Device, error) {
 		}
 	}
 	d.txPool.New = func() any { b := make([]byte, link.MaxFrameSize); return &b }
-	d.events.init()
+	d.events.init(&d.counters[AsyncEventsDropped])
+	d.sched.init()
+	if sched {
+		go d.runSched()
+	} else {
+		close(d.sched.done)
+	}
 	go d.receive()
 	return d, nil
 }
@@ -135,6 +147,8 @@ func (d *Device) Close() error {
 	for _, q := range qps {
 		q.Destroy()
 	}
+	close(d.sched.quit)
+	<-d.sched.done
 	err := d.link.Close()
 	<-d.rxDone
 	d.events.close()
@@ -149,10 +163,15 @@ func (d *Device) Close() error {
 // Go's memory model and race detector do not see as synchronization.
 // Reading such memory after Barrier, or writing it before Barrier, is
 // properly ordered. Completions need no Barrier: polling a CQ orders the
-// reader after what the completion reports.
+// reader after what the completion reports. (The scheduler's goroutine
+// reads READ sources too, for READs answered in several turns: Barrier
+// waits for its turn in progress; a READ whose requester has seen it
+// complete has had its last turn.)
 func (d *Device) Barrier() {
 	d.rxMu.Lock()
 	d.rxMu.Unlock() //nolint:staticcheck // an empty critical section is the point
+	d.sched.txMu.Lock()
+	d.sched.txMu.Unlock() //nolint:staticcheck // likewise
 }
 
 // Observe runs f while the device's receive path stands still, so f may
@@ -354,7 +373,9 @@ func (d *Device) receive() {
 	var p wire.Packet
 	prevICRC, prevMal := uint64(0), uint64(0)
 	for {
+		d.sched.rxIdle(true)
 		k, err := d.link.Recv(bufs)
+		d.sched.rxIdle(false)
 		if err != nil {
 			if !errors.Is(err, net.ErrClosed) {
 				d.events.post(AsyncEvent{Type: EventDeviceFatal, Detail: "link receive failed: " + err.Error()})
@@ -377,11 +398,22 @@ func (d *Device) receive() {
 		// waits for (Close takes rxMu before it closes the link), or the
 		// peer, which has heard from us, retries forever.
 		d.rxMu.Lock()
+		// The batch's responses and the requester runs it triggers may
+		// send burstBytes inline; the rest of any bulk work waits for the
+		// QPs' turns in the scheduler, so a READ of 256 MiB does not hold
+		// the receive goroutine (and every other QP) while it is answered.
+		out.budget, out.unlimited = burstBytes, false
 		for i := range bufs[:k] {
 			d.dispatch(&bufs[i], &p, &out)
 		}
 		out.release()
 		d.rxMu.Unlock()
+		// One turn of the scheduler's per batch received: while packets
+		// keep the receive goroutine busy, the scheduler's goroutine waits
+		// (runSched), and bulk work still moves a burst at a time.
+		if d.sched.waitingQPs.Load() > 0 {
+			d.serveTurn(&out)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 )
 
 // EventType is enum ibv_event_type.
@@ -67,20 +68,41 @@ func (e AsyncEvent) String() string {
 	return s
 }
 
-// eventQueue is an unbounded FIFO: events are rare, and dropping one
-// would be silence where the user most needs a word.
+// eventQueue is a FIFO of at most MaxAsyncEvents events. Events are rare
+// (a QP's errors end it, so each QP reports a handful at most), and the
+// kernel's queue for ibv_get_async_event has no bound; but a bound costs
+// nothing legitimate, and without one every event a peer can cause (there
+// used to be one per bad UC packet) is memory it can make the device hold.
+// An event that does not fit is dropped and counted (async_events_dropped);
+// the last queued event's Detail says that what follows it was dropped, so
+// the reader learns it where the loss is.
 type eventQueue struct {
-	mu     sync.Mutex
-	q      []AsyncEvent // guarded by mu
-	closed bool         // guarded by mu
-	notify chan struct{}
+	mu      sync.Mutex
+	q       []AsyncEvent // guarded by mu
+	closed  bool         // guarded by mu
+	full    bool         // guarded by mu: events have been dropped since the queue last had room
+	notify  chan struct{}
+	dropped *atomic.Uint64 // the port's async_events_dropped
 }
 
-func (e *eventQueue) init() { e.notify = make(chan struct{}, 1) }
+func (e *eventQueue) init(dropped *atomic.Uint64) {
+	e.notify = make(chan struct{}, 1)
+	e.dropped = dropped
+}
 
 func (e *eventQueue) post(ev AsyncEvent) {
 	e.mu.Lock()
-	if !e.closed {
+	switch {
+	case e.closed:
+	case len(e.q) >= MaxAsyncEvents:
+		e.dropped.Add(1)
+		if !e.full {
+			e.full = true
+			last := &e.q[len(e.q)-1]
+			last.Detail += fmt.Sprintf(" [the async event queue is full (%d unread events): the events after this one are dropped and counted in async_events_dropped]", MaxAsyncEvents)
+		}
+	default:
+		e.full = false
 		e.q = append(e.q, ev)
 	}
 	e.mu.Unlock()
@@ -88,6 +110,13 @@ func (e *eventQueue) post(ev AsyncEvent) {
 	case e.notify <- struct{}{}:
 	default:
 	}
+}
+
+// len returns how many events are queued.
+func (e *eventQueue) len() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.q)
 }
 
 func (e *eventQueue) close() {
@@ -105,7 +134,11 @@ func (e *eventQueue) get(ctx context.Context) (AsyncEvent, error) {
 		e.mu.Lock()
 		if len(e.q) > 0 {
 			ev := e.q[0]
+			e.q[0] = AsyncEvent{}
 			e.q = e.q[1:]
+			if len(e.q) == 0 {
+				e.q = nil // let the backing array go
+			}
 			more := len(e.q) > 0
 			e.mu.Unlock()
 			if more {

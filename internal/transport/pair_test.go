@@ -174,7 +174,7 @@ func TestSmokeRC(t *testing.T) {
 		}
 		// Bad rkey.
 		if err := a.qp.PostSend(SendWR{WRID: 6, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: []SGE{mrA.SGE(0, 10)},
-			RemoteAddr: mrB.Addr(), RKey: mrB.RKey() + 1}); err != nil {
+			RemoteAddr: mrB.Addr(), RKey: mrB.RKey() ^ 1}); err != nil {
 			t.Fatal(err)
 		}
 		if wc := poll(t, a.cq); wc.Status != WCRemAccessErr {

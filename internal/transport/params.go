@@ -44,6 +44,32 @@ const (
 	// MinUnackedPSNs is the smallest window go-back-N retries shrink it to
 	// (see reqState.window).
 	MinUnackedPSNs = 8
+
+	// MaxAsyncEvents bounds a device's queue of unread asynchronous events
+	// (eventQueue); events beyond it are dropped and counted in
+	// async_events_dropped. The kernel's queue has no bound; goroce's rule
+	// is that a peer cannot make the device hold unbounded state.
+	MaxAsyncEvents = 4096
+	// MaxReadRecords bounds the RDMA READ and FLUSH requests an RC
+	// responder remembers having executed (respState.reads), against which
+	// it checks a duplicate before executing it again. A requester retries
+	// only requests it still has outstanding, at most its max_rd_atomic
+	// (max_qp_init_rd_atom, 128 on rxe and goroce); older duplicates are
+	// stale network copies and are dropped.
+	MaxReadRecords = MaxQPInitRdAtom
+	// MaxPendingRdAtomic bounds the READ, ATOMIC and FLUSH responses an RC
+	// responder holds waiting to be sent (respState.pend). A requester
+	// within the limit of max_rd_atomic never has more outstanding; a new
+	// request beyond it is a class C error (NAK Invalid Request, as for
+	// too many RDMA READ/ATOMIC requests), a duplicate is dropped.
+	MaxPendingRdAtomic = MaxQPRdAtom
+	// burstBytes bounds what one QP sends in one turn of the device's
+	// scheduler (sched.go): READ responses, retransmissions and other bulk
+	// work go out in bursts of at most this many bytes, the QPs with work
+	// taking turns, so one QP cannot hold the device (rxe's tasks yield the
+	// same way after RXE_MAX_ITERATIONS packets). 64 KiB is the transmit
+	// batch (txFlushBytes): 16 packets at path MTU 4096, 64 at 1024.
+	burstBytes = txFlushBytes
 )
 
 // TimeoutDuration returns the local ACK timeout for the QP attribute

@@ -145,6 +145,13 @@ type QP struct {
 	// guarded by mu; see txBatch.own).
 	reqBatch    *txBatch
 	reqDeferred bool
+	// respBatch is the transmit batch holding the responder's packets not
+	// yet sent (guarded by mu): no other batch sends this QP's responses
+	// before them (see respond).
+	respBatch *txBatch
+	// queued: the QP waits for a turn in the device's scheduler (guarded
+	// by dev.sched.mu).
+	queued bool
 }
 
 // CreateQP creates a queue pair in RESET (GSI: QP1).
@@ -541,6 +548,8 @@ func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	case next == QPSReset && prev != QPSReset:
 		q.reset()
 	case next == QPSErr && prev != QPSErr:
+		q.resp.pend = respQueue{} // an application's ERR stops the responses too
+		q.resp.msg = msgState{}
 		q.enterError(-1, WCWRFlushErr, "")
 	case next == QPSRTS && (prev == QPSSQD || prev == QPSSQE):
 		q.kick()
@@ -592,10 +601,14 @@ func (q *QP) reset() {
 // batch can hold).
 func (q *QP) kick() {
 	out := getTxBatch(q.dev)
+	out.unlimited = true // the application's goroutine
 	q.reqRun(out)
 	out.flush()
 	if q.reqBatch == out {
 		q.reqBatch = nil
+	}
+	if q.respBatch == out {
+		q.respBatch = nil
 	}
 	clear(out.owned)
 	out.owned = out.owned[:0]
@@ -651,16 +664,18 @@ func (q *QP) enterError(failed int64, status WCStatus, detail string) {
 	q.state = QPSErr
 	q.stopTimers()
 	q.flushSend(failed, status, detail)
+	if q.resp.wqe.active {
+		// The receive a message in progress took is the oldest
+		// outstanding one: it is flushed too, first.
+		q.failRecv(WCWRFlushErr, "")
+	}
+	q.resp.msg = msgState{}
 	if q.srq == nil {
 		for e := q.rq.peek(); e != nil; e = q.rq.peek() {
 			q.recvCQ.push(WC{WRID: e.wrID, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: q.num})
 			q.rq.pop()
 		}
 	} else {
-		if q.resp.wqe.active {
-			q.recvCQ.push(WC{WRID: q.resp.wqe.wrID, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: q.num})
-			q.resp.wqe.active = false
-		}
 		q.dev.events.post(AsyncEvent{Type: EventQPLastWQEReached, QPNum: q.num})
 	}
 }

@@ -173,6 +173,13 @@ type txBatch struct {
 	// so a QP's packets reach the link in PSN order. spare is owned's
 	// other buffer, for release.
 	owned, spare []*QP
+	// budget is how many more bytes of bulk work (READ responses, the
+	// requester's packets) the goroutine filling the batch sends before it
+	// hands the rest of a QP's work to the device's scheduler (sched.go).
+	// unlimited: an application's own goroutine (PostSend), whose work is
+	// its own; the budget does not apply.
+	budget    int
+	unlimited bool
 }
 
 // txFlushBytes: next sends the batch once it holds this many bytes, even
@@ -200,6 +207,7 @@ var txBatchPool = sync.Pool{New: func() any { return new(txBatch) }}
 func getTxBatch(d *Device) *txBatch {
 	b := txBatchPool.Get().(*txBatch)
 	b.dev = d
+	b.budget, b.unlimited = burstBytes, false
 	return b
 }
 
@@ -213,13 +221,16 @@ func putTxBatch(b *txBatch) {
 func (b *txBatch) own(q *QP) {
 	if q.reqBatch == nil {
 		q.reqBatch = b
-		b.owned = append(b.owned, q)
+		if q.respBatch != b {
+			b.owned = append(b.owned, q)
+		}
 	}
 }
 
 // release sends what b holds and gives its QPs back: each requester that
 // another goroutine found held by b (reqDeferred) runs now, into b, until
-// none is left. Called with no QP lock held.
+// none is left, and a QP whose responses waited for b's gets its turn in
+// the scheduler. Called with no QP lock held.
 func (b *txBatch) release() {
 	b.flush()
 	for len(b.owned) > 0 {
@@ -227,6 +238,13 @@ func (b *txBatch) release() {
 		b.owned, b.spare = b.spare[:0], nil
 		for i, q := range qs {
 			q.mu.Lock()
+			if q.respBatch == b {
+				q.respBatch = nil
+				if q.resp.pend.len() > 0 {
+					// Responses waited for b's to go out (respond).
+					q.dev.sched.push(q)
+				}
+			}
 			if q.reqBatch == b {
 				q.reqBatch = nil
 				if q.reqDeferred {

@@ -83,6 +83,9 @@ type reqState struct {
 	sentAny     bool     // whether maxSent is valid
 	sqdNotified bool
 	sqdEnd      uint64 // SQD: the WQEs before this SQ index were started and must finish
+	// more: the requester stopped at its batch's budget with packets left
+	// to send; the device's scheduler gives it its next turn (sched.go).
+	more bool
 }
 
 func (o WROpcode) validFor(t QPType) bool {
@@ -117,6 +120,9 @@ func (q *QP) PostSend(wrs ...SendWR) error {
 		return err
 	}
 	out := getTxBatch(q.dev)
+	// The application's goroutine sends what the window allows: the
+	// work is its own, and no other QP waits for this goroutine.
+	out.unlimited = true
 	q.reqRun(out)
 	q.mu.Unlock()
 	putTxBatch(out)
@@ -242,7 +248,11 @@ func (q *QP) gather(dst []byte, w *sendWQE, off uint64, n int) ([]byte, error) {
 
 // reqRun sends what the send queue allows: it runs until the queue is
 // empty or the window, the outstanding-READ/ATOMIC limit, a fence or the
-// pacer (the rate limit) stops it. Called with q.mu held.
+// pacer (the rate limit) stops it, or out's budget is spent: then the rest
+// waits for the QP's next turn in the device's scheduler (a go-back-N
+// retry resends up to the whole window, MaxUnackedPSNs packets, and the
+// receive goroutine or a timer must not send that in one loop). Called
+// with q.mu held.
 func (q *QP) reqRun(out *txBatch) {
 	if q.state != QPSRTS && q.state != QPSSQD {
 		return
@@ -277,6 +287,11 @@ func (q *QP) reqRun(out *txBatch) {
 		}
 		if q.paced() {
 			break // the pacer's timer resumes it
+		}
+		if out.budget <= 0 && !out.unlimited {
+			q.req.more = true
+			q.dev.sched.push(q)
+			break
 		}
 		done, ok := q.sendPacket(w, out)
 		if !ok {
@@ -450,6 +465,7 @@ func (q *QP) sendPacket(w *sendWQE, out *txBatch) (done, ok bool) {
 	}
 	buf = appendPad(buf, int(paylen))
 	finish(pk, buf)
+	out.budget -= pk.Len
 	q.counters[SentPkts].Add(1)
 	if q.pacer != nil {
 		q.pacer.Sent(time.Now(), pk.Len)

@@ -1,0 +1,122 @@
+package mem
+
+import (
+	"errors"
+	"math"
+	"testing"
+)
+
+// TestKeysRandom: the low 8 bits of keys are random, as rxe draws them
+// (rxe_get_next_key): they used to count up (0x101, 0x202, …), the same in
+// every run, so a peer could name the rkey of a region never shared with
+// it. Two tables give different sequences, and one table's do not count.
+func TestKeysRandom(t *testing.T) {
+	const n = 64
+	seq := func() []uint32 {
+		tb := NewTable(1024)
+		pd := tb.AllocPD()
+		var keys []uint32
+		for i := 0; i < n; i++ {
+			r, err := tb.Register(pd, make([]byte, 8), uint64(i)<<12, LocalWrite|RemoteRead)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.LKey() != r.RKey() || r.LKey()>>8 != uint32(i+1) {
+				t.Fatalf("region %d: lkey %#x rkey %#x; want equal keys with index %d", i, r.LKey(), r.RKey(), i+1)
+			}
+			keys = append(keys, r.RKey())
+		}
+		return keys
+	}
+	a, b := seq(), seq()
+	same, counting := 0, 0
+	for i := range a {
+		if a[i] == b[i] {
+			same++
+		}
+		if a[i]&0xff == uint32(i+1)&0xff {
+			counting++
+		}
+	}
+	// Chance agreements: n/256 expected each; 16 is far beyond chance.
+	if same > 16 || counting > 16 {
+		t.Errorf("of %d keys, %d equal across two tables and %d follow the registration count: the low 8 bits are not random", n, same, counting)
+	}
+	lows := map[uint32]bool{}
+	for _, k := range a {
+		lows[k&0xff] = true
+	}
+	if len(lows) < n/4 {
+		t.Errorf("%d distinct low bytes among %d keys", len(lows), n)
+	}
+}
+
+// TestInvalidateRefusesUserMR: a region registered with Register (a user
+// MR, ibv_reg_mr) is never invalidated by Invalidate, whatever its access,
+// as rxe_invalidate_mr refuses any MR that is not a fast-registration one;
+// the key, PD and validity checks come first.
+func TestInvalidateRefusesUserMR(t *testing.T) {
+	tb := NewTable(16)
+	pd, other := tb.AllocPD(), tb.AllocPD()
+	for _, acc := range []Access{LocalWrite, LocalWrite | RemoteWrite | RemoteRead | RemoteAtomic | MWBind} {
+		r, err := tb.Register(pd, make([]byte, 64), 0x1000, acc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			pd   *PD
+			key  uint32
+			want error
+		}{
+			{pd, r.RKey(), ErrNotInvalidatable},
+			{other, r.RKey(), ErrBadPD},
+			{pd, r.RKey() ^ 1, ErrBadKey},
+		} {
+			if err := tb.Invalidate(c.pd, c.key); !errors.Is(err, c.want) {
+				t.Errorf("access %v: Invalidate(key %#x): %v, want %v", acc, c.key, err, c.want)
+			}
+		}
+		if _, err := tb.Slice(pd, r.LKey(), true, 0x1000, 64, LocalWrite); err != nil {
+			t.Errorf("access %v: the region no longer works after refused invalidations: %v", acc, err)
+		}
+	}
+}
+
+// TestSliceBounds: every range check of Slice, at the edges: the region's
+// end, below its start, and ranges whose end wraps 2^64.
+func TestSliceBounds(t *testing.T) {
+	tb := NewTable(16)
+	pd := tb.AllocPD()
+	const iova = 0xFFFF_FFFF_FFFF_F000
+	r, err := tb.Register(pd, make([]byte, 0x800), iova, LocalWrite|RemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		addr, n uint64
+		ok      bool
+	}{
+		{iova, 0x800, true},
+		{iova + 0x7ff, 1, true},
+		{iova + 0x800, 1, false},
+		{iova + 0x7ff, 2, false},
+		{iova - 1, 1, false},
+		{iova + 8, math.MaxUint64, false},
+		{iova + 8, math.MaxUint64 - iova, false}, // addr+n wraps to a small number
+		{0, 8, false},
+	} {
+		b, err := tb.Slice(pd, r.RKey(), false, c.addr, c.n, RemoteWrite)
+		if (err == nil) != c.ok {
+			t.Errorf("Slice(%#x, %d): %v, want ok=%v", c.addr, c.n, err, c.ok)
+		}
+		if err == nil && uint64(len(b)) != c.n {
+			t.Errorf("Slice(%#x, %d) returned %d bytes", c.addr, c.n, len(b))
+		}
+		if err != nil && !errors.Is(err, ErrRange) {
+			t.Errorf("Slice(%#x, %d): %v, want %v", c.addr, c.n, err, ErrRange)
+		}
+	}
+	if _, err := tb.Register(pd, make([]byte, 0x1001), iova, LocalWrite); err == nil {
+		t.Error("a region whose end wraps 2^64 was registered")
+	}
+}
