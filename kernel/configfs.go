@@ -73,7 +73,21 @@ func (c *Configfs) modprobe(m string) error {
 	if c.Modprobe != nil {
 		return c.Modprobe(m)
 	}
-	out, err := exec.Command("modprobe", m).CombinedOutput()
+	// udev runs a rule's program with a bare environment, maybe without
+	// PATH: look where modprobe lives too.
+	prog, err := exec.LookPath("modprobe")
+	if err != nil {
+		for _, p := range []string{"/usr/sbin/modprobe", "/sbin/modprobe", "/usr/bin/modprobe", "/bin/modprobe"} {
+			if _, serr := os.Stat(p); serr == nil {
+				prog, err = p, nil
+				break
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("modprobe %s: no modprobe: %w", m, err)
+		}
+	}
+	out, err := exec.Command(prog, m).CombinedOutput()
 	if err != nil {
 		if s := strings.TrimSpace(string(out)); s != "" {
 			return fmt.Errorf("modprobe %s: %v: %s", m, err, s)

@@ -228,11 +228,11 @@ func (s Sysfs) port(d Device, n int) Port {
 	if v, err := readAttr(filepath.Join(dir, "state")); err == nil {
 		p.State, _ = splitCoded(v)
 	}
-	p.StateName = portStateName(p.State)
+	p.StateName = PortStateName(p.State)
 	if v, err := readAttr(filepath.Join(dir, "phys_state")); err == nil {
 		p.PhysState, _ = splitCoded(v)
 	}
-	p.PhysStateName = physStateName(p.PhysState)
+	p.PhysStateName = PhysStateName(p.PhysState)
 	p.LinkLayer, _ = readAttr(filepath.Join(dir, "link_layer"))
 	p.Rate, _ = readAttr(filepath.Join(dir, "rate"))
 	if v, err := readAttr(filepath.Join(dir, "cap_mask")); err == nil {
@@ -283,8 +283,8 @@ func splitCoded(v string) (int, string) {
 	return n, strings.TrimSpace(name)
 }
 
-// portStateName is iproute2 rdma's word for a port state (rdma/link.c).
-func portStateName(s int) string {
+// PortStateName is iproute2 rdma's word for a port state (rdma/link.c).
+func PortStateName(s int) string {
 	names := []string{"NOP", "DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER"}
 	if s >= 0 && s < len(names) {
 		return names[s]
@@ -292,8 +292,8 @@ func portStateName(s int) string {
 	return "UNKNOWN"
 }
 
-// physStateName is iproute2 rdma's word for a physical port state.
-func physStateName(s int) string {
+// PhysStateName is iproute2 rdma's word for a physical port state.
+func PhysStateName(s int) string {
 	names := []string{"UNKNOWN", "SLEEP", "POLLING", "DISABLED", "ARMED", "LINK_UP",
 		"LINK_ERROR_RECOVER", "PHY_TEST", "UNKNOWN", "OPA_OFFLINE", "UNKNOWN", "OPA_LINK_UP"}
 	if s >= 0 && s < len(names) {
