@@ -35,6 +35,14 @@ type Options struct {
 	Wrap func(link.Link) link.Link
 	// Unprivileged forces the UDP link's unprivileged receive mode even as root.
 	Unprivileged bool
+	// PortInUseOK lets a device that speaks both RoCE versions run where
+	// another stack owns RoCE v2's UDP port 4791 — the kernel's rdma_rxe,
+	// which binds it in every namespace it runs in. Such a device reads
+	// RoCE v2, like v1, from the netdev with AF_PACKET, which sees every
+	// frame whoever owns the port; it only holds the port to keep the
+	// kernel from answering with ICMP port unreachable, which the owner
+	// already does. Without it, a taken port fails Open (EADDRINUSE).
+	PortInUseOK bool
 	// Logf, if set, receives the device's log lines (no trailing newline),
 	// such as a v1-only port's note that it dropped a peer's RoCE v2 CM
 	// request; the default writes "roce: " and the line to stderr.
@@ -152,10 +160,12 @@ func Open(name string, o Options) (*Device, error) {
 			d.closers = append(d.closers, raw)
 			if def.Versions.V2() {
 				hold, err := udp.HoldPort(4791)
-				if err != nil {
+				switch {
+				case err == nil:
+					d.closers = append(d.closers, hold)
+				case !(o.PortInUseOK && errors.Is(err, syscall.EADDRINUSE)):
 					return err
 				}
-				d.closers = append(d.closers, hold)
 			} else if hold, err := udp.HoldPort(4791); err == nil {
 				// v1 only: the link drops (counts, logs) RoCE v2, as a
 				// ConnectX-3 drops it; holding the port keeps the kernel

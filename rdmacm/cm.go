@@ -223,20 +223,21 @@ type CM struct {
 	wg      sync.WaitGroup // the agents' receive goroutines
 	queries sync.WaitGroup // ResolveAddr's next-hop resolutions (resolve.go)
 
-	mu        sync.Mutex
-	closed    bool                                        // guarded by mu
-	agents    []*agent                                    // guarded by mu
-	listeners map[portKey]*ID                             // guarded by mu: listening IDs
-	bound     map[portKey][]*ID                           // guarded by mu: IDs bound to a port
-	byLocal   map[uint32]*ID                              // guarded by mu: IDs by local comm ID
-	byRemote  map[remoteKey]*ID                           // guarded by mu: passive IDs by the peer's comm ID and CA GUID
-	sidrs     map[sidrKey]*ID                             // guarded by mu: passive SIDR IDs whose request is unanswered
-	ids       map[*ID]struct{}                            // guarded by mu: every live ID
-	probes    map[uint64]*ID                              // guarded by mu: IDs by the TID of their other-version probe
-	rng       *rand.Rand                                  // guarded by mu
-	timers    timerQueue                                  // guarded by mu: every ID's pending timers (timers.go)
-	peaks     struct{ ids, byLocal, byRemote, sidrs int } // guarded by mu: see shrunk
-	clock     *time.Timer                                 // guarded by mu: fires at the earliest of timers
+	mu         sync.Mutex
+	closed     bool                                        // guarded by mu
+	agents     []*agent                                    // guarded by mu
+	listeners  map[portKey]*ID                             // guarded by mu: listening IDs
+	bound      map[portKey][]*ID                           // guarded by mu: IDs bound to a port
+	byLocal    map[uint32]*ID                              // guarded by mu: IDs by local comm ID
+	byRemote   map[remoteKey]*ID                           // guarded by mu: passive IDs by the peer's comm ID and CA GUID
+	sidrs      map[sidrKey]*ID                             // guarded by mu: passive SIDR IDs whose request is unanswered
+	ids        map[*ID]struct{}                            // guarded by mu: every live ID
+	probes     map[uint64]*ID                              // guarded by mu: IDs by the TID of their other-version probe
+	peerProbes map[uint64]*peerProbe                       // guarded by mu: Probe's Gets in flight, by TID
+	rng        *rand.Rand                                  // guarded by mu
+	timers     timerQueue                                  // guarded by mu: every ID's pending timers (timers.go)
+	peaks      struct{ ids, byLocal, byRemote, sidrs int } // guarded by mu: see shrunk
+	clock      *time.Timer                                 // guarded by mu: fires at the earliest of timers
 
 	// onRecv, if set before AddDevice, sees every MAD received (a test
 	// hook); called with mu held.
@@ -271,7 +272,8 @@ func New(o Options) *CM {
 	}
 	return &CM{opts: o, listeners: map[portKey]*ID{}, bound: map[portKey][]*ID{}, byLocal: map[uint32]*ID{},
 		byRemote: map[remoteKey]*ID{}, sidrs: map[sidrKey]*ID{}, ids: map[*ID]struct{}{}, probes: map[uint64]*ID{},
-		rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
+		peerProbes: map[uint64]*peerProbe{},
+		rng:        rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
 }
 
 // CreateEventChannel is rdma_create_event_channel.
@@ -712,6 +714,10 @@ func (cm *CM) Close() error {
 		return nil
 	}
 	cm.closed = true
+	for tid, w := range cm.peerProbes {
+		delete(cm.peerProbes, tid)
+		close(w.done) // w.reply stays zero: Probe says ESHUTDOWN
+	}
 	for id := range cm.ids {
 		id.disarm()
 		id.cancelQuery()
@@ -765,6 +771,10 @@ func (cm *CM) handle(a *agent, in *inbound) {
 	}
 	switch h.Method() {
 	case mad.MethodGetResp:
+		if w := cm.peerProbes[h.TransactionID()]; w != nil {
+			cm.handlePeerProbe(w, in, h)
+			return
+		}
 		cm.handleProbeAnswer(a, in, h)
 		return
 	case mad.MethodGet, mad.MethodSet:

@@ -2,6 +2,7 @@ package rdmacm
 
 import (
 	"fmt"
+	"net/netip"
 
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/wire/mad"
@@ -78,15 +79,32 @@ func (id *ID) probeOtherVersion() {
 // QP1 and returns its transaction ID. Called with cm.mu held.
 func (id *ID) sendProbe(sgid uint8) uint64 {
 	cm := id.cm
+	tid := cm.newProbeTID(id.ag)
+	cm.probes[tid] = id
+	id.ag.sendClassPortInfoGet(id.rgid, sgid, id.tos, tid)
+	return tid
+}
+
+// newProbeTID returns a transaction ID for a ClassPortInfo Get sent by a
+// that no probe in flight uses (an ID's or CM.Probe's). Called with cm.mu
+// held.
+func (cm *CM) newProbeTID(a *agent) uint64 {
 	var tid uint64
-	for tid == 0 || cm.probes[tid] != nil {
-		tid = uint64(id.ag.hiTID)<<32 | uint64(cm.rng.Uint32())
+	for tid == 0 || cm.probes[tid] != nil || cm.peerProbes[tid] != nil {
+		tid = uint64(a.hiTID)<<32 | uint64(cm.rng.Uint32())
 	}
+	return tid
+}
+
+// sendClassPortInfoGet sends the CM class's Get(ClassPortInfo) with
+// transaction ID tid from GID index sgid to QP1 at dgid: the one MAD any
+// CM answers without a connection (Linux's MAD layer with GetResp status
+// "unsupported method/attribute", since no CM agent takes Gets; goroce's
+// CM the same). Called with cm.mu held.
+func (a *agent) sendClassPortInfoGet(dgid netip.Addr, sgid, tc uint8, tid uint64) {
 	m := buildMAD(mad.AttrClassPortInfo, tid, emptyBody{})
 	mad.Header(m).SetMethod(mad.MethodGet)
-	cm.probes[tid] = id
-	id.ag.send(id.rgid, sgid, id.tos, m, 1)
-	return tid
+	a.send(dgid, sgid, tc, m, 1)
 }
 
 // reportMismatch hands the diagnosis to Logf once it is sure: the other

@@ -9,12 +9,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/goroce/goroce/host"
+	"github.com/goroce/goroce/kernel"
 	"github.com/goroce/goroce/verbs"
 )
 
 type devOptions struct {
 	verbose bool
 	list    bool
+	json    bool
 	device  string
 	port    int
 }
@@ -36,19 +38,34 @@ Attributes goroce does not implement read 0 (multicast limits, memory
 windows), so the numbers say what a goroce device accepts.
 
 dev reads the registry and the netdevs only: it works while another process
-runs the device.`,
+runs the device.
+
+The kernel's RDMA devices (a NIC's, Linux rxe) follow goroce's, read from
+sysfs (/sys/class/infiniband) as ibv_devinfo would show them, with a line on
+stderr marking each as the kernel's; -v adds their ports' attributes and GID
+tables, but not the device attributes ibv_devinfo -v gets from the driver
+(ibv_query_device), which sysfs does not hold. --kernel shows the kernel's
+only, --kernel=false goroce's only.
+
+-j prints rdma -j dev show's objects instead, with "kernel" true or false.`,
 		Example: `  roce dev
   roce dev -v -d rxe0
-  roce dev -l                # like ibv_devices`,
+  roce dev -l                # like ibv_devices
+  roce dev -j --kernel       # like rdma -j dev show`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.list {
 				return devices(cmd, o.device)
 			}
+			if o.json {
+				return devJSON(cmd, o.device)
+			}
 			return devinfo(cmd, o)
 		},
 	}
+	addKernelFlag(cmd)
 	f := cmd.Flags()
+	f.BoolVarP(&o.json, "json", "j", false, "print rdma -j dev show's JSON objects")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "print all the attributes of the device(s) and the GID table")
 	f.StringVarP(&o.device, "ib-dev", "d", "", "show device `NAME` only (default: every device)")
 	f.IntVarP(&o.port, "ib-port", "i", 0, "show port `PORT` only (goroce devices have port 1)")
@@ -58,14 +75,51 @@ runs the device.`,
 }
 
 func newDevicesCmd() *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "devices",
 		Short: "List devices and their node GUIDs, as ibv_devices prints them",
-		Args:  usageArgs(cobra.NoArgs),
+		Long: `devices lists goroce's devices and then the kernel's, as ibv_devices does: the
+name and the node GUID; a kernel device's line ends with a third column,
+"kernel".`,
+		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return devices(cmd, "")
 		},
 	}
+	addKernelFlag(cmd)
+	return cmd
+}
+
+// selection is what a listing command works on: goroce's devices (all,
+// or the one named) and kernel devices.
+type selection struct {
+	goroce bool   // list goroce's devices
+	name   string // the goroce device named, "" for all
+	kdevs  []kernel.Device
+}
+
+// selectDevices resolves a command's -d NAME and --kernel.
+func selectDevices(cmd *cobra.Command, op, name string) (selection, error) {
+	if name != "" {
+		isKernel, err := resolveDevice(cmd, op, name)
+		if err != nil {
+			return selection{}, err
+		}
+		if !isKernel {
+			return selection{goroce: true, name: name}, nil
+		}
+		kd, err := kernelDevicesOf(cmd, op, name)
+		return selection{kdevs: kd}, err
+	}
+	st := stackOf(cmd)
+	sel := selection{goroce: st != stackKernel}
+	if st != stackGoroce {
+		var err error
+		if sel.kdevs, err = kernelDevicesOf(cmd, op, ""); err != nil {
+			return sel, err
+		}
+	}
+	return sel, nil
 }
 
 // eachDevice calls fn for the device name (every device when name is
@@ -111,36 +165,113 @@ func eachDevice(cmd *cobra.Command, op, name string, out *bufio.Writer, withGIDs
 }
 
 func devinfo(cmd *cobra.Command, o devOptions) error {
-	if o.port > 1 {
-		return &errnoError{op: "dev", errno: syscall.EINVAL,
-			detail: fmt.Sprintf("port %d: goroce devices have one port, port 1", o.port)}
+	sel, err := selectDevices(cmd, "dev", o.device)
+	if err != nil {
+		return err
 	}
-	if o.device == "" {
-		// ibv_devinfo: "No IB devices found".
-		reg, dir := registryOf(cmd)
+	if o.port > 1 && sel.goroce {
+		if sel.name != "" || len(sel.kdevs) == 0 {
+			return &errnoError{op: "dev", errno: syscall.EINVAL,
+				detail: fmt.Sprintf("port %d: goroce devices have one port, port 1", o.port)}
+		}
+		sel.goroce = false // -i 2 shows the kernel devices that have a port 2
+	}
+	reg, dir := registryOf(cmd)
+	if sel.goroce && sel.name == "" {
 		if defs, err := reg.List(); err == nil && len(defs) == 0 {
-			return &errnoError{op: "dev", errno: syscall.ENODEV,
-				detail: fmt.Sprintf("no devices in %s (add one: %s)", dir, linkAddSyntax)}
+			sel.goroce = false
+		}
+	}
+	if !sel.goroce && len(sel.kdevs) == 0 {
+		// ibv_devinfo: "No IB devices found".
+		return &errnoError{op: "dev", errno: syscall.ENODEV,
+			detail: fmt.Sprintf("no devices in %s (add one: %s)", dir, linkAddSyntax)}
+	}
+	if o.port > 0 && o.device != "" && len(sel.kdevs) == 1 {
+		if _, ok := sel.kdevs[0].Port(o.port); !ok {
+			return &errnoError{op: "dev", errno: syscall.EINVAL,
+				detail: fmt.Sprintf("%s has no port %d (its ports: %s)", o.device, o.port, sel.kdevs[0].PortNums())}
 		}
 	}
 	out := bufio.NewWriter(cmd.OutOrStdout())
 	defer out.Flush()
-	return eachDevice(cmd, "dev", o.device, out, o.verbose, func(def host.DeviceDef, nd host.Netdev, gids []verbs.GIDEntry) error {
-		writeDevinfo(out, def.Name, host.DeviceAttrOf(nd.MAC), host.PortAttrOf(nd), gids, o.verbose)
-		return nil
-	})
+	if sel.goroce {
+		err = eachDevice(cmd, "dev", sel.name, out, o.verbose, func(def host.DeviceDef, nd host.Netdev, gids []verbs.GIDEntry) error {
+			writeDevinfo(out, def.Name, host.DeviceAttrOf(nd.MAC), host.PortAttrOf(nd), gids, o.verbose)
+			return nil
+		})
+	}
+	sys := sysfsOf(cmd)
+	for _, d := range sel.kdevs {
+		if _, ok := d.Port(o.port); o.port > 0 && !ok {
+			continue
+		}
+		writeKernelDevinfo(out, sys, d, o.port, o.verbose)
+		out.Flush()
+		note := fmt.Sprintf("roce: dev: %s is the kernel's (driver %s), read from %s", d.Name, d.Driver, sys.ClassDir())
+		if o.verbose {
+			note += "; its device attributes (ibv_query_device) are not in sysfs: ibv_devinfo -v shows them"
+		}
+		fmt.Fprintln(cmd.ErrOrStderr(), note)
+	}
+	return err
 }
 
 func devices(cmd *cobra.Command, name string) error {
+	sel, err := selectDevices(cmd, "devices", name)
+	if err != nil {
+		return err
+	}
 	out := bufio.NewWriter(cmd.OutOrStdout())
 	defer out.Flush()
 	// ibv_devices: printf("    %-16s\t   node GUID\n", "device") ...
 	fmt.Fprintf(out, "    %-16s\t   node GUID\n", "device")
 	fmt.Fprintf(out, "    %-16s\t----------------\n", "------")
-	return eachDevice(cmd, "devices", name, out, false, func(def host.DeviceDef, nd host.Netdev, _ []verbs.GIDEntry) error {
-		fmt.Fprintf(out, "    %-16s\t%016x\n", def.Name, host.NodeGUID(nd.MAC))
-		return nil
-	})
+	if sel.goroce {
+		err = eachDevice(cmd, "devices", sel.name, out, false, func(def host.DeviceDef, nd host.Netdev, _ []verbs.GIDEntry) error {
+			fmt.Fprintf(out, "    %-16s\t%016x\n", def.Name, host.NodeGUID(nd.MAC))
+			return nil
+		})
+	}
+	for _, d := range sel.kdevs {
+		writeKernelDevice(out, d)
+	}
+	return err
+}
+
+// devJSON prints rdma -j dev show's objects: goroce's devices (ifindex
+// their place in the registry), then the kernel's (the kernel's index).
+func devJSON(cmd *cobra.Command, name string) error {
+	sel, err := selectDevices(cmd, "dev", name)
+	if err != nil {
+		return err
+	}
+	var rows []jsonRow
+	out := bufio.NewWriter(cmd.OutOrStdout())
+	defer out.Flush()
+	if sel.goroce {
+		reg, _ := registryOf(cmd)
+		all, _ := reg.List()
+		pos := map[string]int{}
+		for i, d := range all {
+			pos[d.Name] = i
+		}
+		err = eachDevice(cmd, "dev", sel.name, out, false, func(def host.DeviceDef, nd host.Netdev, _ []verbs.GIDEntry) error {
+			g := guidString(host.NodeGUID(nd.MAC))
+			rows = append(rows, jsonRow{{"ifindex", pos[def.Name]}, {"ifname", def.Name}, {"node_type", "ca"},
+				{"node_guid", g}, {"sys_image_guid", g}, {"kernel", false}})
+			return nil
+		})
+	}
+	all, _ := kernelDevicesOf(cmd, "dev", "")
+	idx := kernelIndexes(cmd, all)
+	for _, d := range sel.kdevs {
+		rows = append(rows, kernelDevRow(idx[d.Name], d))
+	}
+	if werr := writeJSONRows(out, rows); werr != nil {
+		return werr
+	}
+	return err
 }
 
 // guidString formats a GUID as ibv_devinfo does: 5054:00ff:fec0:020b.

@@ -16,6 +16,7 @@ import (
 type gidsOptions struct {
 	device string
 	port   int
+	json   bool
 }
 
 func newGIDsCmd() *cobra.Command {
@@ -40,7 +41,16 @@ which GID index to use: the one perftest takes with -x and the
 ibv_*_pingpong examples with -g (rdma_cm applications choose by themselves).
 
 While a process runs a device, its table is the one that process
-publishes; otherwise it is computed from the netdev's addresses.`,
+publishes; otherwise it is computed from the netdev's addresses.
+
+The kernel's RDMA devices (a NIC's, Linux rxe) follow goroce's, every port,
+their tables read from sysfs as show_gids reads them (gids/N,
+gid_attrs/types/N, gid_attrs/ndevs/N); their lines on stderr say "(kernel)".
+--kernel shows the kernel's only, --kernel=false goroce's only.
+
+-j prints a JSON array of the lines instead, one object each, keyed by
+show_gids' columns (ifname, port, index, gid, ipv4, ver, netdev) with
+"kernel" true or false.`,
 		Example: `  roce gids
   roce gids -d rxe0
   roce gids | awk '$6 == "v2" {print $3}'      # RoCE v2 over IPv4, as with show_gids`,
@@ -52,16 +62,14 @@ publishes; otherwise it is computed from the netdev's addresses.`,
 				}
 				o.device = args[0]
 			}
-			if o.port > 1 {
-				return &errnoError{op: "gids", errno: syscall.EINVAL,
-					detail: fmt.Sprintf("port %d: goroce devices have one port, port 1", o.port)}
-			}
 			return gids(cmd, o)
 		},
 	}
+	addKernelFlag(cmd)
 	f := cmd.Flags()
 	f.StringVarP(&o.device, "device", "d", "", "show device `DEV` only (default: every device)")
 	f.IntVarP(&o.port, "port", "p", 0, "show port `PORT` only (goroce devices have port 1)")
+	f.BoolVarP(&o.json, "json", "j", false, "print the lines as a JSON array")
 	flagRange(cmd, "port", 1, 255, "the port number", "(goroce devices have port 1)")
 	return cmd
 }
@@ -83,35 +91,91 @@ const (
 )
 
 func gids(cmd *cobra.Command, o gidsOptions) error {
-	if o.device != "" {
-		// A device that does not exist is an error and nothing else: no
-		// empty table on stdout before it.
-		reg, dir := registryOf(cmd)
-		if _, err := getDevice(reg, dir, "gids", o.device); err != nil {
-			return err
+	// A device that does not exist is an error and nothing else: no empty
+	// table on stdout before it.
+	sel, err := selectDevices(cmd, "gids", o.device)
+	if err != nil {
+		return err
+	}
+	if o.port > 1 && sel.goroce {
+		if sel.name != "" || len(sel.kdevs) == 0 {
+			return &errnoError{op: "gids", errno: syscall.EINVAL,
+				detail: fmt.Sprintf("port %d: goroce devices have one port, port 1", o.port)}
+		}
+		sel.goroce = false // -p 2 shows the kernel devices' ports 2
+	}
+	if o.port > 0 && o.device != "" && len(sel.kdevs) == 1 {
+		if _, ok := sel.kdevs[0].Port(o.port); !ok {
+			return &errnoError{op: "gids", errno: syscall.EINVAL,
+				detail: fmt.Sprintf("%s has no port %d (its ports: %s)", o.device, o.port, sel.kdevs[0].PortNums())}
 		}
 	}
 	out := bufio.NewWriter(cmd.OutOrStdout())
 	defer out.Flush()
-	fmt.Fprintln(out, gidsHeader)
-	fmt.Fprintln(out, gidsSeparator)
+	var rows []jsonRow
+	if !o.json {
+		fmt.Fprintln(out, gidsHeader)
+		fmt.Fprintln(out, gidsSeparator)
+	}
 	n := 0
 	var hints []string
-	err := eachDevice(cmd, "gids", o.device, out, true, func(def host.DeviceDef, nd host.Netdev, entries []verbs.GIDEntry) error {
-		for i, e := range entries {
-			ndev := e.Netdev
-			if ndev == "" {
-				ndev = def.Netdev
+	if sel.goroce {
+		err = eachDevice(cmd, "gids", sel.name, out, true, func(def host.DeviceDef, nd host.Netdev, entries []verbs.GIDEntry) error {
+			for i, e := range entries {
+				ndev := e.Netdev
+				if ndev == "" {
+					ndev = def.Netdev
+				}
+				if line, ok := gidLine(def.Name, 1, i, e, ndev); ok {
+					if o.json {
+						rows = append(rows, gidRowJSON(def.Name, 1, i, e.GID, e.Type, ndev, false))
+					} else {
+						fmt.Fprintln(out, line)
+					}
+					n++
+				}
 			}
-			if line, ok := gidLine(def.Name, 1, i, e, ndev); ok {
-				fmt.Fprintln(out, line)
+			hints = append(hints, gidHint(def, entries))
+			return nil
+		})
+	}
+	sys := sysfsOf(cmd)
+	for _, d := range sel.kdevs {
+		for _, p := range d.Ports {
+			if o.port > 0 && p.Num != o.port {
+				continue
+			}
+			table, kerr := sys.GIDs(d.Name, p.Num)
+			if kerr != nil {
+				out.Flush()
+				fmt.Fprintf(cmd.ErrOrStderr(), "roce: %s: %v\n", d.Name, kerr)
+				if err == nil {
+					err = fmt.Errorf("gids: the GID table of %s port %d could not be read", d.Name, p.Num)
+				}
+				continue
+			}
+			for _, g := range table {
+				line, ok := gidLine(d.Name, p.Num, g.Index, verbs.GIDEntry{GID: g.GID, Type: g.Type}, g.Netdev)
+				if !ok {
+					continue
+				}
+				if o.json {
+					rows = append(rows, gidRowJSON(d.Name, p.Num, g.Index, g.GID, g.Type, g.Netdev, true))
+				} else {
+					fmt.Fprintln(out, line)
+				}
 				n++
 			}
+			hints = append(hints, kernelGIDHint(d, p.Num, table))
 		}
-		hints = append(hints, gidHint(def, entries))
-		return nil
-	})
-	fmt.Fprintf(out, "n_gids_found=%d\n", n)
+	}
+	if o.json {
+		if werr := writeJSONRows(out, rows); werr != nil {
+			return werr
+		}
+	} else {
+		fmt.Fprintf(out, "n_gids_found=%d\n", n)
+	}
 	out.Flush()
 	for _, h := range hints {
 		fmt.Fprintln(cmd.ErrOrStderr(), h)

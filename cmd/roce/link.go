@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/goroce/goroce/host"
+	"github.com/goroce/goroce/kernel"
 )
 
 // The control commands (link, dev, devices, gids) read the registry in
@@ -103,7 +104,7 @@ func devicesOf(reg *host.Registry, dir, op, name string) ([]host.DeviceDef, erro
 const linkAddSyntax = "roce link add NAME type rxe netdev NETDEV [roce-versions v1|v2|both]"
 
 func newLinkCmd() *cobra.Command {
-	var details bool
+	var details, jsonOut bool
 	cmd := &cobra.Command{
 		Use:   "link",
 		Short: "Add, delete and show RDMA links (soft RoCE devices on netdevs), like rdma link",
@@ -112,21 +113,29 @@ Linux Soft-RoCE: a device is bound to a netdev of a network namespace and
 speaks RoCE over it. The definitions live in the runtime directory (--rundir);
 a device's data path runs in the process that opens it.
 
+With --kernel, add and delete make and remove the kernel's own Soft-RoCE
+(rdma_rxe) links instead, over RDMA netlink as rdma link add/delete does.
+show lists the kernel's links after goroce's, each line ending "kernel".
+
 Without a subcommand, link shows the links.`,
 		Example: `  roce link add rxe0 type rxe netdev eth0
   roce link add rxe1 type rxe netdev eth1 roce-versions v2
   roce link                      # = roce link show
   roce link show -d rxe0         # with netns, RoCE versions and the owning process
-  roce link delete rxe0`,
+  roce link delete rxe0
+  roce link add rxe9 type rxe netdev eth1 --kernel   # = rdma link add rxe9 type rxe netdev eth1`,
 		Args:                       unknownCommand,
 		SuggestionsMinimumDistance: 2,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return linkShow(cmd, "", details)
+			return linkShow(cmd, "", details, jsonOut)
 		},
 	}
 	detailsFlag := func(c *cobra.Command) {
 		c.Flags().BoolVarP(&details, "details", "d", false,
-			"show goroce's extras at the end of each line: netns, roce_versions and owner (the PID running the device)")
+			"show goroce's extras at the end of each line: netns, roce_versions and owner (the PID running the device); "+
+				"for a kernel device, netdev_index and driver")
+		c.Flags().BoolVarP(&jsonOut, "json", "j", false, "print rdma -j link show's JSON objects, with \"kernel\" true or false")
+		addKernelFlag(c)
 	}
 	detailsFlag(cmd)
 
@@ -149,6 +158,9 @@ created if missing.`,
   ip netns exec blue roce link add rxe1 type rxe netdev veth1 roce-versions v2`,
 		Args: usageArgs(cobra.ArbitraryArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if stackOf(cmd) == stackKernel {
+				return kernelLinkAdd(cmd, args)
+			}
 			a, err := parseLinkAdd(args)
 			if err != nil {
 				return usageError{err}
@@ -156,18 +168,23 @@ created if missing.`,
 			return linkAdd(cmd, a)
 		},
 	}
+	add.Flags().Bool("kernel", false, "add a link of the kernel (rdma_rxe or siw) over RDMA netlink, as rdma link add does")
 	del := &cobra.Command{
 		Use:     "delete NAME",
 		Aliases: []string{"del"},
 		Short:   "Delete a soft RoCE device",
 		Long: `delete removes the device NAME from the registry. It refuses (EBUSY) while a
 process runs the device, and names that process.`,
-		Example: "  roce link delete rxe0",
+		Example: "  roce link delete rxe0\n  roce link delete rxe9 --kernel   # = rdma link delete rxe9",
 		Args:    usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if stackOf(cmd) == stackKernel {
+				return kernelErr("link delete "+args[0], kernel.LinkDelete(sysfsOf(cmd), args[0]))
+			}
 			return linkDelete(cmd, args[0])
 		},
 	}
+	del.Flags().Bool("kernel", false, "delete a link of the kernel (rdma_rxe or siw) over RDMA netlink, as rdma link delete does")
 	show := &cobra.Command{
 		Use:   "show [NAME]",
 		Short: "Show links, as rdma link show prints them",
@@ -187,7 +204,7 @@ process runs the device, owner PID.`,
 			if len(args) == 1 {
 				name = args[0]
 			}
-			return linkShow(cmd, name, details)
+			return linkShow(cmd, name, details, jsonOut)
 		},
 	}
 	detailsFlag(show)
@@ -285,6 +302,10 @@ func linkDelete(cmd *cobra.Command, name string) error {
 	op := "link delete " + name
 	reg, dir := registryOf(cmd)
 	if _, err := getDevice(reg, dir, op, name); err != nil {
+		if stackOf(cmd) != stackGoroce && sysfsOf(cmd).Has(name) {
+			return &errnoError{op: op, errno: syscall.ENODEV,
+				detail: fmt.Sprintf("no goroce device %s in %s; %s is the kernel's: roce link delete %s --kernel", name, dir, name, name)}
+		}
 		return err
 	}
 	if ow, busy := reg.OwnerOf(name); busy {
@@ -329,14 +350,26 @@ func writeLink(w io.Writer, def host.DeviceDef, st linkState, details bool, owne
 	fmt.Fprintln(w)
 }
 
-func linkShow(cmd *cobra.Command, name string, details bool) error {
-	reg, dir := registryOf(cmd)
-	defs, err := devicesOf(reg, dir, "link show", name)
+func linkShow(cmd *cobra.Command, name string, details, jsonOut bool) error {
+	sel, err := selectDevices(cmd, "link show", name)
 	if err != nil {
 		return err
 	}
+	reg, dir := registryOf(cmd)
+	var defs []host.DeviceDef
+	if sel.goroce {
+		if defs, err = devicesOf(reg, dir, "link show", sel.name); err != nil {
+			return err
+		}
+	}
+	all, _ := reg.List()
+	pos := map[string]int{}
+	for i, d := range all {
+		pos[d.Name] = i
+	}
 	out := bufio.NewWriter(cmd.OutOrStdout())
 	defer out.Flush()
+	var rows []jsonRow
 	for _, def := range defs {
 		st := linkState{"DOWN", "DISABLED"}
 		nd, err := host.LookupNetdevIn(def.Netns, def.Netdev)
@@ -351,7 +384,29 @@ func linkShow(cmd *cobra.Command, name string, details bool) error {
 		if ow, ok := reg.OwnerOf(def.Name); ok {
 			owner = &ow
 		}
-		writeLink(out, def, st, details, owner)
+		if !jsonOut {
+			writeLink(out, def, st, details, owner)
+			continue
+		}
+		r := jsonRow{{"ifindex", pos[def.Name]}, {"ifname", def.Name}, {"port", 1}, {"state", st.state},
+			{"physical_state", st.physState}, {"netdev", def.Netdev}, {"netdev_index", nd.Index}, {"kernel", false}}
+		if details {
+			r = append(r, kv{"netns", def.Netns.String()}, kv{"roce_versions", string(def.Versions)})
+			if owner != nil {
+				r = append(r, kv{"owner", owner.PID})
+			}
+		}
+		rows = append(rows, r)
+	}
+	for _, l := range kernelLinks(cmd, sel.kdevs) {
+		if jsonOut {
+			rows = append(rows, kernelLinkRow(l))
+		} else {
+			writeKernelLink(out, l, details)
+		}
+	}
+	if jsonOut {
+		return writeJSONRows(out, rows)
 	}
 	return nil
 }

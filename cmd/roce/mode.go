@@ -71,18 +71,32 @@ add … roce-versions): a v2-only port, like Linux rxe, refuses -m 1.
 
 A port starts in RoCE v2 if it speaks it, else in RoCE v1, and keeps what is
 set until the device is deleted or the host restarts. No configfs directory
-is needed (roce configfs mount shows the same value).`,
+is needed (roce configfs mount shows the same value).
+
+On a kernel device (a NIC's, Linux rxe: roce dev --kernel lists them) mode
+performs the kernel's procedure, as cma_roce_mode does: it mounts configfs at
+/sys/kernel/config if it is not, loads rdma_cm if its tree is missing (saying
+so), makes rdma_cm/DEV if missing, writes and reads back
+ports/PORT/default_roce_mode, and removes rdma_cm/DEV only if it made it (the
+kernel keeps the value). A refusal says why: rxe speaks RoCE v2 only, the
+port does not exist, root is needed. The kernel keeps the value until the
+host restarts; --persist also writes what sets it again at boot — a udev
+rule on the device's add event where udev runs, else an enabled systemd
+unit — showing it first; --persist=false removes it. Without udev or
+systemd it says what to run at boot.
+
+-j prints [{"ifname":…,"port":…,"default_roce_mode":…,"kernel":…}].`,
 		Example: `  roce mode -d rxe0           # RoCE v2
-  roce mode -d rxe0 -p 1 -m 1 # use RoCE v1 for new rdma_cm connections`,
+  roce mode -d rxe0 -p 1 -m 1 # use RoCE v1 for new rdma_cm connections
+  roce mode -d mlx5_0 -m 1 --persist   # the kernel's device, also after reboots`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := p.check("mode"); err != nil {
 				return err
 			}
-			_, dir := registryOf(cmd)
-			tree := config.Open(dir)
-			if cmd.Flags().Changed("mode") {
-				var m verbs.GIDType
+			var m verbs.GIDType
+			set := cmd.Flags().Changed("mode")
+			if set {
 				switch mode {
 				case "1":
 					m = verbs.GIDTypeRoCEv1
@@ -91,6 +105,20 @@ is needed (roce configfs mount shows the same value).`,
 				default:
 					return usageError{fmt.Errorf("mode: -m %q: the modes are 1 (IB/RoCE v1) and 2 (RoCE v2)", mode)}
 				}
+			}
+			isKernel, err := resolveDevice(cmd, "mode", p.device)
+			if err != nil {
+				return err
+			}
+			if isKernel {
+				return kernelMode(cmd, p, set, m)
+			}
+			if err := goroceNoPersist(cmd, "mode"); err != nil {
+				return err
+			}
+			_, dir := registryOf(cmd)
+			tree := config.Open(dir)
+			if set {
 				if err := tree.SetDefaultMode(p.device, p.port, m); err != nil {
 					if errors.Is(err, syscall.EINVAL) && p.port == 1 {
 						return modeRefused(cmd, p.device, m, err)
@@ -98,16 +126,16 @@ is needed (roce configfs mount shows the same value).`,
 					return treeError(cmd, "mode", p.device, err)
 				}
 			}
-			m, err := tree.DefaultMode(p.device, p.port)
+			m, err = tree.DefaultMode(p.device, p.port)
 			if err != nil {
 				return treeError(cmd, "mode", p.device, err)
 			}
-			_, err = fmt.Fprint(cmd.OutOrStdout(), config.FormatMode(m))
-			return err
+			return printSetting(cmd, p, config.AttrMode, config.FormatMode(m), m.String(), false)
 		},
 	}
 	p.add(cmd)
 	cmd.Flags().StringVarP(&mode, "mode", "m", "", "set `MODE` first: 1 (IB/RoCE v1) or 2 (RoCE v2)")
+	addSettingFlags(cmd)
 	return cmd
 }
 
@@ -145,7 +173,11 @@ hex (0x6a) or octal (0152), as the kernel reads the attribute; 106 (0x6a) is
 DSCP 26 (AF31) with ECN ECT(0).
 
 The ToS starts at 0 and keeps what is set until the device is deleted or the
-host restarts. No configfs directory is needed.`,
+host restarts. No configfs directory is needed.
+
+On a kernel device tos performs the kernel's configfs procedure, as
+cma_roce_tos does, and takes --persist, as roce mode does (see roce mode
+--help).`,
 		Example: `  roce tos -d rxe0            # 0
   roce tos -d rxe0 -t 106     # DSCP 26 (AF31), ECT(0)`,
 		Args: usageArgs(cobra.NoArgs),
@@ -153,27 +185,42 @@ host restarts. No configfs directory is needed.`,
 			if err := p.check("tos"); err != nil {
 				return err
 			}
-			_, dir := registryOf(cmd)
-			tree := config.Open(dir)
-			if cmd.Flags().Changed("tos") {
-				v, err := config.ParseTOS([]byte(tos))
+			set := cmd.Flags().Changed("tos")
+			var v uint8
+			if set {
+				var err error
+				v, err = config.ParseTOS([]byte(tos))
 				if err != nil {
 					return usageError{&errnoError{op: "tos", errno: config.Errno(err),
 						detail: fmt.Sprintf("-t %q: the ToS is 0..255, in decimal, 0x hex or 0 octal", tos)}}
 				}
+			}
+			isKernel, err := resolveDevice(cmd, "tos", p.device)
+			if err != nil {
+				return err
+			}
+			if isKernel {
+				return kernelTOS(cmd, p, set, v)
+			}
+			if err := goroceNoPersist(cmd, "tos"); err != nil {
+				return err
+			}
+			_, dir := registryOf(cmd)
+			tree := config.Open(dir)
+			if set {
 				if err := tree.SetDefaultTOS(p.device, p.port, v); err != nil {
 					return treeError(cmd, "tos", p.device, err)
 				}
 			}
-			v, err := tree.DefaultTOS(p.device, p.port)
+			v, err = tree.DefaultTOS(p.device, p.port)
 			if err != nil {
 				return treeError(cmd, "tos", p.device, err)
 			}
-			_, err = fmt.Fprint(cmd.OutOrStdout(), config.FormatTOS(v))
-			return err
+			return printSetting(cmd, p, config.AttrTOS, config.FormatTOS(v), v, false)
 		},
 	}
 	p.add(cmd)
 	cmd.Flags().StringVarP(&tos, "tos", "t", "", "set the ToS first: `TOS` is 0..255 (decimal, 0x hex or 0 octal)")
+	addSettingFlags(cmd)
 	return cmd
 }

@@ -92,6 +92,9 @@ pingpong tests, rping and perftest against any peer, goroce or Linux rxe
 (roce pingpong, roce ping, roce perf), sets the RoCE mode RDMA CM uses
 (roce mode, roce configfs), observes running devices (roce stat, roce res,
 roce capture) and decodes RoCE captures with every ICRC checked (roce decode).
+The same commands show and set the kernel's own RDMA devices (a NIC's, Linux
+rxe) beside goroce's, and roce probe asks a peer which RoCE versions it
+answers.
 
 Exit status: 0 on success, 1 for an error, 2 for a bad command line (a
 numeric flag outside its range included), 130 or 143 when Ctrl-C (SIGINT)
@@ -124,7 +127,8 @@ completed; a second Ctrl-C exits at once.`,
 		"runtime `DIR`: the device registry and what running devices publish ($GOROCE_RUNDIR sets the default)")
 	root.AddCommand(newDecodeCmd(), newDemoCmd(), newLinkCmd(), newDevCmd(), newDevicesCmd(), newGIDsCmd(), newPingpongCmd(), newPingCmd(), newModeCmd(), newTOSCmd(), newConfigfsCmd())
 	root.AddCommand(newStatCmd(), newResCmd(), newCaptureCmd(), newMetricsCmd())
-	root.AddCommand(newPerfCmd())
+	root.AddCommand(newPerfCmd(), newProbeCmd())
+	addKernelRootFlags(root)
 	addMetricsFlag(root)
 	// Every command's numeric flags are checked against their ranges
 	// before it runs (flagRange).

@@ -12,7 +12,7 @@ import (
 const module = "github.com/goroce/goroce"
 
 // layer ranks a package: wire → link → internal engine → verbs → host,
-// config → rdmacm → cmd. Helpers with no protocol logic (testenv, nettest,
+// config, kernel → rdmacm → cmd. Helpers with no protocol logic (testenv, nettest,
 // lab, capture, dissect, pingpong) sit where their imports put them.
 func layer(pkg string) (int, bool) {
 	p := strings.TrimPrefix(pkg, module+"/")
@@ -28,6 +28,10 @@ func layer(pkg string) (int, bool) {
 	case p == "verbs" || strings.HasPrefix(p, "verbs/"):
 		return 3, true
 	case p == "host" || p == "config" || strings.HasPrefix(p, "config/"):
+		return 4, true
+	case p == "kernel" || strings.HasPrefix(p, "kernel/"):
+		// The kernel's own RDMA devices (sysfs, RDMA netlink, configfs),
+		// beside host's soft devices.
 		return 4, true
 	case p == "rdmacm" || strings.HasPrefix(p, "rdmacm/"):
 		return 5, true
