@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/netip"
@@ -195,20 +196,22 @@ func TestLabKernel(t *testing.T) {
 		defer h.Close()
 		pcap := filepath.Join(t.TempDir(), "rping_tos.pcap")
 		capt := nettest.StartCapture(t, h, "tap-vm1", pcap)
-		l.MustExec(t, lab.VM2, "(rping -s -a 192.0.2.12 -C 3 -v; echo EXIT $?) >/tmp/rping-s.log 2>&1 &")
-		var out string
-		rc := -1
-		for try := 0; try < 20 && rc != 0; try++ {
-			out, rc, _ = l.Exec(vm1, "rping -c -a 192.0.2.12 -C 3 -v")
-			if rc != 0 {
-				time.Sleep(200 * time.Millisecond)
+		server := l.Background(t, lab.VM2, "/tmp/rping-s.log", 100*time.Second, "rping -s -a 192.0.2.12 -C 3 -v")
+		ctx, cancel := context.WithTimeout(context.Background(), testenv.Slow)
+		defer cancel()
+		err = lab.UntilListening(ctx, server, "rping -c: exit", func() error {
+			if out, rc, _ := l.Exec(vm1, "rping -c -a 192.0.2.12 -C 3 -v"); rc != 0 {
+				return fmt.Errorf("rping -c: exit %d\n%s", rc, out)
 			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		if rc != 0 {
-			t.Fatalf("rping -c: exit %d\n%s", rc, out)
+		// The server's end comes after the last frame of the connection.
+		if log := server.Wait(); !strings.Contains(log, "EXIT 0") {
+			t.Fatalf("rping -s:\n%s", log)
 		}
-		l.WaitExit(lab.VM2, "/tmp/rping-s.log", 100)
-		time.Sleep(200 * time.Millisecond) // the last frames reach the tap
 		if _, err := capt.Stop(); err != nil {
 			t.Fatal(err)
 		}
