@@ -405,3 +405,46 @@ func TestRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestOtherUsers: the tree root mounts is readable by every user, as the
+// kernel's configfs is (0755 directories, 0644 attributes, all root's),
+// and writable by root only: another user's mkdir, write and rmdir are
+// refused by the kernel's permission check (default_permissions) and
+// change nothing.
+func TestOtherUsers(t *testing.T) {
+	testenv.Root(t)
+	mnt, tree, _ := mountTree(t)
+	for p := filepath.Dir(mnt); p != "/" && p != os.TempDir(); p = filepath.Dir(p) {
+		os.Chmod(p, 0o755) // let uid 65534 reach the mount point
+	}
+	attr := mnt + "/rdma_cm/rxe0/ports/1/default_roce_mode"
+	if err := os.Mkdir(mnt+"/rdma_cm/rxe0", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	asNobody := func(script string) (string, error) {
+		cmd := exec.Command("bash", "-c", script)
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "LC_ALL=C"}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := asNobody("cat " + attr); err != nil || out != "RoCE v2\n" {
+		t.Errorf("uid 65534 reading %s: %q, %v", attr, out, err)
+	}
+	for _, script := range []string{
+		"echo 'IB/RoCE v1' > " + attr,
+		"mkdir " + mnt + "/rdma_cm/rxe1",
+		"rmdir " + mnt + "/rdma_cm/rxe0",
+	} {
+		out, err := asNobody(script)
+		if err == nil || !strings.Contains(out, "Permission denied") {
+			t.Errorf("uid 65534: %s: %q, %v; want Permission denied", script, out, err)
+		}
+	}
+	if b, err := os.ReadFile(attr); err != nil || string(b) != "RoCE v2\n" {
+		t.Errorf("after uid 65534's attempts: %q, %v", b, err)
+	}
+	if ents, err := tree.ReadDir(""); err != nil || len(ents) != 1 {
+		t.Errorf("rdma_cm holds %v, %v; want rxe0 alone", ents, err)
+	}
+}
