@@ -212,17 +212,7 @@ func newConn(id *rdmacm.ID, p params) (c *Conn, err error) {
 	if c.tmr, err = c.pd.RegMR(c.tbuf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
 		return c, err
 	}
-	// rs_init_bufs: the first half of the ring goes in the connection
-	// data, the second is free to advertise at once.
-	half := p.rbufSize / 2
-	c.sbufAvail = p.sbufSize
-	c.rFree, c.rAvail = half, half
-	c.curLeft = half
-	c.sqeAvail = p.sqSize - ctrlSize
-	c.ctrlMax = ctrlSize
-	c.rseqComp = uint16(p.rqSize >> 1)
-	c.grant = uint16(p.rqSize)
-	c.rmsg = make([]uint32, p.rqSize+1)
+	c.initState()
 	c.recvWR = make([]verbs.RecvWR, nrecv)
 	for i := range c.recvWR {
 		c.recvWR[i].WRID = wrRecv
@@ -231,6 +221,21 @@ func newConn(id *rdmacm.ID, p params) (c *Conn, err error) {
 		return c, err
 	}
 	return c, nil
+}
+
+// initState sets the counters of a new connection (rs_init_bufs): the
+// first half of the receive ring goes in the connection data, the second
+// is free to advertise at once.
+func (c *Conn) initState() {
+	half := c.p.rbufSize / 2
+	c.sbufAvail = c.p.sbufSize
+	c.rFree, c.rAvail = half, half
+	c.curLeft = half
+	c.sqeAvail = c.p.sqSize - ctrlSize
+	c.ctrlMax = ctrlSize
+	c.rseqComp = uint16(c.p.rqSize >> 1)
+	c.grant = uint16(c.p.rqSize)
+	c.rmsg = make([]uint32, c.p.rqSize+1)
 }
 
 // connData is this side's connection data (rs_format_conn_data).
@@ -602,7 +607,21 @@ func (c *Conn) writeData(p []byte) (int, error) {
 		}
 		c.sHead = (c.sHead + size) % c.p.sbufSize
 	}
-	// rs_write_data: the target entry moves before the post.
+	c.sent(size)
+	if err := c.qp.PostSend(wr); err != nil {
+		err = fmt.Errorf("rsocket: posting data: %w", err)
+		c.fail(err, false)
+		return 0, err
+	}
+	return size, nil
+}
+
+// sent counts a data message of size bytes as posted (rs_write_data):
+// a credit, a send queue entry and its send ring bytes are taken, and the
+// target entry moves on (before the post: the peer may update the entry
+// as soon as the message lands).
+func (c *Conn) sent(size int) {
+	t := &c.tgt[c.tgtIdx]
 	c.sseqNo++
 	c.sqeAvail--
 	c.sbufAvail -= size
@@ -611,12 +630,6 @@ func (c *Conn) writeData(p []byte) (int, error) {
 	if t.len == 0 {
 		c.tgtIdx = (c.tgtIdx + 1) % sglSize
 	}
-	if err := c.qp.PostSend(wr); err != nil {
-		err = fmt.Errorf("rsocket: posting data: %w", err)
-		c.fail(err, false)
-		return 0, err
-	}
-	return size, nil
 }
 
 // ctrlAvail is rs_ctrl_avail: a control message may be posted.
@@ -641,31 +654,52 @@ func (c *Conn) updateCredits() {
 	}
 	// rs_send_credits.
 	c.ctrlSeq++
-	c.rseqComp = c.rseqNo + uint16(c.p.rqSize>>1)
-	m := mkMsg(opSGL, uint32(c.rseqNo)+uint32(c.p.rqSize))
-	c.grant = c.rseqNo + uint16(c.p.rqSize)
+	m, buf, withBuf := c.grantCredits()
 	var err error
-	if c.rAvail >= half {
-		s := sge{addr: c.rmr.Addr() + uint64(c.rFree), key: c.rmr.RKey(), len: uint32(half)}
+	if withBuf {
+		s := sge{addr: c.rmr.Addr() + uint64(buf), key: c.rmr.RKey(), len: uint32(half)}
 		slot := c.p.sbufSize + sgeLen*int(c.ctrlSeq&(ctrlSize-1))
 		appendSGE(c.sbuf[slot:slot], s, c.peerOrder)
 		c.sgl[0] = c.smr.SGE(slot, sgeLen)
 		err = c.qp.PostSend(verbs.SendWR{WRID: uint64(m), Opcode: verbs.WRRDMAWriteWithImm, ImmData: uint32(m),
-			SGList: c.sgl[:1], RemoteAddr: c.remoteSGL.addr + uint64(c.remoteSge)*sgeLen, RKey: c.remoteSGL.key})
-		c.rAvail -= half
-		if c.rFree += half; c.rFree >= c.p.rbufSize {
-			c.rFree = 0
-		}
-		if c.remoteSge++; c.remoteSge == int(c.remoteSGL.len) {
-			c.remoteSge = 0
-		}
-		c.queued++
+			SGList: c.sgl[:1], RemoteAddr: c.remoteSGL.addr + uint64(c.prevSge())*sgeLen, RKey: c.remoteSGL.key})
 	} else {
 		err = c.postMsg(m)
 	}
 	if err != nil {
 		c.fail(fmt.Errorf("rsocket: posting credits: %w", err), false)
 	}
+}
+
+// grantCredits does the bookkeeping of an RS_OP_SGL (rs_send_credits):
+// the new limit, and, when half of the ring is free, that half (at offset
+// buf of the ring) for the peer's target entry after the one it last had.
+func (c *Conn) grantCredits() (m msg, buf int, withBuf bool) {
+	half := c.p.rbufSize / 2
+	c.rseqComp = c.rseqNo + uint16(c.p.rqSize>>1)
+	m = mkMsg(opSGL, uint32(c.rseqNo)+uint32(c.p.rqSize))
+	c.grant = c.rseqNo + uint16(c.p.rqSize)
+	if c.rAvail < half {
+		return m, 0, false
+	}
+	buf = c.rFree
+	c.rAvail -= half
+	if c.rFree += half; c.rFree >= c.p.rbufSize {
+		c.rFree = 0
+	}
+	if c.remoteSge++; c.remoteSge == int(c.remoteSGL.len) {
+		c.remoteSge = 0
+	}
+	c.queued++
+	return m, buf, true
+}
+
+// prevSge is the peer's target entry the last grantCredits filled.
+func (c *Conn) prevSge() int {
+	if c.remoteSge == 0 {
+		return int(c.remoteSGL.len) - 1
+	}
+	return c.remoteSge - 1
 }
 
 // progress polls the CQ and handles what completed (rs_poll_cq), reposts
@@ -725,11 +759,23 @@ func (c *Conn) complete(wc *verbs.WC) {
 		c.sbufAvail += int(m.data())
 	}
 	if wc.Status != verbs.WCSuccess && c.err == nil && !c.closed {
-		if wc.Status == verbs.WCWRFlushErr && c.st&stConnected == 0 {
-			return // flushed after the connection ended
+		switch {
+		case wc.Status == verbs.WCWRFlushErr && c.st&stConnected == 0:
+			// Flushed after the connection ended.
+		case wc.Status == verbs.WCWRFlushErr:
+			c.qpFailed(wc)
+		default:
+			c.fail(fmt.Errorf("rsocket: %v failed: %v%s: %w", m, wc.Status, detail(wc), syscall.EIO), false)
 		}
-		c.fail(fmt.Errorf("rsocket: %v failed: %v%s: %w", m, wc.Status, detail(wc), syscall.EIO), false)
 	}
+}
+
+// qpFailed ends the connection whose QP went to the error state without
+// this side's doing: wc is a work request it flushed.
+func (c *Conn) qpFailed(wc *verbs.WC) {
+	c.fail(fmt.Errorf("rsocket: the connection's QP %#x entered the error state: "+
+		"the peer's request broke this side's memory protection (an RDMA WRITE outside the buffers it was given) or the transport failed: %v%s: %w",
+		c.qp.Num(), wc.Status, detail(wc), syscall.ECONNRESET), false)
 }
 
 func detail(wc *verbs.WC) string {
@@ -742,19 +788,19 @@ func detail(wc *verbs.WC) string {
 // completeRecv handles a message from the peer, checking it.
 func (c *Conn) completeRecv(wc *verbs.WC) {
 	if wc.Status != verbs.WCSuccess {
-		if c.err == nil && c.st&stConnected != 0 && !c.closed {
-			why := "the peer's request broke this side's memory protection (an RDMA WRITE outside the buffers it was given) or the transport failed"
-			if wc.Status != verbs.WCWRFlushErr {
-				why = "receive failed"
-			}
-			c.fail(fmt.Errorf("rsocket: the connection's QP %#x entered the error state: %s: %v%s: %w",
-				c.qp.Num(), why, wc.Status, detail(wc), syscall.ECONNRESET), false)
+		switch {
+		case c.err != nil || c.st&stConnected == 0 || c.closed:
+		case wc.Status == verbs.WCWRFlushErr:
+			c.qpFailed(wc)
+		default:
+			c.fail(fmt.Errorf("rsocket: the connection's QP %#x entered the error state: a receive failed: %v%s: %w",
+				c.qp.Num(), wc.Status, detail(wc), syscall.ECONNRESET), false)
 		}
 		return
 	}
 	c.toRepost++
 	if wc.Opcode != verbs.WCRecvRDMAWithImm || wc.Flags&verbs.WCWithImm == 0 {
-		c.violation("a %v of %d bytes: rsocket sends only RDMA WRITE WITH IMMEDIATE (RS_OPT_MSG_SEND, iWARP's SENDs, is not supported)", wc.Opcode, wc.ByteLen)
+		c.violation("a message received as %v (%d bytes, a SEND): rsocket sends only RDMA WRITE WITH IMMEDIATE (RS_OPT_MSG_SEND, iWARP's SENDs, is not supported)", wc.Opcode, wc.ByteLen)
 		return
 	}
 	m := msg(wc.ImmData)
@@ -787,6 +833,8 @@ func (c *Conn) completeRecv(wc *verbs.WC) {
 		}
 	case opIOMapSGL:
 		c.violation("RS_OP_IOMAP_SGL (entry %d): iomapped buffers (riomap, riowrite) are not supported; this side advertised no iomap space (target_iomap_size 0)", m.data()&0xFFFF)
+	case opWrite:
+		c.violation("RS_OP_WRITE (immediate %#08x): rsocket's direct (iomap) writes carry no immediate", uint32(m))
 	default:
 		c.violation("message type %v (immediate %#08x) is reserved", m.op(), uint32(m))
 	}

@@ -42,7 +42,6 @@ type Listener struct {
 	cm      *rdmacm.CM
 	id      *rdmacm.ID
 	ec      *rdmacm.EventChannel
-	p       params
 	backlog int
 	logf    func(format string, args ...any)
 	addr    Addr
@@ -51,6 +50,7 @@ type Listener struct {
 	done    chan struct{}  // closed by Close
 
 	mu      sync.Mutex
+	p       params             // guarded by mu: the options of new connections
 	closed  bool               // guarded by mu
 	pending map[*Conn]struct{} // guarded by mu: REP sent, no RTU yet
 	queued  int                // guarded by mu: in ready
@@ -156,7 +156,10 @@ func (l *Listener) request(e rdmacm.Event) {
 	}
 	ec := l.cm.CreateEventChannel()
 	id.Migrate(ec)
-	c, err := newConn(id, l.p)
+	l.mu.Lock()
+	p := l.p
+	l.mu.Unlock()
+	c, err := newConn(id, p)
 	if err == nil {
 		err = c.saveConnData(e.PrivateData)
 		if err != nil {
@@ -250,6 +253,22 @@ func (l *Listener) AcceptContext(ctx context.Context) (*Conn, error) {
 	case <-ctx.Done():
 		return nil, &net.OpError{Op: "accept", Net: "rsocket", Addr: l.addr, Err: ctx.Err()}
 	}
+}
+
+// SetOptions changes the options of the connections accepted from now on,
+// as rsetsockopt on a listening rsocket does for the sockets it accepts
+// later (rstream sets another inline size for its bandwidth tests).
+//
+// Errors: Options' EINVAL.
+func (l *Listener) SetOptions(o Options) error {
+	p, err := o.resolve()
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.p = p
+	l.mu.Unlock()
+	return nil
 }
 
 // Addr returns the address the listener is bound to.

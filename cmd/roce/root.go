@@ -107,6 +107,7 @@ roce capture) and decodes RoCE captures with every ICRC checked (roce decode).`,
 	root.AddCommand(newDecodeCmd(), newDemoCmd(), newLinkCmd(), newDevCmd(), newDevicesCmd(), newGIDsCmd(), newPingpongCmd(), newPingCmd(), newModeCmd(), newTOSCmd(), newConfigfsCmd())
 	root.AddCommand(newStatCmd(), newResCmd(), newCaptureCmd(), newMetricsCmd())
 	root.AddCommand(newPerfCmd())
+	root.AddCommand(newRstreamCmd(), newRcopyCmd())
 	addMetricsFlag(root)
 	return root
 }
