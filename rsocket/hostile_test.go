@@ -3,8 +3,8 @@ package rsocket
 import (
 	"context"
 	"encoding/binary"
-	"fmt"
 	"errors"
+	"fmt"
 	"io"
 	"net/netip"
 	"strings"
