@@ -1187,6 +1187,12 @@ func (c *Conn) SetWriteDeadline(t time.Time) error {
 // Buffers reports the sizes of the connection's receive and send rings.
 func (c *Conn) Buffers() (read, write int) { return c.p.rbufSize, c.p.sbufSize }
 
+// PeerIOMapSize is the number of iomap entries the peer offered in its
+// connection data (target_iomap_size): riostream asks for one, for its
+// riowrite. goroce never uses them, and offers none, so such a peer's
+// riomap fails.
+func (c *Conn) PeerIOMapSize() int { return c.peerIOMap }
+
 // QPNum returns the number of the connection's QP (for roce res show and
 // captures).
 func (c *Conn) QPNum() uint32 { return c.qp.Num() }

@@ -30,10 +30,13 @@ type Options struct {
 	// device's max_inline_data.
 	Inline int
 	// KeepAlive, if positive, is SO_KEEPALIVE with TCP_KEEPIDLE: a 0-byte
-	// RDMA WRITE is sent this often, so a peer that is gone fails the
-	// connection (the transport's retries give up) even when this side
-	// has nothing to send. rsocket counts it in whole seconds; so does
-	// this. 0: off.
+	// RDMA WRITE is sent this often (rsocket counts it in whole seconds;
+	// so does this), so the RC transport keeps probing the peer even when
+	// this side has nothing to send. Where the transport's retries are
+	// finite, a peer that is gone then fails the connection; with the
+	// retry count 7 that rsockets ask for in the REQ, Linux rxe and
+	// goroce retry forever once the peer has answered, so there the
+	// keepalive only keeps the path in use. 0: off.
 	KeepAlive time.Duration
 }
 

@@ -429,6 +429,11 @@ func (r *rstreamRun) test(t rstreamTest) {
 		if r.ctx.Err() != nil {
 			err = r.ctx.Err()
 		}
+		if rc, ok := r.conn.(*rsocket.Conn); ok && rc.PeerIOMapSize() > 0 {
+			err = fmt.Errorf("%w; the peer asked for iomapped buffers (target_iomap_size %d, as riostream's riomap and riowrite do), "+
+				"which goroce does not implement: it offers the peer no iomap space, so the peer's riomap fails (Cannot allocate memory)",
+				err, rc.PeerIOMapSize())
+		}
 		fmt.Fprintln(r.errw, err)
 		if r.failed == nil {
 			r.failed = fmt.Errorf("%s: %w", t.name, err)
