@@ -46,7 +46,8 @@ type Conn struct {
 	id     *rdmacm.ID
 	ec     *rdmacm.EventChannel
 	pd     *verbs.PD
-	cq     *verbs.CQ
+	rcq    *verbs.CQ // receive completions: what the peer sent
+	scq    *verbs.CQ // send completions: what this side's sends freed
 	qp     *verbs.QP
 	smr    *verbs.MR // sbuf: the send ring, then ctrlSize control slots
 	rmr    *verbs.MR // rbuf: the receive ring (remote write)
@@ -72,7 +73,8 @@ type Conn struct {
 	closed  bool  // resources are being released: nothing is posted any more
 	bcast   chan struct{}
 	waiters int  // goroutines waiting on bcast (the poller too)
-	polling bool // a goroutine waits on the CQ
+	pollR   bool // a goroutine waits on rcq
+	pollS   bool // a goroutine waits on scq
 	rdl     deadline
 	wdl     deadline
 	linger  time.Duration // <0: default; 0: abortive
@@ -188,11 +190,17 @@ func newConn(id *rdmacm.ID, p params) (c *Conn, err error) {
 	if c.pd, err = dev.AllocPD(); err != nil {
 		return c, err
 	}
+	// Two CQs where rsocket has one (nothing of it shows on the wire): a
+	// reader waits for what the peer sent without waking for each of this
+	// side's sends' completions.
 	nrecv := p.rqSize + extraRecvs
-	if c.cq, err = dev.CreateCQ(p.sqSize + nrecv); err != nil {
+	if c.rcq, err = dev.CreateCQ(nrecv); err != nil {
 		return c, err
 	}
-	init := verbs.QPInitAttr{Type: verbs.RC, SendCQ: c.cq, RecvCQ: c.cq, SigAll: true,
+	if c.scq, err = dev.CreateCQ(p.sqSize); err != nil {
+		return c, err
+	}
+	init := verbs.QPInitAttr{Type: verbs.RC, SendCQ: c.scq, RecvCQ: c.rcq, SigAll: true,
 		Cap: verbs.QPCap{MaxSendWR: p.sqSize, MaxRecvWR: nrecv, MaxSendSGE: 2, MaxRecvSGE: 1, MaxInlineData: p.inline}}
 	if c.qp, err = id.CreateQP(c.pd, init); err != nil {
 		return c, err
@@ -367,12 +375,14 @@ func (c *Conn) fail(err error, discard bool) {
 	c.broadcast()
 }
 
-// await waits until cond holds, polling the CQ (one goroutine at a time)
-// or waiting for the one that does. It returns net.ErrClosed once Close
-// has begun (unless closing is allowed, for Close itself) and
-// os.ErrDeadlineExceeded when dl passes. Called with c.mu held, returns
-// with it held.
-func (c *Conn) await(dl *deadline, cond func() bool, closing bool) error {
+// await waits until cond holds, polling a CQ (one goroutine at a time per
+// CQ) or waiting for the goroutine that does: on the send CQ if onSend
+// says that what is missing comes from this side's sends completing (send
+// queue entries, send ring space, control slots), else on the receive
+// CQ. It returns net.ErrClosed once Close has begun (unless closing
+// allows it, for Close itself) and os.ErrDeadlineExceeded when dl passes.
+// Called with c.mu held, returns with it held.
+func (c *Conn) await(dl *deadline, cond func() bool, closing bool, onSend func() bool) error {
 	if cond() {
 		return nil
 	}
@@ -389,12 +399,16 @@ func (c *Conn) await(dl *deadline, cond func() bool, closing bool) error {
 		}
 		ch := c.bcast
 		c.waiters++
-		if !c.polling {
-			c.polling = true
+		cq, polling := c.rcq, &c.pollR
+		if onSend != nil && onSend() {
+			cq, polling = c.scq, &c.pollS
+		}
+		if !*polling {
+			*polling = true
 			c.mu.Unlock()
-			c.cq.Wait(waitCtx{ch})
+			cq.Wait(waitCtx{ch})
 			c.mu.Lock()
-			c.polling = false
+			*polling = false
 			c.waiters--
 			if c.waiters > 0 {
 				// Someone else may poll now (or has news of its own).
@@ -408,6 +422,14 @@ func (c *Conn) await(dl *deadline, cond func() bool, closing bool) error {
 		c.waiters--
 	}
 }
+
+// sendsPending reports whether sending waits for this side's sends to
+// complete: no send queue entry or send ring space free.
+func (c *Conn) sendsPending() bool {
+	return c.sqeAvail == 0 || c.sbufAvail < min(sndLowat, c.p.sbufSize)
+}
+
+func always() bool { return true }
 
 // acquire takes sem (a Read's or Write's turn) unless dl passes or Close
 // begins first.
@@ -473,7 +495,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	if err := c.await(&c.rdl, c.readable, false); err != nil {
+	if err := c.await(&c.rdl, c.readable, false, nil); err != nil {
 		return 0, c.opError("read", err)
 	}
 	n := c.copyOut(p)
@@ -545,7 +567,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 	}
 	n := 0
 	for n < len(p) {
-		if err := c.await(&c.wdl, c.writable, false); err != nil {
+		if err := c.await(&c.wdl, c.writable, false, c.sendsPending); err != nil {
 			return n, c.opError("write", err)
 		}
 		if err := c.writeErr(); err != nil {
@@ -709,19 +731,21 @@ func (c *Conn) progress() {
 		return
 	}
 	changed := false
-	for {
-		n, err := c.cq.Poll(c.wcs[:])
-		if err != nil {
-			c.fail(fmt.Errorf("rsocket: %w", err), false)
-			return
-		}
-		for i := range c.wcs[:n] {
-			c.complete(&c.wcs[i])
-			c.wcs[i] = verbs.WC{}
-		}
-		changed = changed || n > 0
-		if n < len(c.wcs) {
-			break
+	for _, cq := range []*verbs.CQ{c.scq, c.rcq} {
+		for {
+			n, err := cq.Poll(c.wcs[:])
+			if err != nil {
+				c.fail(fmt.Errorf("rsocket: %w", err), false)
+				return
+			}
+			for i := range c.wcs[:n] {
+				c.complete(&c.wcs[i])
+				c.wcs[i] = verbs.WC{}
+			}
+			changed = changed || n > 0
+			if n < len(c.wcs) {
+				break
+			}
 		}
 	}
 	if c.toRepost > 0 && c.st&stConnected != 0 {
@@ -916,7 +940,7 @@ func (c *Conn) allSent() bool {
 // the state is updated by the caller. It returns net.ErrClosed and
 // deadline errors of the wait.
 func (c *Conn) shutdown(dl *deadline, ctrl uint32, closing bool) error {
-	if err := c.await(dl, func() bool { return c.ctrlAvail() || c.st&stConnected == 0 || c.err != nil }, closing); err != nil {
+	if err := c.await(dl, func() bool { return c.ctrlAvail() || c.st&stConnected == 0 || c.err != nil }, closing, always); err != nil {
 		return err
 	}
 	if c.st&stConnected == 0 || c.err != nil {
@@ -1018,7 +1042,7 @@ func (c *Conn) Close() error {
 		// rshutdown(SHUT_RDWR).
 		c.st &^= stReadable | stWritable
 		if err = c.shutdown(&dl, ctrlDisconnect, true); err == nil {
-			err = c.await(&dl, c.allSent, true)
+			err = c.await(&dl, c.allSent, true, always)
 		}
 		dl.stop()
 		if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -1058,8 +1082,10 @@ func (c *Conn) freeMemory() {
 			mr.Dereg()
 		}
 	}
-	if c.cq != nil {
-		c.cq.Destroy()
+	for _, cq := range []*verbs.CQ{c.rcq, c.scq} {
+		if cq != nil {
+			cq.Destroy()
+		}
 	}
 }
 
