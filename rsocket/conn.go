@@ -499,6 +499,13 @@ func (c *Conn) Read(p []byte) (int, error) {
 		return 0, c.opError("read", err)
 	}
 	n := c.copyOut(p)
+	if n == 0 && c.err == nil {
+		// The peer's DREQ (DISCONNECTED, on the event goroutine) can end
+		// the state before this side has polled the data that came before
+		// it: the peer's sends had all completed, so it is in the CQ.
+		c.progress()
+		n = c.copyOut(p)
+	}
 	if n > 0 {
 		c.updateCredits()
 		return n, nil

@@ -295,3 +295,36 @@ func TestOptions(t *testing.T) {
 		t.Errorf("network udp: %v", err)
 	}
 }
+
+// TestReadAfterPeerGone: the peer writes and closes; its DREQ reaches this
+// side's event goroutine (DISCONNECTED) before anything here has polled
+// the CQ. Read still returns everything the peer sent, then end of file.
+// (Read once concluded end of file from the state alone: a roce rstream
+// client lost the server's last transfers that way.)
+func TestReadAfterPeerGone(t *testing.T) {
+	ca, cb := pair(t, netFabric4, Options{})
+	want := []byte("the last words before the DREQ")
+	if _, err := ca.Write(want); err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Wait for the DISCONNECTED event, with the data still in the CQ.
+	for {
+		cb.mu.Lock()
+		gone, queued := cb.st&stDisconnected != 0, cb.rmHead != cb.rmTail
+		cb.mu.Unlock()
+		if queued {
+			t.Fatal("the data was polled before the DREQ came: the test proves nothing")
+		}
+		if gone {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	got, err := io.ReadAll(cb)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("read %q, %v; want %q then end of file", got, err, want)
+	}
+}

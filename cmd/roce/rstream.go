@@ -229,6 +229,8 @@ func (r *rstreamRun) run() error {
 			return err
 		}
 		defer r.ln.Close()
+		// Ctrl-C ends a wait for the next connection too.
+		defer context.AfterFunc(r.ctx, func() { r.ln.Close() })()
 	}
 	fmt.Fprintf(r.out, "%-10s%-8s%-8s%-8s%-8s%8s %10s%13s\n", "name", "bytes", "xfers", "iters", "total", "time", "Gb/sec", "usec/xfer")
 	if !c.custom {
@@ -236,18 +238,21 @@ func (r *rstreamRun) run() error {
 			return err
 		}
 		for _, s := range rstreamSizes {
-			if s.option > c.sizeOption {
+			if s.option > c.sizeOption || r.ctx.Err() != nil {
 				continue
 			}
 			t := rstreamTest{name: sizeStr(s.size, 4) + "_lat", size: s.size, count: 1, iterations: sizeToCount(s.size)}
 			r.test(t)
 		}
 		r.closeConn()
+		if r.ctx.Err() != nil {
+			return r.failed
+		}
 		if err := r.connect(false); err != nil {
 			return err
 		}
 		for _, s := range rstreamSizes {
-			if s.option > c.sizeOption {
+			if s.option > c.sizeOption || r.ctx.Err() != nil {
 				continue
 			}
 			t := rstreamTest{name: sizeStr(s.size, 4) + "_bw", size: s.size, count: sizeToCount(s.size), iterations: 1}
