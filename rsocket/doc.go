@@ -141,11 +141,13 @@
 // posts inline) and returns once the data is posted. Each message is the
 // largest the send ring, the target entry and RS_MAX_TRANSFER allow,
 // where rsocket starts each send with 2 KiB and doubles (RS_OLAP_START_SIZE);
-// the peer sees the same kinds of messages, in fewer pieces. The CQ is
-// polled by the goroutines that wait in Read, Write or Close (one at a
-// time; the others wait on it), as rsocket's callers poll, so an RDMA
-// completion wakes the reader directly; one goroutine per connection
-// reads its CM events (DISCONNECTED).
+// the peer sees the same kinds of messages, in fewer pieces. Receive and
+// send completions go to two CQs (rsocket has one; the wire cannot tell),
+// polled by the goroutines that wait in Read, Write or Close, one at a
+// time per CQ while the others wait on it, as rsocket's callers poll: the
+// peer's message wakes the reader directly, and a reader never wakes for
+// this side's own send completions. One goroutine per connection reads
+// its CM events (DISCONNECTED), and one per listener its requests.
 //
 // CloseWrite is shutdown(SHUT_WR), CloseRead shutdown(SHUT_RD), Close
 // close(): graceful, waiting up to the linger time (SetLinger, default
