@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -327,4 +328,28 @@ func TestReadAfterPeerGone(t *testing.T) {
 	if err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("read %q, %v; want %q then end of file", got, err, want)
 	}
+}
+
+// TestDialErrors: a Dial to a port without a listener is refused
+// (ECONNREFUSED, the CM's REJ); one to an address whose CM never answers
+// times out (ETIMEDOUT, the CM's UNREACHABLE, with its diagnosis); both
+// wrapped in a *net.OpError naming the peer.
+func TestDialErrors(t *testing.T) {
+	a, b := newSides(t, netFabric4)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := Dial(ctx, a.cm, "rsocket", net.JoinHostPort(b.ip.String(), "7999"))
+	var oe *net.OpError
+	if !errors.Is(err, syscall.ECONNREFUSED) || !errors.As(err, &oe) || oe.Op != "dial" {
+		t.Errorf("Dial to a port without a listener: %v, want a dial *net.OpError wrapping ECONNREFUSED", err)
+	}
+	_, err = Dial(ctx, a.cm, "rsocket6", net.JoinHostPort(b.ip.String(), "7999"))
+	if !errors.Is(err, syscall.EADDRNOTAVAIL) {
+		t.Errorf("Dial rsocket6 to an IPv4 address: %v, want EADDRNOTAVAIL", err)
+	}
+	_, err = Dial(ctx, a.cm, "rsocket", "198.51.100.99:7471")
+	if !errors.Is(err, syscall.ETIMEDOUT) || !strings.Contains(err.Error(), "198.51.100.99:7471") {
+		t.Errorf("Dial to an address nothing answers: %v, want ETIMEDOUT naming it", err)
+	}
+	t.Logf("as wanted: %v", err)
 }
