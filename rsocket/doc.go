@@ -175,8 +175,8 @@
 // unwraps to EPROTO): a version other than 1, data messages beyond the
 // credits granted, a data message longer than the space left in the
 // buffer it was granted, or whose immediate and write length differ, an
-// SGL update while both target entries are in use or with an empty
-// buffer, credits beyond the peer's own window, a reserved or unknown
+// SGL update into a target entry still in use or with an empty buffer,
+// credits beyond the peer's own window, a reserved or unknown
 // message type or control message, RS_OP_IOMAP_SGL, and a SEND where
 // WRITE WITH IMMEDIATE belongs. The process never panics; the other
 // connections go on.
