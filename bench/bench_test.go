@@ -265,7 +265,7 @@ func printSummary(w *os.File) {
 	}
 	for _, name := range names {
 		short := strings.TrimPrefix(name, "Benchmark")
-		thru := strings.HasPrefix(name, nameUDPThroughput) || strings.HasPrefix(name, "BenchmarkRCWrite64K")
+		thru := strings.HasPrefix(name, nameUDPThroughput) || strings.Contains(name, "64K") // BenchmarkRsocket's too
 		var val, spread, ratio, goal string
 		cpu, _, _, _ := median(name, func(r result) float64 { return r.cpuNs })
 		if thru {

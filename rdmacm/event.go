@@ -68,6 +68,13 @@ type ConnParam struct {
 	InitiatorDepth     uint8 // RDMA READ/atomic requests this side issues
 	RetryCount         uint8 // transport retries, 0-7 (Connect only)
 	RNRRetryCount      uint8 // RNR NAK retries, 0-7, 7 = infinite
+	// FlowControl is rdma_conn_param.flow_control: the End-to-End Flow
+	// Control bit of the REQ (Connect) or REP (Accept), which the kernel's
+	// cma.c copies from it (IBA Vol 1 §12.7.26: whether this side's
+	// receive queue generates end-to-end credits). librdmacm's rsockets
+	// set it; rping does not. goroce's responder sends no AETH credits
+	// either way ("credits: invalid"), as rxe.
+	FlowControl bool
 	// QPNum, in events, is the peer's QP number. For Connect or Accept on
 	// an ID without a QP it is this side's, of a QP the caller drives
 	// itself (rdma_conn_param.qp_num; see InitQPAttr and Establish).

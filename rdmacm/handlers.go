@@ -111,7 +111,8 @@ func (cm *CM) handleREQ(a *agent, in *inbound, h mad.Header, req mad.REQ) {
 	c.rd = rdParams{maxDestRd: req.InitiatorDepth(), maxRd: req.ResponderResources(),
 		retry: req.RetryCount(), rnr: req.RNRRetryCount()}
 	c.peer = ConnParam{ResponderResources: req.InitiatorDepth(), InitiatorDepth: req.ResponderResources(),
-		RetryCount: req.RetryCount(), RNRRetryCount: req.RNRRetryCount(), QPNum: req.LocalQPN()}
+		RetryCount: req.RetryCount(), RNRRetryCount: req.RNRRetryCount(), QPNum: req.LocalQPN(),
+		FlowControl: req.EndToEndFlowControl()}
 	p := c.peer
 	p.PrivateData = append([]byte(nil), req.PrivateData()[mad.IPCMHeaderLen:]...)
 	if !c.emit(Event{Type: EventConnectRequest, ID: c, Listen: l, PrivateData: p.PrivateData, Param: p}) {
@@ -147,7 +148,7 @@ func (cm *CM) handleREP(a *agent, in *inbound, rep mad.REP) {
 	id.disarm()
 	id.rcid, id.rqpn, id.rpsn, id.rguid = rep.LocalCommID(), rep.LocalQPN(), rep.StartingPSN(), rep.LocalCAGUID()
 	p := ConnParam{ResponderResources: rep.InitiatorDepth(), InitiatorDepth: rep.ResponderResources(),
-		RNRRetryCount: rep.RNRRetryCount(), QPNum: rep.LocalQPN(),
+		RNRRetryCount: rep.RNRRetryCount(), QPNum: rep.LocalQPN(), FlowControl: rep.EndToEndFlowControl(),
 		PrivateData: append([]byte(nil), rep.PrivateData()...)}
 	id.peer = p
 	id.rd = rdParams{maxDestRd: id.local.ResponderResources, maxRd: min(id.local.InitiatorDepth, rep.ResponderResources()),

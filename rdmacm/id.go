@@ -797,6 +797,7 @@ func (id *ID) reqFields(p ConnParam) mad.REQFields {
 		InitiatorDepth:          p.InitiatorDepth,
 		RemoteCMResponseTimeout: cmResponseTimeout,
 		TransportServiceType:    mad.TransportRC,
+		EndToEndFlowControl:     p.FlowControl,
 		StartingPSN:             id.psn,
 		LocalCMResponseTimeout:  cmResponseTimeout,
 		RetryCount:              p.RetryCount,
@@ -981,7 +982,7 @@ func (id *ID) Accept(p ConnParam) error {
 	}
 	f := mad.REPFields{LocalCommID: id.lcid, RemoteCommID: id.rcid, LocalQPN: id.qpNum(), StartingPSN: id.psn,
 		ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth, TargetACKDelay: targetACKDelay,
-		RNRRetryCount: p.RNRRetryCount, LocalCAGUID: id.ag.dev.GUID()}
+		RNRRetryCount: p.RNRRetryCount, EndToEndFlowControl: p.FlowControl, LocalCAGUID: id.ag.dev.GUID()}
 	copy(f.PrivateData[:], p.PrivateData)
 	id.msg = buildMAD(mad.AttrREP, id.tid, f)
 	id.msgQPN = 1

@@ -359,3 +359,42 @@ func TestHandleGarbage(t *testing.T) {
 		b.cm.mu.Unlock()
 	}
 }
+
+// TestFlowControlBit checks that ConnParam.FlowControl sets the End-to-End
+// Flow Control bit of the REQ and the REP, as rdma_conn_param.flow_control
+// does (librdmacm's rsockets set it: rstream's REQ and REP carry 1), that
+// the other side's event reports it, and that it stays clear by default,
+// as in rping's REQ.
+func TestFlowControlBit(t *testing.T) {
+	for _, fc := range []bool{false, true} {
+		hookA, reps := capture(mad.AttrREP)
+		hookB, reqs := capture(mad.AttrREQ)
+		a, b := newSidesHook(t, "", fastOptions, fastOptions, hookA, hookB)
+		listen(t, b, PSTCP, 7471)
+		ca := dial(t, a, PSTCP, netip.AddrPortFrom(b.ip, 7471))
+		if err := ca.Connect(ConnParam{FlowControl: fc, RetryCount: 7, RNRRetryCount: 7}); err != nil {
+			t.Fatal(err)
+		}
+		if got := mad.REQ(mad.MAD(recvMAD(t, reqs).mad).Data()).EndToEndFlowControl(); got != fc {
+			t.Errorf("FlowControl %v: REQ's End-to-End Flow Control bit %v", fc, got)
+		}
+		e := b.want(t, EventConnectRequest)
+		if e.Param.FlowControl != fc {
+			t.Errorf("FlowControl %v: CONNECT_REQUEST's Param.FlowControl %v", fc, e.Param.FlowControl)
+		}
+		if _, err := e.ID.CreateQP(b.pd, rcInit(b)); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.ID.Accept(ConnParam{FlowControl: fc, RNRRetryCount: 7}); err != nil {
+			t.Fatal(err)
+		}
+		if got := mad.REP(mad.MAD(recvMAD(t, reps).mad).Data()).EndToEndFlowControl(); got != fc {
+			t.Errorf("FlowControl %v: REP's End-to-End Flow Control bit %v", fc, got)
+		}
+		if e := a.want(t, EventEstablished); e.Param.FlowControl != fc {
+			t.Errorf("FlowControl %v: ESTABLISHED's Param.FlowControl %v", fc, e.Param.FlowControl)
+		}
+		b.want(t, EventEstablished)
+		disconnectBoth(t, a, b, ca, e.ID)
+	}
+}

@@ -128,6 +128,7 @@ completed; a second Ctrl-C exits at once.`,
 	root.AddCommand(newDecodeCmd(), newDemoCmd(), newLinkCmd(), newDevCmd(), newDevicesCmd(), newGIDsCmd(), newPingpongCmd(), newPingCmd(), newModeCmd(), newTOSCmd(), newConfigfsCmd())
 	root.AddCommand(newStatCmd(), newResCmd(), newCaptureCmd(), newMetricsCmd())
 	root.AddCommand(newPerfCmd(), newProbeCmd())
+	root.AddCommand(newRstreamCmd(), newRcopyCmd())
 	addKernelRootFlags(root)
 	addMetricsFlag(root)
 	// Every command's numeric flags are checked against their ranges

@@ -12,7 +12,7 @@ import (
 const module = "github.com/goroce/goroce"
 
 // layer ranks a package: wire → link → internal engine → verbs → host,
-// config, kernel → rdmacm → cmd. Helpers with no protocol logic (testenv, nettest,
+// config, kernel → rdmacm → rsocket → cmd. Helpers with no protocol logic (testenv, nettest,
 // lab, capture, dissect, pingpong) sit where their imports put them.
 func layer(pkg string) (int, bool) {
 	p := strings.TrimPrefix(pkg, module+"/")
@@ -35,8 +35,10 @@ func layer(pkg string) (int, bool) {
 		return 4, true
 	case p == "rdmacm" || strings.HasPrefix(p, "rdmacm/"):
 		return 5, true
-	case strings.HasPrefix(p, "cmd/"):
+	case p == "rsocket" || strings.HasPrefix(p, "rsocket/"):
 		return 6, true
+	case strings.HasPrefix(p, "cmd/"):
+		return 7, true
 	}
 	return 0, false
 }
@@ -71,6 +73,15 @@ func TestLayers(t *testing.T) {
 			}
 			if to, ok := layer(imp); ok && to > from {
 				t.Errorf("%s (layer %d) imports %s (layer %d): imports must point down", p.ImportPath, from, imp, to)
+			}
+		}
+		// rsocket takes its devices from the CM it is given (the CM's
+		// routed devices), never from the host's registry itself.
+		if p.ImportPath == module+"/rsocket" {
+			for _, imp := range p.Imports {
+				if imp == module+"/host" {
+					t.Errorf("%s imports %s: rsocket gets its devices through the rdmacm.CM it is given", p.ImportPath, imp)
+				}
 			}
 		}
 		for _, q := range noIO {
