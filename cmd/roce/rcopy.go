@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
@@ -81,8 +80,7 @@ rcopy.`,
 			if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
 				return usageError{fmt.Errorf("-p %q: a port number 1-65535: %w", port, syscall.EINVAL)}
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
+			ctx := commandContext(cmd)
 			var want, fam netip.Addr
 			var dst, src, dstFile string
 			if len(args) == 2 {
@@ -100,7 +98,11 @@ rcopy.`,
 			defer closeCM()
 			out := cmd.OutOrStdout()
 			if dst == "" {
-				return rcopyServe(ctx, cm, port, out)
+				files, err := rcopyServe(ctx, cm, port, out)
+				if ctx.Err() != nil {
+					return interruptedAfter(ctx, "after receiving %d %s", files, plural(files, "file", "files"))
+				}
+				return err
 			}
 			return rcopyClient(ctx, cm, src, net.JoinHostPort(dst, port), dstFile, out)
 		},
@@ -230,21 +232,20 @@ func unixMode(m os.FileMode) uint32 {
 
 // rcopyServe is rcopy's server_run: connections one after another, each
 // served until the client goes (server_process).
-func rcopyServe(ctx context.Context, cm *rdmacm.CM, port string, out io.Writer) error {
+func rcopyServe(ctx context.Context, cm *rdmacm.CM, port string, out io.Writer) (files int, err error) {
 	l, err := rsocket.Listen(cm, "rsocket", net.JoinHostPort("", port))
 	if err != nil {
-		return fmt.Errorf("rlisten failed: %w", err)
+		return 0, fmt.Errorf("rlisten failed: %w", err)
 	}
 	defer l.Close()
-	for {
+	for ; ; files++ {
 		fmt.Fprint(out, "waiting for connection...")
 		c, err := l.AcceptContext(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				fmt.Fprintln(out)
-				return nil
 			}
-			return err
+			return files, err
 		}
 		fmt.Fprintf(out, "client: %v\n", c.RemoteAddr().(rsocket.Addr).Addr())
 		stop := context.AfterFunc(ctx, func() { c.Close() })
@@ -370,4 +371,12 @@ func errnoOf(err error) uint32 {
 		return uint32(e)
 	}
 	return uint32(syscall.EIO)
+}
+
+// plural picks the word for n things.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

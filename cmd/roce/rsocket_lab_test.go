@@ -310,8 +310,8 @@ func TestLabRcopy(t *testing.T) {
 		sum := strings.Fields(l.MustExec(t, vm, fmt.Sprintf("head -c %d /dev/urandom > /tmp/rc.src && md5sum /tmp/rc.src", size)))[0]
 		out, _ := runInVM(t, l, vm, srv, fmt.Sprintf("timeout 120 rcopy /tmp/rc.src %s:%s", lab.HostIPv4, dst))
 		srv.cmd.Process.Signal(syscall.SIGTERM)
-		if code := srv.wait(t, time.Minute); code != 0 {
-			t.Errorf("roce rcopy server: exit %d\n%s", code, srv.stderr.String())
+		if code := srv.wait(t, time.Minute); code != 143 || !strings.Contains(srv.stderr.String(), "interrupted by SIGTERM after receiving 1 file") {
+			t.Errorf("roce rcopy server: exit %d, want 143 after one file\n%s", code, srv.stderr.String())
 		}
 		got, err := os.ReadFile(dst)
 		if err != nil {

@@ -7,8 +7,6 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"os"
-	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
@@ -123,8 +121,7 @@ rstream, a failed transfer or verification makes the exit status 1.`,
 					return usageError{err}
 				}
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
+			ctx := commandContext(cmd)
 			r := &rstreamRun{cfg: c, out: cmd.OutOrStdout(), errw: cmd.ErrOrStderr(), ctx: ctx}
 			if !c.tcp {
 				// The device: the bind address's, else any that routes to
@@ -150,7 +147,11 @@ rstream, a failed transfer or verification makes the exit status 1.`,
 				defer closeCM()
 				r.cm = cm
 			}
-			return r.run()
+			err := r.run()
+			if ctx.Err() != nil {
+				return interruptedAfter(ctx, "after %d %s", r.done, plural(r.done, "test", "tests"))
+			}
+			return err
 		},
 	}
 	f := cmd.Flags()
@@ -209,6 +210,7 @@ type rstreamRun struct {
 	verData  byte  // verify_buf's counter
 	verTotal int64 // verify_buf's byte count
 	failed   error
+	done     int // tests completed
 }
 
 // Test parameters of the current test (rstream's globals).
@@ -443,7 +445,9 @@ func (r *rstreamRun) test(t rstreamTest) {
 		if r.failed == nil {
 			r.failed = fmt.Errorf("%s: %w", t.name, err)
 		}
+		return
 	}
+	r.done++
 }
 
 func (r *rstreamRun) runTest(t rstreamTest) error {

@@ -154,8 +154,8 @@ func TestRstreamVeth(t *testing.T) {
 		t.Errorf("rcopy printed %q", cli.stdout.String())
 	}
 	srv.cmd.Process.Signal(syscall.SIGTERM)
-	if code := srv.wait(t, 30*time.Second); code != 0 {
-		t.Errorf("rcopy server after SIGTERM: exit %d\n%s", code, srv.stderr.String())
+	if code := srv.wait(t, 30*time.Second); code != 143 || !strings.HasSuffix(srv.stderr.String(), "roce: rcopy: interrupted by SIGTERM after receiving 1 file\n") {
+		t.Errorf("rcopy server after SIGTERM: exit %d, want 143 and what it did\n%s", code, srv.stderr.String())
 	}
 	if want := "waiting for connection...client: " + a.IPv4.String() + "\nopening: " + dst + ", transferring...1048581 bytes...closing...done\nwaiting for connection..."; !strings.Contains(srv.stdout.String(), want) {
 		t.Errorf("rcopy server printed %q, want %q", srv.stdout.String(), want)
@@ -166,7 +166,7 @@ func TestRstreamVeth(t *testing.T) {
 	srv = startRoce(t, b, dir, bin, "rstream")
 	time.Sleep(300 * time.Millisecond)
 	srv.cmd.Process.Signal(syscall.SIGTERM)
-	if code := srv.wait(t, 30*time.Second); code == 0 {
-		t.Errorf("rstream server after SIGTERM: exit 0, want the interruption reported")
+	if code := srv.wait(t, 30*time.Second); code != 143 || !strings.HasSuffix(srv.stderr.String(), "roce: rstream: interrupted by SIGTERM after 0 tests\n") {
+		t.Errorf("rstream server after SIGTERM: exit %d, want 143 and the interruption reported\n%s", code, srv.stderr.String())
 	}
 }
