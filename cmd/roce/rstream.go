@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/netip"
 	"strconv"
@@ -91,20 +92,8 @@ rstream, a failed transfer or verification makes the exit status 1.`,
 				}
 				c.custom, c.size = true, n
 			}
-			for _, arg := range []struct {
-				name string
-				v    int
-				min  int
-			}{{"-I", c.iterations, 1}, {"-C", c.count, 1}, {"-B", c.bufferSize, 0}, {"-i", c.inline, 0}, {"-k", c.keepalive, 0}} {
-				if arg.v < arg.min {
-					return usageError{fmt.Errorf("%s %d: at least %d: %w", arg.name, arg.v, arg.min, syscall.EINVAL)}
-				}
-			}
-			if c.bufferSize != 0 && (c.bufferSize < 2048 || c.bufferSize > 1<<30) {
+			if c.bufferSize != 0 && c.bufferSize < 2048 {
 				return usageError{fmt.Errorf("-B %d: a buffer size of 2048 to %d bytes (SO_SNDBUF, SO_RCVBUF): %w", c.bufferSize, 1<<30, syscall.EINVAL)}
-			}
-			if c.inline > 256 {
-				return usageError{fmt.Errorf("-i %d: inline sizes go up to 256, the device's max_inline_data: %w", c.inline, syscall.EINVAL)}
 			}
 			if p, err := strconv.ParseUint(c.port, 10, 16); err != nil || p == 0 {
 				return usageError{fmt.Errorf("-p %q: a port number 1-65535: %w", c.port, syscall.EINVAL)}
@@ -166,6 +155,11 @@ rstream, a failed transfer or verification makes the exit status 1.`,
 	f.StringVarP(&sizeArg, "size", "S", "1000", "transfer `size` in bytes, or all (every size, with the in-between ones)")
 	f.StringVarP(&c.port, "port", "p", "7471", "`port`")
 	f.IntVarP(&c.keepalive, "keepalive", "k", 0, "keepalive time in `seconds` (SO_KEEPALIVE, TCP_KEEPIDLE)")
+	flagRange(cmd, "buffer-size", 0, 1<<30, "the buffer size", "bytes (0: the default; else 2048 or more)")
+	flagRange(cmd, "inline-size", 0, 256, "the inline size", "bytes (the device's max_inline_data)")
+	flagRange(cmd, "iterations", 1, math.MaxInt32, "the iterations", "")
+	flagRange(cmd, "transfer-count", 1, math.MaxInt32, "the transfer count", "")
+	flagRange(cmd, "keepalive", 0, math.MaxInt32, "the keepalive time", "seconds (0: off)")
 	f.StringArrayVarP(&tests, "test-option", "T", nil, "test `option`: s|sockets, a|async, b|blocking, n|nonblocking, r|resolve, v|verify")
 	f.StringSliceVar(&devs, "dev", nil, "use only these devices (default: found by address)")
 	f.StringVar(&pcapFile, "pcap", "", "write every packet the device sends and receives to `file` (pcap)")

@@ -64,8 +64,8 @@ func TestRstreamUsage(t *testing.T) {
 		{[]string{"rstream", "-f", "gid"}, "-f gid: AF_IB addresses are not supported"},
 		{[]string{"rstream", "-p", "0"}, `-p "0": a port number 1-65535`},
 		{[]string{"rstream", "-B", "100"}, "-B 100: a buffer size of 2048 to"},
-		{[]string{"rstream", "-i", "300"}, "-i 300: inline sizes go up to 256"},
-		{[]string{"rstream", "-C", "0"}, "-C 0: at least 1"},
+		{[]string{"rstream", "-i", "300"}, "-i 300: the inline size should be between 0 and 256 bytes"},
+		{[]string{"rstream", "-C", "0"}, "-C 0: the transfer count should be between 1 and 2147483647"},
 		{[]string{"rcopy", "onlyone"}, "rcopy takes no arguments (server) or a source file and server[:destination] (client), not 1"},
 		{[]string{"rcopy", "-p", "x"}, `-p "x": a port number 1-65535`},
 	} {
