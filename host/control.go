@@ -39,11 +39,11 @@ import (
 	"github.com/google/gopacket/pcapgo"
 	"golang.org/x/sys/unix"
 
-	"github.com/goroce/goroce/internal/capture"
 	"github.com/goroce/goroce/internal/rundir"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/afpacket"
 	"github.com/goroce/goroce/link/neigh"
+	"github.com/goroce/goroce/link/pcap"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -499,7 +499,7 @@ func (d *Device) serveCapture(conn *net.UnixConn, br *bufio.Reader, enc *json.En
 	start := time.Now()
 	ng, err := pcapgo.NewNgWriterInterface(conn, pcapgo.NgInterface{
 		Name: d.Def.Name, Description: "goroce device " + d.Def.Name + " on " + d.Def.Netdev,
-		LinkType: layers.LinkTypeEthernet, SnapLength: capture.SnapLen, TimestampResolution: 9,
+		LinkType: layers.LinkTypeEthernet, SnapLength: pcap.SnapLen, TimestampResolution: 9,
 	}, pcapgo.NgWriterOptions{SectionInfo: pcapgo.NgSectionInfo{Application: "goroce"}})
 	if err != nil || ng.Flush() != nil {
 		return
@@ -562,7 +562,7 @@ func (d *Device) serveCapture(conn *net.UnixConn, br *bufio.Reader, enc *json.En
 }
 
 // tap is the link decorator every opened device runs on: when captures
-// are subscribed it rebuilds each packet's frame (as link/pcap does) and
+// are subscribed it rebuilds each packet's frame (pcap.RebuildFrame) and
 // queues it for each; with none, it costs one atomic load per batch.
 type tap struct {
 	link.Link
@@ -590,7 +590,7 @@ func (t *tap) subscribe(n int) *tapSub {
 	t.subs = append(t.subs, s)
 	t.n.Store(int32(len(t.subs)))
 	if t.buf == nil {
-		t.buf = make([]byte, link.MaxFrameSize+link.FrameHeadroom)
+		t.buf = make([]byte, pcap.FrameBufSize)
 	}
 	t.mu.Unlock()
 	return s
@@ -637,10 +637,6 @@ func (t *tap) Recv(pkts []link.Packet) (int, error) {
 	return n, err
 }
 
-// tapMAC is the MAC a rebuilt frame carries for a GID: 02:00 and the GID's
-// last four bytes, as link/pcap synthesizes them.
-func tapMAC(g [16]byte) wire.MAC { return wire.MAC{0x02, 0x00, g[12], g[13], g[14], g[15]} }
-
 func (t *tap) record(pk *link.Packet) {
 	ts := time.Now()
 	t.mu.Lock()
@@ -648,10 +644,7 @@ func (t *tap) record(pk *link.Packet) {
 	if len(t.subs) == 0 {
 		return
 	}
-	tr := pk.Transport()
-	n := copy(t.buf[link.FrameHeadroom:], tr)
-	cp := link.Packet{Buf: t.buf[:link.FrameHeadroom+n], Off: link.FrameHeadroom, Len: n, Addr: pk.Addr}
-	frame, err := link.Encapsulate(&cp, tapMAC(pk.Addr.SrcGID.As16()), tapMAC(pk.Addr.DstGID.As16()), 0)
+	frame, err := pcap.RebuildFrame(t.buf, pk)
 	if err != nil {
 		return
 	}

@@ -19,8 +19,6 @@ func layer(pkg string) (int, bool) {
 	switch {
 	case p == "wire" || strings.HasPrefix(p, "wire/"):
 		return 0, true
-	case p == "internal/capture":
-		return 0, true
 	case p == "link" || strings.HasPrefix(p, "link/"):
 		return 1, true
 	case p == "internal/mem" || p == "internal/transport":

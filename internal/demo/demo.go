@@ -24,7 +24,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/goroce/goroce/internal/capture"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/pcap"
 	"github.com/goroce/goroce/link/udp"
@@ -153,7 +152,7 @@ func (g *gate) Recv(p []link.Packet) (int, error) {
 }
 
 // openUDP opens a device named name on a UDP link bound to ip:port.
-func openUDP(name string, ip netip.Addr, port uint16, seed uint64, rec *capture.Writer) (*node, *gate, error) {
+func openUDP(name string, ip netip.Addr, port uint16, seed uint64, rec *pcap.Writer) (*node, *gate, error) {
 	u, err := udp.New(udp.Config{Bind: ip, Addrs: []netip.Addr{ip}, Port: port})
 	if err != nil {
 		return nil, nil, err
@@ -179,7 +178,7 @@ func openUDP(name string, ip netip.Addr, port uint16, seed uint64, rec *capture.
 // openPair opens demo0 and demo1 on 127.0.0.1 and 127.0.0.2, port 4791 —
 // or, when something else holds those, on other loopback addresses or
 // another port.
-func openPair(rec *capture.Writer) (a, b *node, ga *gate, err error) {
+func openPair(rec *pcap.Writer) (a, b *node, ga *gate, err error) {
 	type try struct {
 		a, b netip.Addr
 		port uint16
@@ -294,10 +293,10 @@ type remote struct {
 }
 
 func roceV2(ctx context.Context, out *printer, o Options) error {
-	var rec *capture.Writer
+	var rec *pcap.Writer
 	if o.Pcap != nil {
 		var err error
-		if rec, err = capture.NewWriter(o.Pcap); err != nil {
+		if rec, err = pcap.NewWriter(o.Pcap); err != nil {
 			return err
 		}
 	}

@@ -19,7 +19,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/goroce/goroce/internal/capture"
+	"github.com/goroce/goroce/link/pcap"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -72,7 +72,7 @@ func (e *FrameError) Unwrap() error { return e.Err }
 // CorruptedError). A SkippedError is a frame that is not RoCE with a
 // damaged IP header. An ICRC that does not match is not an error here (see
 // Packet.Problems).
-func (d *Decoder) Decode(f capture.Frame, p *Packet) error {
+func (d *Decoder) Decode(f pcap.Frame, p *Packet) error {
 	if !d.begun {
 		d.first, d.begun = f.Time, true
 	}

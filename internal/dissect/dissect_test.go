@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/capture"
 	"github.com/goroce/goroce/internal/dissect"
 	"github.com/goroce/goroce/internal/testenv"
+	"github.com/goroce/goroce/link/pcap"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -26,7 +26,7 @@ func decodeTrace(t testing.TB, path string, fn func(p *dissect.Packet)) dissect.
 		p     dissect.Packet
 		stats dissect.Stats
 	)
-	err := capture.ReadFile(path, func(f capture.Frame) error {
+	err := pcap.ReadFile(path, func(f pcap.Frame) error {
 		err := d.Decode(f, &p)
 		stats.Add(&p, err)
 		var fe *dissect.FrameError
@@ -320,7 +320,7 @@ func TestEveryOpcode(t *testing.T) {
 				p dissect.Packet
 			)
 			data := frame(t, f)
-			if err := d.Decode(capture.Frame{Number: 1, Data: data, OrigLen: len(data)}, &p); err != nil {
+			if err := d.Decode(pcap.Frame{Number: 1, Data: data, OrigLen: len(data)}, &p); err != nil {
 				t.Fatalf("%v %s: %v", op, variant, err)
 			}
 			if probs := p.Problems(); len(probs) > 0 {
@@ -355,7 +355,7 @@ func TestProblems(t *testing.T) {
 		d dissect.Decoder
 		p dissect.Packet
 	)
-	if err := d.Decode(capture.Frame{Number: 9, Data: data, OrigLen: len(data)}, &p); err != nil {
+	if err := d.Decode(pcap.Frame{Number: 9, Data: data, OrigLen: len(data)}, &p); err != nil {
 		t.Fatal(err)
 	}
 	probs := p.Problems()
@@ -374,7 +374,7 @@ func TestProblems(t *testing.T) {
 
 	data = frame(t, v2Fields(wire.OpcodeRCSendOnly))
 	data[wire.EthernetLen+10] ^= 0xff // IPv4 header checksum: masked from the ICRC
-	if err := d.Decode(capture.Frame{Number: 10, Data: data, OrigLen: len(data)}, &p); err != nil {
+	if err := d.Decode(pcap.Frame{Number: 10, Data: data, OrigLen: len(data)}, &p); err != nil {
 		t.Fatal(err)
 	}
 	if probs := p.Problems(); len(probs) != 1 || !strings.HasPrefix(probs[0], "IPv4 header checksum") || !p.ICRCOK() {
@@ -408,7 +408,7 @@ func TestMalformedAndOther(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			d := dissect.Decoder{UDPPort: tc.port}
 			var p dissect.Packet
-			err := d.Decode(capture.Frame{Number: 1, Data: tc.data, OrigLen: len(good)}, &p)
+			err := d.Decode(pcap.Frame{Number: 1, Data: tc.data, OrigLen: len(good)}, &p)
 			var fe *dissect.FrameError
 			switch {
 			case tc.malformed == "-":
@@ -442,7 +442,7 @@ func TestTruncatedPrefixes(t *testing.T) {
 				d dissect.Decoder
 				p dissect.Packet
 			)
-			if err := d.Decode(capture.Frame{Number: 1, Data: data[:n], OrigLen: len(data)}, &p); err == nil {
+			if err := d.Decode(pcap.Frame{Number: 1, Data: data[:n], OrigLen: len(data)}, &p); err == nil {
 				t.Errorf("prefix %d of %d decoded", n, len(data))
 			}
 		}
@@ -457,8 +457,8 @@ func TestTime(t *testing.T) {
 		d dissect.Decoder
 		p dissect.Packet
 	)
-	d.Decode(capture.Frame{Number: 1, Time: t0, Data: []byte{1}}, &p) // not RoCE, but sets the origin
-	if err := d.Decode(capture.Frame{Number: 2, Time: t0.Add(1500 * time.Microsecond), Data: data, OrigLen: len(data)}, &p); err != nil {
+	d.Decode(pcap.Frame{Number: 1, Time: t0, Data: []byte{1}}, &p) // not RoCE, but sets the origin
+	if err := d.Decode(pcap.Frame{Number: 2, Time: t0.Add(1500 * time.Microsecond), Data: data, OrigLen: len(data)}, &p); err != nil {
 		t.Fatal(err)
 	}
 	if line := string(p.AppendLine(nil)); !strings.HasPrefix(line, "    2    0.001500 192.0.2.1 → 192.0.2.2 RoCEv2 RC_SEND_ONLY") {
@@ -492,14 +492,14 @@ func FuzzDecode(f *testing.F) {
 	// Real frames too, when ../shared is there (the seeds are a bonus, not a prerequisite).
 	for _, name := range []string{"rping.pcap", "udaddy.pcap", "atomic_fadd.pcap"} {
 		path := filepath.Join(filepath.Dir(testenv.RepoRoot(f)), "shared", "traces", name)
-		_ = capture.ReadFile(path, func(fr capture.Frame) error { f.Add(bytes.Clone(fr.Data)); return nil })
+		_ = pcap.ReadFile(path, func(fr pcap.Frame) error { f.Add(bytes.Clone(fr.Data)); return nil })
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var (
 			d dissect.Decoder
 			p dissect.Packet
 		)
-		if err := d.Decode(capture.Frame{Number: 1, Data: data, OrigLen: len(data)}, &p); err != nil {
+		if err := d.Decode(pcap.Frame{Number: 1, Data: data, OrigLen: len(data)}, &p); err != nil {
 			return
 		}
 		p.AppendLine(nil)
@@ -517,7 +517,7 @@ func benchPacket(b *testing.B) *dissect.Packet {
 		d dissect.Decoder
 		p dissect.Packet
 	)
-	if err := d.Decode(capture.Frame{Number: 1, Data: data, OrigLen: len(data)}, &p); err != nil {
+	if err := d.Decode(pcap.Frame{Number: 1, Data: data, OrigLen: len(data)}, &p); err != nil {
 		b.Fatal(err)
 	}
 	return &p
@@ -531,7 +531,7 @@ func BenchmarkDecode(b *testing.B) {
 	)
 	b.SetBytes(int64(len(data)))
 	for b.Loop() {
-		d.Decode(capture.Frame{Number: 1, Data: data, OrigLen: len(data)}, &p)
+		d.Decode(pcap.Frame{Number: 1, Data: data, OrigLen: len(data)}, &p)
 	}
 }
 

@@ -8,15 +8,15 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/goroce/goroce/internal/capture"
 	"github.com/goroce/goroce/internal/dissect"
+	"github.com/goroce/goroce/link/pcap"
 	"github.com/goroce/goroce/wire"
 )
 
 func decodeOne(data []byte, port uint16) (*dissect.Packet, error) {
 	d := dissect.Decoder{UDPPort: port}
 	var p dissect.Packet
-	err := d.Decode(capture.Frame{Number: 1, Data: data, OrigLen: len(data)}, &p)
+	err := d.Decode(pcap.Frame{Number: 1, Data: data, OrigLen: len(data)}, &p)
 	return &p, err
 }
 
@@ -241,7 +241,7 @@ func TestNotRoCEStaysQuiet(t *testing.T) {
 		if orig == 0 {
 			orig = len(tc.data)
 		}
-		if err := d.Decode(capture.Frame{Number: 1, Data: tc.data, OrigLen: orig}, &p); err != wire.ErrNotRoCE {
+		if err := d.Decode(pcap.Frame{Number: 1, Data: tc.data, OrigLen: orig}, &p); err != wire.ErrNotRoCE {
 			t.Errorf("%s: err %v, want exactly wire.ErrNotRoCE", tc.name, err)
 		}
 	}
@@ -297,7 +297,7 @@ func TestDecodeOtherAllocs(t *testing.T) {
 		d dissect.Decoder
 		p dissect.Packet
 	)
-	f := capture.Frame{Number: 1, Data: data, OrigLen: len(data)}
+	f := pcap.Frame{Number: 1, Data: data, OrigLen: len(data)}
 	d.Decode(f, &p)
 	if n := testing.AllocsPerRun(100, func() { d.Decode(f, &p) }); n != 0 {
 		t.Errorf("%v allocations per frame", n)

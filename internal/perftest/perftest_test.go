@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/capture"
 	"github.com/goroce/goroce/internal/perftest/perftestcheck"
 	"github.com/goroce/goroce/internal/testenv"
 	"github.com/goroce/goroce/link"
@@ -386,7 +385,7 @@ func newCapturedPair(t *testing.T) *capturedPair {
 	t.Helper()
 	p := &capturedPair{fab: fabric.New()}
 	t.Cleanup(p.close)
-	w, err := capture.NewWriter(&p.pcap)
+	w, err := pcap.NewWriter(&p.pcap)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,7 +428,7 @@ func (p *capturedPair) checkTOS(t *testing.T, tos, def uint8, qpns map[uint32]bo
 	p.close()
 	count := map[string]int{}
 	comms := map[uint32]string{}
-	err := capture.Read(bytes.NewReader(p.pcap.Bytes()), func(f capture.Frame) error {
+	err := pcap.Read(bytes.NewReader(p.pcap.Bytes()), func(f pcap.Frame) error {
 		var pk wire.Packet
 		if err := pk.ParseFrame(f.Data, wire.RoCEv2Port); err != nil {
 			t.Errorf("frame %d: %v", f.Number, err)

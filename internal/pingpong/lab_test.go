@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/host"
-	"github.com/goroce/goroce/internal/capture"
 	"github.com/goroce/goroce/internal/lab"
 	"github.com/goroce/goroce/internal/pingpong"
 	"github.com/goroce/goroce/internal/testenv"
+	"github.com/goroce/goroce/link/pcap"
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/wire"
 )
@@ -162,7 +162,7 @@ func goroceServer(t *testing.T, l *lab.Lab, vm lab.VM, d *host.Device, c pingpon
 // error-severity marks.
 func verifyCapture(t *testing.T, file string) {
 	n, bad := 0, 0
-	err := capture.ReadFile(file, func(f capture.Frame) error {
+	err := pcap.ReadFile(file, func(f pcap.Frame) error {
 		var p wire.Packet
 		err := p.ParseFrame(f.Data, wire.RoCEv2Port)
 		if errors.Is(err, wire.ErrNotRoCE) {

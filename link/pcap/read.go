@@ -1,7 +1,4 @@
-// Package capture reads and writes packet captures (pcap and pcapng) with
-// gopacket's pcapgo, for `roce decode`, the golden tests and the link/pcap
-// decorator.
-package capture
+package pcap
 
 import (
 	"bufio"
