@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/goroce/goroce/internal/dissect"
+	"github.com/goroce/goroce/cmd/roce/internal/dissect"
 	"github.com/goroce/goroce/link/pcap"
 	"github.com/goroce/goroce/wire"
 )

@@ -13,8 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	demopkg "github.com/goroce/goroce/internal/demo"
-	"github.com/goroce/goroce/internal/dissect"
+	demopkg "github.com/goroce/goroce/cmd/roce/internal/demo"
+	"github.com/goroce/goroce/cmd/roce/internal/dissect"
 	"github.com/goroce/goroce/link/pcap"
 )
 
@@ -95,7 +95,7 @@ earlier demo instead: a real Linux rxe rping capture, decoded.`,
 	return cmd
 }
 
-// demoRun runs internal/demo, writing the capture to pcapFile if set.
+// demoRun runs cmd/roce/internal/demo, writing the capture to pcapFile if set.
 func demoRun(cmd *cobra.Command, pcapFile string) error {
 	var o demopkg.Options
 	var bw *bufio.Writer

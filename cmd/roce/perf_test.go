@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/cmd/roce/internal/perftest/perftestcheck"
 	"github.com/goroce/goroce/internal/nettest"
-	"github.com/goroce/goroce/internal/perftest/perftestcheck"
 	"github.com/goroce/goroce/link/pcap"
 	"github.com/goroce/goroce/wire"
 )

@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/goroce/goroce/cmd/roce/internal/pingpong"
 	"github.com/goroce/goroce/host"
-	"github.com/goroce/goroce/internal/pingpong"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/pcap"
 	"github.com/goroce/goroce/verbs"

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/perftest/perftestcheck"
+	"github.com/goroce/goroce/cmd/roce/internal/perftest/perftestcheck"
 	"github.com/goroce/goroce/internal/testenv"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/fabric"

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/cmd/roce/internal/rping"
 	"github.com/goroce/goroce/host"
 	"github.com/goroce/goroce/internal/lab"
-	"github.com/goroce/goroce/internal/rping"
 	"github.com/goroce/goroce/rdmacm"
 )
 

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/dissect"
+	"github.com/goroce/goroce/cmd/roce/internal/dissect"
 	"github.com/goroce/goroce/internal/testenv"
 	"github.com/goroce/goroce/link/pcap"
 	"github.com/goroce/goroce/wire"

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/goroce/goroce/internal/dissect"
+	"github.com/goroce/goroce/cmd/roce/internal/dissect"
 	"github.com/goroce/goroce/link/pcap"
 	"github.com/goroce/goroce/wire"
 )

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/cmd/roce/internal/pingpong"
 	"github.com/goroce/goroce/host"
 	"github.com/goroce/goroce/internal/lab"
-	"github.com/goroce/goroce/internal/pingpong"
 	"github.com/goroce/goroce/internal/testenv"
 	"github.com/goroce/goroce/link/pcap"
 	"github.com/goroce/goroce/verbs"

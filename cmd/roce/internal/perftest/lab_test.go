@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/cmd/roce/internal/perftest"
 	"github.com/goroce/goroce/host"
 	"github.com/goroce/goroce/internal/lab"
-	"github.com/goroce/goroce/internal/perftest"
 	"github.com/goroce/goroce/internal/testenv"
 	"github.com/goroce/goroce/rdmacm"
 	"github.com/goroce/goroce/verbs"
