@@ -13,7 +13,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"syscall"
@@ -21,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goroce/goroce/config"
 	"github.com/goroce/goroce/internal/rundir"
 )
 
@@ -84,16 +84,9 @@ func (r *Registry) devDir() string { return filepath.Join(r.Dir, "devices") }
 
 func (r *Registry) path(name string) string { return filepath.Join(r.devDir(), name+".json") }
 
-var nameRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]{0,62}$`)
-
 // ValidName checks a device name: a letter, then letters, digits, _ . -,
 // at most 63 (the kernel's IB_DEVICE_NAME_MAX is 64 with the NUL).
-func ValidName(name string) error {
-	if !nameRE.MatchString(name) {
-		return fmt.Errorf("device name %q: use a letter followed by letters, digits, '_', '.' or '-' (at most 63): %w", name, syscall.EINVAL)
-	}
-	return nil
-}
+func ValidName(name string) error { return rundir.ValidName(name) }
 
 // lock takes the registry's lock for a change.
 func (r *Registry) lock() (func(), error) {
@@ -183,6 +176,23 @@ func (r *Registry) Get(name string) (DeviceDef, error) {
 		return d, fmt.Errorf("device %s: corrupt definition %s: %v", name, r.path(name), err)
 	}
 	return d, nil
+}
+
+// ConfigDevice returns what config's rdma_cm tree needs to know of a
+// device: its name, creation time and RoCE versions (config.Registry, so
+// config.Open(dir, host.NewRegistry(dir)) serves the registry's devices).
+// ENODEV when there is none; EINVAL for a definition whose roce_versions
+// is not one ParseVersions takes.
+func (r *Registry) ConfigDevice(name string) (config.Device, error) {
+	def, err := r.Get(name)
+	if err != nil {
+		return config.Device{}, err
+	}
+	v, err := ParseVersions(string(def.Versions))
+	if err != nil {
+		return config.Device{}, fmt.Errorf("device %s: %w", name, err)
+	}
+	return config.Device{Name: def.Name, Created: def.Created, RoCEv1: v.V1(), RoCEv2: v.V2()}, nil
 }
 
 // List returns every device definition, by name.

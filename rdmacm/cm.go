@@ -9,7 +9,8 @@
 // response timeouts and retries run on timers that stop with their ID
 // (one queue per CM behind a single time.Timer).
 //
-//	cm := rdmacm.New(rdmacm.Options{Defaults: config.Open(host.RunDir())})
+//	dir := host.RunDir()
+//	cm := rdmacm.New(rdmacm.Options{Defaults: config.Open(dir, host.NewRegistry(dir))})
 //	cm.AddDevice(dev.Device)
 //	ec := cm.CreateEventChannel()
 //	id, _ := cm.CreateID(ec, rdmacm.PSTCP)
@@ -154,6 +155,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/verbs"
+	"github.com/goroce/goroce/wire"
 	"github.com/goroce/goroce/wire/mad"
 )
 
@@ -177,10 +179,11 @@ const (
 	nRecv, nSend = 512, 128
 )
 
-// Defaults gives the RoCE mode and ToS new CM IDs copy from the rdma_cm
-// configfs tree; *config.Tree implements it.
+// Defaults gives the RoCE mode (a RoCE version: wire.RoCEv1 or
+// wire.RoCEv2) and ToS new CM IDs copy from the rdma_cm configfs tree;
+// *config.Tree implements it.
 type Defaults interface {
-	DefaultMode(dev string, port int) (verbs.GIDType, error)
+	DefaultMode(dev string, port int) (wire.Version, error)
 	DefaultTOS(dev string, port int) (uint8, error)
 }
 

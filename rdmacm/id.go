@@ -395,7 +395,7 @@ func srcOf(a *agent, dst netip.Addr) netip.Addr {
 // defaults returns the RoCE mode and ToS new connections on a use.
 func (cm *CM) defaults(a *agent) (verbs.GIDType, uint8, error) {
 	if d := cm.opts.Defaults; d != nil {
-		mode, err := d.DefaultMode(a.dev.Name(), 1)
+		v, err := d.DefaultMode(a.dev.Name(), 1)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -403,7 +403,7 @@ func (cm *CM) defaults(a *agent) (verbs.GIDType, uint8, error) {
 		if err != nil {
 			return 0, 0, err
 		}
-		return mode, tos, nil
+		return verbs.GIDTypeFor(v), tos, nil
 	}
 	mode := verbs.GIDTypeRoCEv1
 	for _, e := range a.dev.GIDs() {

@@ -120,9 +120,9 @@ func TestSetTOS(t *testing.T) {
 	)
 	a, b, buf, closeAll := newCapturedSides(t,
 		Options{ResponseTimeout: fastOptions.ResponseTimeout, MaxRetries: fastOptions.MaxRetries, Timewait: fastOptions.Timewait,
-			Defaults: fixedDefaults{mode: verbs.GIDTypeRoCEv2, tos: aDefault}},
+			Defaults: fixedDefaults{mode: wire.RoCEv2, tos: aDefault}},
 		Options{ResponseTimeout: fastOptions.ResponseTimeout, MaxRetries: fastOptions.MaxRetries, Timewait: fastOptions.Timewait,
-			Defaults: fixedDefaults{mode: verbs.GIDTypeRoCEv2, tos: bDefault}})
+			Defaults: fixedDefaults{mode: wire.RoCEv2, tos: bDefault}})
 
 	l, err := b.cm.CreateID(b.ec, PSTCP)
 	if err != nil {

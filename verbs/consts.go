@@ -3,6 +3,7 @@ package verbs
 import (
 	"github.com/goroce/goroce/internal/mem"
 	"github.com/goroce/goroce/internal/transport"
+	"github.com/goroce/goroce/wire"
 )
 
 // QP types.
@@ -166,6 +167,10 @@ const GSIQKey = 0x80010000
 
 // CounterNames are the counters' names, as rxe names them, then goroce's drops by cause.
 var CounterNames = transport.CounterNames
+
+// GIDTypeFor returns the GID type that sends with RoCE version v, the
+// inverse of GIDType.Version.
+func GIDTypeFor(v wire.Version) GIDType { return transport.GIDTypeFor(v) }
 
 // MTUFromBytes returns the largest IB MTU not above n bytes.
 func MTUFromBytes(n int) MTU { return transport.MTUFromBytes(n) }

@@ -375,6 +375,16 @@ func (t GIDType) Version() wire.Version {
 	return wire.RoCEv2
 }
 
+// GIDTypeFor returns the GID type that sends with RoCE version v, the
+// inverse of GIDType.Version: GIDTypeRoCEv1 for wire.RoCEv1, else
+// GIDTypeRoCEv2 (a RoCE mode, as config and rdmacm hold it, is a version).
+func GIDTypeFor(v wire.Version) GIDType {
+	if v == wire.RoCEv1 {
+		return GIDTypeRoCEv1
+	}
+	return GIDTypeRoCEv2
+}
+
 // GIDEntry is one entry of a port's GID table.
 type GIDEntry struct {
 	GID    netip.Addr

@@ -37,7 +37,7 @@ func mismatch(ctx context.Context, out *printer) error {
 			return fmt.Errorf("demo: registering %s in %s: %w", d.Name, dir, err)
 		}
 	}
-	tree := config.Open(dir)
+	tree := config.Open(dir, reg)
 
 	fab := fabric.New()
 	defer fab.Close()
@@ -88,7 +88,7 @@ func mismatch(ctx context.Context, out *printer) error {
 		if err != nil {
 			return err.Error()
 		}
-		return strings.TrimSpace(config.FormatMode(m))
+		return config.ModeName(m)
 	}
 	out.f("   demoA %v speaks RoCE v1 and v2; its default_roce_mode is %q. demoB %v speaks RoCE v1 only\n", ipA, mode("demoA"), ipB)
 	out.f("   (like a ConnectX-3: a filter on its fabric port drops RoCE v2 frames). Their rdma_cm settings live in a\n")
@@ -132,8 +132,8 @@ func mismatch(ctx context.Context, out *printer) error {
 	out.f("   %s\n", wrap(fmt.Sprintf("connect failed after %.1f s: %s", took.Seconds(), firstLine(err)), "     "))
 
 	out.f("   the fix, through the config API (what `roce mode -d demoA -p 1 -m 1` does):\n")
-	out.f("     config.Open(rundir).SetDefaultMode(\"demoA\", 1, verbs.GIDTypeRoCEv1)\n")
-	if err := tree.SetDefaultMode("demoA", 1, verbs.GIDTypeRoCEv1); err != nil {
+	out.f("     config.Open(rundir, host.NewRegistry(rundir)).SetDefaultMode(\"demoA\", 1, wire.RoCEv1)\n")
+	if err := tree.SetDefaultMode("demoA", 1, wire.RoCEv1); err != nil {
 		return fmt.Errorf("demo: the fix: %w", err)
 	}
 	out.f("     demoA's default_roce_mode is now %q\n", mode("demoA"))

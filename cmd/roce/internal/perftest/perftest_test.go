@@ -776,8 +776,8 @@ func TestTOSValidate(t *testing.T) {
 // roceDefaults are rdmacm.Defaults: RoCE v2 and default_roce_tos tos.
 type roceDefaults struct{ tos uint8 }
 
-func (roceDefaults) DefaultMode(string, int) (verbs.GIDType, error) { return verbs.GIDTypeRoCEv2, nil }
-func (d roceDefaults) DefaultTOS(string, int) (uint8, error)        { return d.tos, nil }
+func (roceDefaults) DefaultMode(string, int) (wire.Version, error) { return wire.RoCEv2, nil }
+func (d roceDefaults) DefaultTOS(string, int) (uint8, error)       { return d.tos, nil }
 
 // Run's error, when ctx ends while a server waits for its client (over
 // TCP or RDMA CM), is ctx's, not the closed socket's or listener's, and
