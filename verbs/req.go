@@ -1,4 +1,4 @@
-package transport
+package verbs
 
 // The requester: work requests → packets (rxe_req.c's role).
 
@@ -73,10 +73,10 @@ type reqState struct {
 	psn   wire.PSN // next PSN to send
 	off   uint64   // bytes of the WQE at sq.cur already sent
 	noack int      // packets sent since the last AckReq
-	// window is how many PSNs may be unacknowledged: MaxUnackedPSNs at
+	// window is how many PSNs may be unacknowledged: maxUnackedPSNs at
 	// first, halved by every go-back-N retry (each one resends the whole
 	// window, so a lossy path must not keep a large one), grown by each
-	// PSN acknowledged. 0 means MaxUnackedPSNs.
+	// PSN acknowledged. 0 means maxUnackedPSNs.
 	window      int
 	rdAtomic    int      // outstanding READ/ATOMIC/FLUSH requests
 	maxSent     wire.PSN // highest PSN sent so far, to count retransmissions
@@ -93,9 +93,9 @@ func (o WROpcode) validFor(t QPType) bool {
 	case WRSend, WRSendWithImm:
 		return true
 	case WRRDMAWrite, WRRDMAWriteWithImm:
-		return t == QPTypeRC || t == QPTypeUC
+		return t == RC || t == UC
 	case WRSendWithInv, WRRDMARead, WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRFlush, WRAtomicWrite:
-		return t == QPTypeRC
+		return t == RC
 	}
 	return false
 }
@@ -173,7 +173,7 @@ func (q *QP) postOne(wr *SendWR) error {
 	if length > MaxMsgSize {
 		return bad("message of %d bytes exceeds max_msg_sz %d", length, MaxMsgSize)
 	}
-	ud := q.typ == QPTypeUD || q.typ == QPTypeGSI
+	ud := q.typ == UD || q.typ == GSI
 	if ud && wr.AH == nil {
 		return bad("a UD send needs an address handle (ah)")
 	}
@@ -250,7 +250,7 @@ func (q *QP) gather(dst []byte, w *sendWQE, off uint64, n int) ([]byte, error) {
 // empty or the window, the outstanding-READ/ATOMIC limit, a fence or the
 // pacer (the rate limit) stops it, or out's budget is spent: then the rest
 // waits for the QP's next turn in the device's scheduler (a go-back-N
-// retry resends up to the whole window, MaxUnackedPSNs packets, and the
+// retry resends up to the whole window, maxUnackedPSNs packets, and the
 // receive goroutine or a timer must not send that in one loop). Called
 // with q.mu held.
 func (q *QP) reqRun(out *txBatch) {
@@ -264,7 +264,7 @@ func (q *QP) reqRun(out *txBatch) {
 		q.reqDeferred = true
 		return
 	}
-	rc := q.typ == QPTypeRC
+	rc := q.typ == RC
 	sent := false
 	for q.sq.cur < q.sq.tail {
 		w := q.sq.at(q.sq.cur)
@@ -344,7 +344,7 @@ func (q *QP) sendPacket(w *sendWQE, out *txBatch) (done, ok bool) {
 			n = max(1, (w.length+pmtu-1)/pmtu)
 		}
 		w.lastPSN = w.firstPSN.Add(int(n - 1))
-		if (q.typ == QPTypeUD || q.typ == QPTypeGSI) && w.length > pmtu {
+		if (q.typ == UD || q.typ == GSI) && w.length > pmtu {
 			q.failSend(w, WCLocLenErr, fmt.Sprintf("UD message of %d bytes exceeds the path MTU %d", w.length, pmtu))
 			return true, false
 		}
@@ -359,9 +359,9 @@ func (q *QP) sendPacket(w *sendWQE, out *txBatch) (done, ok bool) {
 	var code wire.Opcode
 	t := wire.TransportRC
 	switch q.typ {
-	case QPTypeUC:
+	case UC:
 		t = wire.TransportUC
-	case QPTypeUD, QPTypeGSI:
+	case UD, GSI:
 		t = wire.TransportUD
 	}
 	switch op {
@@ -445,10 +445,10 @@ func (q *QP) sendPacket(w *sendWQE, out *txBatch) (done, ok bool) {
 	}
 	if t == wire.TransportRC {
 		q.req.noack++
-		// AckReq at the end of a message, every MaxPktPerAck packets,
+		// AckReq at the end of a message, every maxPktPerAck packets,
 		// and on the packet that fills the window: nothing more goes
 		// out until it is acknowledged.
-		if done || q.req.noack >= MaxPktPerAck || int(q.req.psn.Next().Diff(q.comp.psn)) >= q.window() {
+		if done || q.req.noack >= maxPktPerAck || int(q.req.psn.Next().Diff(q.comp.psn)) >= q.window() {
 			f.BTH.AckReq = true
 			q.req.noack = 0
 		}
@@ -508,7 +508,7 @@ func (q *QP) failSend(w *sendWQE, status WCStatus, detail string) {
 			idx = i
 		}
 	}
-	if q.typ != QPTypeRC {
+	if q.typ != RC {
 		q.enterSQE(int64(idx), status, detail+
 			"; the QP is now in SQE: its other send WRs are flushed, receives go on, and ibv_modify_qp to RTS resumes sending")
 		return
@@ -520,7 +520,7 @@ func (q *QP) failSend(w *sendWQE, status WCStatus, detail string) {
 // window returns the requester's window in PSNs.
 func (q *QP) window() int {
 	if q.req.window == 0 {
-		return MaxUnackedPSNs
+		return maxUnackedPSNs
 	}
 	return q.req.window
 }

@@ -1,4 +1,4 @@
-package transport
+package verbs
 
 import (
 	"bytes"
@@ -54,7 +54,7 @@ func rcPair(t testing.TB, typ QPType, fa fabric.Faults, v wire.Version) (a, b si
 		if wrapLink != nil {
 			l = wrapLink(i, p)
 		}
-		s.dev, err = OpenDevice(Config{Name: []string{"rxe0", "rxe1"}[i], Link: l, MAC: p.MAC(), GIDs: []GIDEntry{gids[i]}})
+		s.dev, err = Open(DeviceConfig{Name: []string{"rxe0", "rxe1"}[i], Link: l, MAC: p.MAC(), GIDs: []GIDEntry{gids[i]}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,7 +68,7 @@ func rcPair(t testing.TB, typ QPType, fa fabric.Faults, v wire.Version) (a, b si
 	}
 	connect := func(s, peer *side, peerGID netip.Addr) {
 		acc := mem.LocalWrite | mem.RemoteWrite | mem.RemoteRead | mem.RemoteAtomic | mem.FlushGlobal | mem.FlushPersistent
-		if typ == QPTypeUC {
+		if typ == UC {
 			acc = mem.LocalWrite | mem.RemoteWrite
 		}
 		if err := s.qp.Modify(&QPAttr{State: QPSInit, PortNum: 1, AccessFlags: acc}, AttrState|AttrPKeyIndex|AttrPort|AttrAccessFlags); err != nil {
@@ -77,7 +77,7 @@ func rcPair(t testing.TB, typ QPType, fa fabric.Faults, v wire.Version) (a, b si
 		rtr := &QPAttr{State: QPSRTR, PathMTU: MTU1024, DestQPN: peer.qp.Num(), RQPSN: 100, MaxDestRdAtomic: 16, MinRNRTimer: 1,
 			AH: AHAttr{IsGlobal: true, PortNum: 1, GRH: GlobalRoute{DGID: peerGID, HopLimit: 64}}}
 		m := AttrState | AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN
-		if typ == QPTypeRC {
+		if typ == RC {
 			m |= AttrMaxDestRdAtomic | AttrMinRNRTimer
 		}
 		if err := s.qp.Modify(rtr, m); err != nil {
@@ -85,7 +85,7 @@ func rcPair(t testing.TB, typ QPType, fa fabric.Faults, v wire.Version) (a, b si
 		}
 		rts := &QPAttr{State: QPSRTS, SQPSN: 100, Timeout: rcPairTimeout, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16}
 		m = AttrState | AttrSQPSN
-		if typ == QPTypeRC {
+		if typ == RC {
 			m |= AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxQPRdAtomic
 		}
 		if err := s.qp.Modify(rts, m); err != nil {
@@ -115,7 +115,7 @@ func poll(t testing.TB, cq *CQ) WC {
 
 func TestSmokeRC(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a, b, _ := rcPair(t, QPTypeRC, fabric.Faults{}, wire.RoCEv2)
+		a, b, _ := rcPair(t, RC, fabric.Faults{}, wire.RoCEv2)
 		bufA := make([]byte, 1<<16)
 		bufB := make([]byte, 1<<16)
 		mrA, _ := a.pd.RegMR(bufA, mem.LocalWrite)

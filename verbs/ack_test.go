@@ -1,4 +1,4 @@
-package transport
+package verbs
 
 import (
 	"sync"
@@ -67,7 +67,7 @@ func TestACKsCoalesce(t *testing.T) {
 		// (the race detector can slow a receive past rcPair's 4 ms).
 		rcPairTimeout = 18
 		defer func() { wrapLink, rcPairTimeout = nil, 10 }()
-		a, b, _ := rcPair(t, QPTypeRC, fabric.Faults{}, wire.RoCEv2)
+		a, b, _ := rcPair(t, RC, fabric.Faults{}, wire.RoCEv2)
 		rbuf := make([]byte, 64*n)
 		rmr, err := b.pd.RegMR(rbuf, 1) // local write
 		if err != nil {

@@ -1,4 +1,4 @@
-package transport
+package verbs
 
 import (
 	"fmt"
@@ -17,7 +17,7 @@ import (
 // with their data; a full queue still says ENOMEM at the limit.
 func TestQueuesGrow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a, b, _ := rcPair(t, QPTypeRC, fabric.Faults{Loss: 0.05}, wire.RoCEv2)
+		a, b, _ := rcPair(t, RC, fabric.Faults{Loss: 0.05}, wire.RoCEv2)
 		const total = 300
 		rbuf := make([]byte, 16*total)
 		rmr, err := b.pd.RegMR(rbuf, 1) // local write

@@ -1,4 +1,4 @@
-package transport
+package verbs
 
 // The device's scheduler: bulk work — READ responses, the requester's
 // retransmissions and whatever else one QP has more of than a burst —

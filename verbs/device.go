@@ -1,15 +1,4 @@
-// Package transport is goroce's engine: devices, protection domains, memory
-// regions, completion queues, shared receive queues and queue pairs, and the
-// RC, UC and UD transports of IBTA Vol 1 chapter 9 (requester, responder
-// and completer per QP, as Linux rxe splits them). It talks to the network
-// only through a link.Link and never opens a socket. Package verbs is its
-// public façade.
-//
-// Concurrency: each QP's requester, responder and completer run under the
-// QP's mutex, called from the goroutine that posts a work request, from the
-// device's one receive goroutine, or from the QP's retransmit and RNR timers.
-// No goroutine is started per packet or per work request.
-package transport
+package verbs
 
 import (
 	"context"
@@ -25,8 +14,8 @@ import (
 	"github.com/goroce/goroce/wire"
 )
 
-// Config describes a device.
-type Config struct {
+// DeviceConfig describes a device.
+type DeviceConfig struct {
 	Name string    // e.g. "rxe0"
 	Link link.Link // the network; the device closes it on Close
 	// GUID is the node GUID; zero derives it from MAC (EUI-64), as rxe does.
@@ -65,13 +54,13 @@ type Device struct {
 	sched sched
 }
 
-// OpenDevice starts a device on cfg.Link. Close it to stop its receive
+// Open starts a device on cfg.Link. Close it to stop its receive
 // goroutine and its scheduler's, and close the link.
-func OpenDevice(cfg Config) (*Device, error) { return openDevice(cfg, true) }
+func Open(cfg DeviceConfig) (*Device, error) { return openDevice(cfg, true) }
 
 // openDevice opens a device; without sched, nothing serves the scheduler's
 // turns but drainSched (tests that step the device themselves).
-func openDevice(cfg Config, sched bool) (*Device, error) {
+func openDevice(cfg DeviceConfig, sched bool) (*Device, error) {
 	if cfg.Link == nil {
 		return nil, fmt.Errorf("open device %q: no link: %w", cfg.Name, syscall.EINVAL)
 	}
@@ -85,7 +74,7 @@ func openDevice(cfg Config, sched bool) (*Device, error) {
 		mem:     mem.NewTable(MaxMR),
 		gids:    append([]GIDEntry(nil), cfg.GIDs...),
 		qps:     make(map[uint32]*QP),
-		nextQPN: FirstQPN,
+		nextQPN: firstQPN,
 		portUp:  true,
 		rxDone:  make(chan struct{}),
 	}

@@ -1,4 +1,4 @@
-package transport
+package verbs
 
 // The completer: responses → completions, retransmission and RNR retry
 // (rxe_comp.c's role).
@@ -178,7 +178,7 @@ func (q *QP) failOldest(status WCStatus, detail string) {
 // there (go-back-N, IBTA §9.7.5.1.1 and rxe's req_retry).
 func (q *QP) retry(out *txBatch) {
 	q.comp.retrying = true
-	q.req.window = max(q.window()/2, MinUnackedPSNs)
+	q.req.window = max(q.window()/2, minUnackedPSNs)
 	q.count(CompleterRetryErr)
 	q.comp.rttValid = false // Karn: no sample across a retransmission
 	q.rewind()
@@ -324,7 +324,7 @@ func (q *QP) progress() {
 func (q *QP) advanceCompPSN(psn wire.PSN) {
 	if d := psn.Diff(q.comp.psn); d > 0 {
 		q.comp.psn = psn
-		q.req.window = min(q.window()+int(d), MaxUnackedPSNs)
+		q.req.window = min(q.window()+int(d), maxUnackedPSNs)
 		q.comp.progress++
 		q.comp.retrying = false
 		q.comp.retryLeft = int(q.attr.RetryCnt)

@@ -1,4 +1,4 @@
-package transport
+package verbs
 
 // The responder: requests → data placement, receive completions, ACKs,
 // NAKs and READ/atomic responses (rxe_resp.c's role); and the receive
@@ -92,7 +92,7 @@ type readRec struct {
 	flush       bool
 }
 
-// readLog holds the last MaxReadRecords READs and FLUSHes executed, oldest
+// readLog holds the last maxReadRecords READs and FLUSHes executed, oldest
 // overwritten first. 32 bytes a record, allocated as a QP serves them.
 type readLog struct {
 	recs []readRec
@@ -100,7 +100,7 @@ type readLog struct {
 }
 
 func (l *readLog) add(r readRec) {
-	if len(l.recs) < MaxReadRecords {
+	if len(l.recs) < maxReadRecords {
 		l.recs = append(l.recs, r)
 		return
 	}
@@ -204,12 +204,12 @@ func (q *QP) receive(p *wire.Packet, a *link.Addr, out *txBatch) {
 	q.counters[RcvdPkts].Add(1)
 	op := p.Opcode()
 	switch q.typ {
-	case QPTypeRC:
+	case RC:
 		if op.Transport() != wire.TransportRC {
 			q.count(RcvdBadOpcode)
 			return
 		}
-	case QPTypeUC:
+	case UC:
 		if op.Transport() != wire.TransportUC {
 			q.count(RcvdBadOpcode)
 			return
@@ -224,7 +224,7 @@ func (q *QP) receive(p *wire.Packet, a *link.Addr, out *txBatch) {
 		q.count(RcvdBadQP)
 		return
 	}
-	if q.typ == QPTypeRC || q.typ == QPTypeUC {
+	if q.typ == RC || q.typ == UC {
 		// Connected QPs take packets from their peer only (IBTA C9-?? path check):
 		// the source GID must be the path's destination.
 		if a.SrcGID != q.path.dgid {
@@ -237,15 +237,15 @@ func (q *QP) receive(p *wire.Packet, a *link.Addr, out *txBatch) {
 		}
 	}
 	if p.Info.Is(wire.FlagResponse) {
-		if q.typ == QPTypeRC {
+		if q.typ == RC {
 			q.receiveResponse(p, out)
 		}
 		return
 	}
 	switch q.typ {
-	case QPTypeRC:
+	case RC:
 		q.rcRequest(p, out)
-	case QPTypeUC:
+	case UC:
 		q.ucRequest(p)
 	default:
 		q.udRequest(p, a)
@@ -544,7 +544,7 @@ func (q *QP) msgStep(p *wire.Packet) *fault {
 	case m.kind == msgNone && !start:
 		return &fault{faultOpSeq, fmt.Sprintf("%v at PSN %v continues no message (FIRST missing)", p.Opcode(), psn)}
 	case m.kind != msgNone && start:
-		if q.typ != QPTypeUC {
+		if q.typ != UC {
 			return &fault{faultOpSeq, fmt.Sprintf("%v at PSN %v starts a message inside a %v message (LAST missing)", p.Opcode(), psn, m.kind)}
 		}
 		// UC class D1: the partial message is lost; this one starts
@@ -778,7 +778,7 @@ func (q *QP) rcRequest(p *wire.Packet, out *txBatch) {
 			fmt.Sprintf("%v at PSN %v: this QP's max_dest_rd_atomic is 0, so it takes no RDMA READ, ATOMIC, ATOMIC_WRITE or FLUSH request", p.Opcode(), psn))
 		return
 	}
-	if rdAtomic && q.resp.pend.rdAtomic >= MaxPendingRdAtomic {
+	if rdAtomic && q.resp.pend.rdAtomic >= maxPendingRdAtomic {
 		// More READ/ATOMIC responses waiting than any requester keeping to
 		// its max_rd_atomic can have outstanding (class C,
 		// RESPST_ERR_TOO_MANY_RDMA_ATM_REQ).
@@ -993,7 +993,7 @@ func (q *QP) rcAtomicWrite(p *wire.Packet, out *txBatch) bool {
 // max_dest_rd_atomic (max_rd_atomic set above it with a manual modify_qp)
 // retries one, and then dropping it livelocks: go-back-N resends the same
 // READs, every retry is dropped again, and with retry_cnt 7 it never ends.
-// goroce keeps its record of READs apart, up to MaxReadRecords of them,
+// goroce keeps its record of READs apart, up to maxReadRecords of them,
 // more than any requester can have outstanding. Executing a repeat costs a
 // stale network duplicate only responses the requester drops; if its
 // region has gone meanwhile, the Remote Access Error NAK is not fatal to
@@ -1034,7 +1034,7 @@ func (q *QP) duplicate(p *wire.Packet, out *txBatch) {
 		if info.Is(wire.FlagRead) {
 			npkts = max(1, (n+uint64(q.pmtu)-1)/uint64(q.pmtu))
 		}
-		if npkts > uint64(q.resp.psn.Diff(psn)) || q.resp.pend.rdAtomic >= MaxPendingRdAtomic ||
+		if npkts > uint64(q.resp.psn.Diff(psn)) || q.resp.pend.rdAtomic >= maxPendingRdAtomic ||
 			!q.resp.reads.matches(psn, npkts, r.RKey(), r.VA(), n, info.Is(wire.FlagFlush)) {
 			// Its responses would take PSNs this responder has not
 			// reached, it repeats no request executed here, or the

@@ -1,4 +1,4 @@
-package transport
+package verbs
 
 import (
 	"fmt"
@@ -161,7 +161,7 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 		return nil, fmt.Errorf("create_qp: "+format+": %w", append(args, syscall.EINVAL)...)
 	}
 	switch init.Type {
-	case QPTypeRC, QPTypeUC, QPTypeUD, QPTypeGSI:
+	case RC, UC, UD, GSI:
 	default:
 		return bad("qp_type %d: valid types are RC (2), UC (3), UD (4) and GSI", init.Type)
 	}
@@ -194,7 +194,7 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 	} else if init.SRQ.pd != pd {
 		return bad("the SRQ belongs to another PD")
 	}
-	if init.SRQ != nil && init.Type != QPTypeRC && init.Type != QPTypeUD {
+	if init.SRQ != nil && init.Type != RC && init.Type != UD {
 		return bad("an SRQ needs an RC or UD QP, not %v", init.Type)
 	}
 	q := &QP{dev: d, pd: pd, typ: init.Type, sendCQ: init.SendCQ, recvCQ: init.RecvCQ, srq: init.SRQ,
@@ -209,7 +209,7 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 	if d.closed {
 		return nil, net.ErrClosed
 	}
-	if init.Type == QPTypeGSI {
+	if init.Type == GSI {
 		if d.qps[GSIQPN] != nil {
 			return nil, fmt.Errorf("create_qp: the GSI QP (QP1) already exists: %w", syscall.EEXIST)
 		}
@@ -218,7 +218,7 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 		if len(d.qps) >= MaxQP {
 			return nil, fmt.Errorf("create_qp: %d QPs exist (max_qp): %w", len(d.qps), syscall.ENOMEM)
 		}
-		for d.qps[d.nextQPN] != nil || d.nextQPN < FirstQPN {
+		for d.qps[d.nextQPN] != nil || d.nextQPN < firstQPN {
 			d.nextQPN = (d.nextQPN + 1) & wire.PSNMask
 		}
 		q.num = d.nextQPN
@@ -307,9 +307,9 @@ const (
 
 func (q *QP) class() qpClass {
 	switch q.typ {
-	case QPTypeRC:
+	case RC:
 		return classRC
-	case QPTypeUC:
+	case UC:
 		return classUC
 	}
 	return classUD
@@ -536,9 +536,9 @@ func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	if mask&AttrRateLimit != 0 {
 		q.setRateLimit(a.RateLimit)
 	}
-	if q.typ == QPTypeUD || q.typ == QPTypeGSI {
+	if q.typ == UD || q.typ == GSI {
 		q.pmtu = q.dev.activeMTU.Bytes()
-		if q.typ == QPTypeGSI {
+		if q.typ == GSI {
 			q.attr.QKey = wire.GSIQKey
 		}
 	}
@@ -571,7 +571,7 @@ func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 // or rxe's hash of the QPN for UD and GSI.
 func (q *QP) updateSport() {
 	switch q.typ {
-	case QPTypeRC, QPTypeUC:
+	case RC, UC:
 		fl := q.path.flow
 		if fl == 0 {
 			fl = wire.CalcFlowLabel(q.num, q.attr.DestQPN)

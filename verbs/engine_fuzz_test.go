@@ -1,4 +1,4 @@
-package transport
+package verbs
 
 // A stateful fuzzer of a live device: each input is a sequence of packets
 // (any opcode, PSNs around the expected one, keys and addresses drawn from
@@ -168,7 +168,7 @@ func newFuzzHarness() (*fuzzHarness, error) {
 		local: netip.MustParseAddr("::ffff:192.0.2.1"), peer: netip.MustParseAddr("::ffff:192.0.2.2")}
 	crand.Read(h.secret[:])
 	var err error
-	h.dev, err = openFuzzDevice(Config{Name: "fuzz0", Link: h.lk, GIDs: []GIDEntry{{GID: h.local, Type: GIDTypeRoCEv2}}, ActiveMTU: MTU1024})
+	h.dev, err = openFuzzDevice(DeviceConfig{Name: "fuzz0", Link: h.lk, GIDs: []GIDEntry{{GID: h.local, Type: GIDTypeRoCEv2}}, ActiveMTU: MTU1024})
 	if err != nil {
 		return nil, err
 	}
@@ -213,7 +213,7 @@ func newFuzzHarness() (*fuzzHarness, error) {
 	if h.cq, err = h.dev.CreateCQ(4096); err != nil {
 		return nil, err
 	}
-	for i, typ := range []QPType{QPTypeRC, QPTypeUC, QPTypeUD} {
+	for i, typ := range []QPType{RC, UC, UD} {
 		if h.qps[i], err = h.pds[0].CreateQP(QPInitAttr{Type: typ, SendCQ: h.cq, RecvCQ: h.cq,
 			Cap: QPCap{MaxSendWR: 4, MaxRecvWR: fuzzRecvs, MaxSendSGE: 1, MaxRecvSGE: 2}}); err != nil {
 			return nil, err
@@ -244,7 +244,7 @@ func (h *fuzzHarness) reset(t testing.TB) {
 	for i, q := range h.qps {
 		var err error
 		switch q.typ {
-		case QPTypeUD:
+		case UD:
 			if err = q.Modify(&QPAttr{State: QPSInit, PortNum: 1, QKey: fuzzQKey}, AttrState|AttrPKeyIndex|AttrPort|AttrQKey); err == nil {
 				if err = q.Modify(&QPAttr{State: QPSRTR}, AttrState); err == nil {
 					err = q.Modify(&QPAttr{State: QPSRTS, SQPSN: 1}, AttrState|AttrSQPSN)
@@ -252,7 +252,7 @@ func (h *fuzzHarness) reset(t testing.TB) {
 			}
 		default:
 			acc := mem.LocalWrite | mem.RemoteWrite | mem.RemoteRead | mem.RemoteAtomic | mem.FlushGlobal | mem.FlushPersistent
-			if q.typ == QPTypeUC {
+			if q.typ == UC {
 				acc = mem.LocalWrite | mem.RemoteWrite
 			}
 			if err = q.Modify(&QPAttr{State: QPSInit, PortNum: 1, AccessFlags: acc}, AttrState|AttrPKeyIndex|AttrPort|AttrAccessFlags); err != nil {
@@ -261,7 +261,7 @@ func (h *fuzzHarness) reset(t testing.TB) {
 			rtr := &QPAttr{State: QPSRTR, PathMTU: MTU256, DestQPN: fuzzPeerQPN, RQPSN: fuzzPSN, MaxDestRdAtomic: 4, MinRNRTimer: 1,
 				AH: AHAttr{IsGlobal: true, PortNum: 1, GRH: GlobalRoute{DGID: h.peer, HopLimit: 64}}}
 			m := AttrState | AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN
-			if q.typ == QPTypeRC {
+			if q.typ == RC {
 				m |= AttrMaxDestRdAtomic | AttrMinRNRTimer
 			}
 			if err = q.Modify(rtr, m); err != nil {
@@ -269,7 +269,7 @@ func (h *fuzzHarness) reset(t testing.TB) {
 			}
 			rts := &QPAttr{State: QPSRTS, SQPSN: 0x800, Timeout: 0, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4}
 			m = AttrState | AttrSQPSN
-			if q.typ == QPTypeRC {
+			if q.typ == RC {
 				m |= AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxQPRdAtomic
 			}
 			err = q.Modify(rts, m)
@@ -549,7 +549,7 @@ func (h *fuzzHarness) check(t *testing.T, qi int, sent [][]byte, what string) {
 // that has not completed.
 func (h *fuzzHarness) mayChange(qi, i int) bool {
 	for _, r := range []int{regAll, regWO} {
-		if g := h.regs[r]; i >= g.off && i < g.off+g.n && h.qps[qi].typ != QPTypeUD {
+		if g := h.regs[r]; i >= g.off && i < g.off+g.n && h.qps[qi].typ != UD {
 			return true
 		}
 	}
@@ -576,7 +576,7 @@ func (h *fuzzHarness) where(i int) string {
 // behind the expected PSN was an rkey oracle: executed whatever its key.
 func (h *fuzzHarness) checkRead(t *testing.T, q *QP, b []byte, a link.Addr, epsn wire.PSN, sent [][]byte, what string) {
 	var p wire.Packet
-	if q.typ != QPTypeRC || p.ParseTransport(b, wire.RoCEv2) != nil || p.Opcode() != wire.TransportRC|wire.OpReadRequest ||
+	if q.typ != RC || p.ParseTransport(b, wire.RoCEv2) != nil || p.Opcode() != wire.TransportRC|wire.OpReadRequest ||
 		p.BTH().PKey()&0x7FFF != wire.DefaultPKey&0x7FFF || a.SrcGID != h.peer {
 		return
 	}

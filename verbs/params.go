@@ -1,4 +1,4 @@
-package transport
+package verbs
 
 import "time"
 
@@ -30,39 +30,39 @@ const (
 	VendorID         = 0xFFFFFF   // vendor_id, as rxe
 	PageSizeCap      = 0xFFFFF000 // page_size_cap
 	AtomicCapHCA     = 1          // atomic_cap: ATOMIC_HCA
-	FirstQPN         = 17         // rxe hands out QPNs from 17 (0x11), as the traces show
+	firstQPN         = 17         // rxe hands out QPNs from 17 (0x11), as the traces show
 	GSIQPN           = 1          // QP1, the General Services Interface
-	MaxRDMAReadBytes = MaxMsgSize
+	maxRDMAReadBytes = MaxMsgSize
 
-	// MaxPktPerAck: the requester sets AckReq at least every this many
+	// maxPktPerAck: the requester sets AckReq at least every this many
 	// packets of one message (rxe's RXE_MAX_PKT_PER_ACK).
-	MaxPktPerAck = 64
-	// MaxUnackedPSNs bounds the PSNs a requester has in flight before it
+	maxPktPerAck = 64
+	// maxUnackedPSNs bounds the PSNs a requester has in flight before it
 	// waits for ACKs (rxe: RXE_MAX_UNACKED_PSNS = 128). goroce allows more
 	// so one QP can fill a fast link; well under 2^23, the PSN half-space.
-	MaxUnackedPSNs = 1024
-	// MinUnackedPSNs is the smallest window go-back-N retries shrink it to
+	maxUnackedPSNs = 1024
+	// minUnackedPSNs is the smallest window go-back-N retries shrink it to
 	// (see reqState.window).
-	MinUnackedPSNs = 8
+	minUnackedPSNs = 8
 
-	// MaxAsyncEvents bounds a device's queue of unread asynchronous events
+	// maxAsyncEvents bounds a device's queue of unread asynchronous events
 	// (eventQueue); events beyond it are dropped and counted in
 	// async_events_dropped. The kernel's queue has no bound; goroce's rule
 	// is that a peer cannot make the device hold unbounded state.
-	MaxAsyncEvents = 4096
-	// MaxReadRecords bounds the RDMA READ and FLUSH requests an RC
+	maxAsyncEvents = 4096
+	// maxReadRecords bounds the RDMA READ and FLUSH requests an RC
 	// responder remembers having executed (respState.reads), against which
 	// it checks a duplicate before executing it again. A requester retries
 	// only requests it still has outstanding, at most its max_rd_atomic
 	// (max_qp_init_rd_atom, 128 on rxe and goroce); older duplicates are
 	// stale network copies and are dropped.
-	MaxReadRecords = MaxQPInitRdAtom
-	// MaxPendingRdAtomic bounds the READ, ATOMIC and FLUSH responses an RC
+	maxReadRecords = MaxQPInitRdAtom
+	// maxPendingRdAtomic bounds the READ, ATOMIC and FLUSH responses an RC
 	// responder holds waiting to be sent (respState.pend). A requester
 	// within the limit of max_rd_atomic never has more outstanding; a new
 	// request beyond it is a class C error (NAK Invalid Request, as for
 	// too many RDMA READ/ATOMIC requests), a duplicate is dropped.
-	MaxPendingRdAtomic = MaxQPRdAtom
+	maxPendingRdAtomic = MaxQPRdAtom
 	// burstBytes bounds what one QP sends in one turn of the device's
 	// scheduler (sched.go): READ responses, retransmissions and other bulk
 	// work go out in bursts of at most this many bytes, the QPs with work

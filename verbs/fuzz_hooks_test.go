@@ -1,4 +1,4 @@
-package transport
+package verbs
 
 import "fmt"
 
@@ -6,7 +6,7 @@ import "fmt"
 // the fuzzer can run against an older engine with hooks of its own.
 
 // openFuzzDevice opens a device without its scheduler's goroutine.
-func openFuzzDevice(cfg Config) (*Device, error) { return openDevice(cfg, false) }
+func openFuzzDevice(cfg DeviceConfig) (*Device, error) { return openDevice(cfg, false) }
 
 // fuzzPrepare readies the harness's transmit batch for one packet, as the
 // receive goroutine readies its batch.
@@ -36,8 +36,8 @@ func fuzzDrainEvents(d *Device) {
 // fuzzBounded checks that the state a peer can make the device hold stays
 // within its bounds.
 func fuzzBounded(d *Device) error {
-	if n := d.events.len(); n > MaxAsyncEvents {
-		return fmt.Errorf("%d async events queued, bound %d", n, MaxAsyncEvents)
+	if n := d.events.len(); n > maxAsyncEvents {
+		return fmt.Errorf("%d async events queued, bound %d", n, maxAsyncEvents)
 	}
 	qps := d.QPs()
 	d.sched.mu.Lock()
@@ -51,11 +51,11 @@ func fuzzBounded(d *Device) error {
 		r := &q.resp
 		err := error(nil)
 		switch {
-		case len(r.reads.recs) > MaxReadRecords:
-			err = fmt.Errorf("QP %#x remembers %d READs, bound %d", q.num, len(r.reads.recs), MaxReadRecords)
-		case r.pend.rdAtomic > MaxPendingRdAtomic:
-			err = fmt.Errorf("QP %#x holds %d READ/ATOMIC responses, bound %d", q.num, r.pend.rdAtomic, MaxPendingRdAtomic)
-		case r.pend.len() > 2*MaxPendingRdAtomic+2:
+		case len(r.reads.recs) > maxReadRecords:
+			err = fmt.Errorf("QP %#x remembers %d READs, bound %d", q.num, len(r.reads.recs), maxReadRecords)
+		case r.pend.rdAtomic > maxPendingRdAtomic:
+			err = fmt.Errorf("QP %#x holds %d READ/ATOMIC responses, bound %d", q.num, r.pend.rdAtomic, maxPendingRdAtomic)
+		case r.pend.len() > 2*maxPendingRdAtomic+2:
 			// Each response waiting is followed by at most one ACK or NAK (ACKs coalesce).
 			err = fmt.Errorf("QP %#x holds %d responses", q.num, r.pend.len())
 		case len(r.res) > MaxQPRdAtom:

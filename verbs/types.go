@@ -1,10 +1,9 @@
-package transport
+package verbs
 
 import (
 	"fmt"
 	"net/netip"
 
-	"github.com/goroce/goroce/internal/mem"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -268,21 +267,21 @@ type QPType uint8
 
 // QP types, with ibverbs' values; GSI is the special QP1 the CM uses.
 const (
-	QPTypeRC  QPType = 2
-	QPTypeUC  QPType = 3
-	QPTypeUD  QPType = 4
-	QPTypeGSI QPType = 0xFF
+	RC  QPType = 2
+	UC  QPType = 3
+	UD  QPType = 4
+	GSI QPType = 0xFF
 )
 
 func (t QPType) String() string {
 	switch t {
-	case QPTypeRC:
+	case RC:
 		return "RC"
-	case QPTypeUC:
+	case UC:
 		return "UC"
-	case QPTypeUD:
+	case UD:
 		return "UD"
-	case QPTypeGSI:
+	case GSI:
 		return "GSI"
 	}
 	return fmt.Sprintf("QPType(%d)", uint8(t))
@@ -418,6 +417,3 @@ type AH struct {
 
 // Attr returns the attributes the AH was created with.
 func (a *AH) Attr() AHAttr { return a.attr }
-
-// Access aliases mem.Access for the API.
-type Access = mem.Access

@@ -1,4 +1,4 @@
-package transport
+package verbs
 
 import (
 	"context"
@@ -39,7 +39,7 @@ func TestCloseSendsTheLastACK(t *testing.T) {
 	// synctest does not count as durably blocked.)
 	rcPairTimeout = 18
 	defer func() { wrapLink, rcPairTimeout = nil, 10 }()
-	a, b, _ := rcPair(t, QPTypeRC, fabric.Faults{}, wire.RoCEv2)
+	a, b, _ := rcPair(t, RC, fabric.Faults{}, wire.RoCEv2)
 	defer a.dev.Close()
 	rbuf := make([]byte, 64)
 	rmr, err := b.pd.RegMR(rbuf, 1) // local write

@@ -1,4 +1,4 @@
-package transport
+package verbs
 
 import (
 	"context"
@@ -68,7 +68,7 @@ func (e AsyncEvent) String() string {
 	return s
 }
 
-// eventQueue is a FIFO of at most MaxAsyncEvents events. Events are rare
+// eventQueue is a FIFO of at most maxAsyncEvents events. Events are rare
 // (a QP's errors end it, so each QP reports a handful at most), and the
 // kernel's queue for ibv_get_async_event has no bound; but a bound costs
 // nothing legitimate, and without one every event a peer can cause (there
@@ -94,12 +94,12 @@ func (e *eventQueue) post(ev AsyncEvent) {
 	e.mu.Lock()
 	switch {
 	case e.closed:
-	case len(e.q) >= MaxAsyncEvents:
+	case len(e.q) >= maxAsyncEvents:
 		e.dropped.Add(1)
 		if !e.full {
 			e.full = true
 			last := &e.q[len(e.q)-1]
-			last.Detail += fmt.Sprintf(" [the async event queue is full (%d unread events): the events after this one are dropped and counted in async_events_dropped]", MaxAsyncEvents)
+			last.Detail += fmt.Sprintf(" [the async event queue is full (%d unread events): the events after this one are dropped and counted in async_events_dropped]", maxAsyncEvents)
 		}
 	default:
 		e.full = false
