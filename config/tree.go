@@ -160,7 +160,7 @@ func (t *Tree) fail(op string, n node, err error, detail string, args ...any) er
 // marker reports whether rdma_cm/dev exists, and if so its generation
 // (the mkdir time in nanoseconds).
 func (t *Tree) marker(dev string) (gen uint64, ok bool, err error) {
-	if rundir.ValidName(dev) != nil {
+	if !rundir.ValidName(dev) {
 		return 0, false, nil
 	}
 	b, err := rundir.ReadFile(filepath.Join(t.root, dev, dirMarker))
@@ -472,7 +472,7 @@ func attrPath(dev string, port int, attr string) string {
 
 // checkDevName keeps a device name from being read as a path.
 func checkDevName(op, dev string, port int, attr string) error {
-	if rundir.ValidName(dev) != nil {
+	if !rundir.ValidName(dev) {
 		return &Error{Op: op, Path: configfsPath(attrPath(dev, port, attr)), Dev: dev, Port: port, Err: syscall.ENOENT}
 	}
 	return nil
@@ -609,7 +609,7 @@ func (t *Tree) SetDefaultTOS(dev string, port int, tos uint8) error {
 // device returns the registry's definition of n.dev: ENODEV when there is
 // none (cma_configfs_params_get finds no cma_device of that name).
 func (t *Tree) device(op string, n node) (Device, error) {
-	if rundir.ValidName(n.dev) != nil {
+	if !rundir.ValidName(n.dev) {
 		return Device{}, t.fail(op, n, syscall.ENODEV, "%s is not a goroce device name", strconv.Quote(n.dev))
 	}
 	def, err := t.reg.ConfigDevice(n.dev)

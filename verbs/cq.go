@@ -29,7 +29,7 @@ type CQ struct {
 // CreateCQ creates a completion queue of at least cqe entries.
 func (d *Device) CreateCQ(cqe int) (*CQ, error) {
 	if cqe < 1 || cqe > MaxCQE {
-		return nil, fmt.Errorf("create_cq: cqe %d outside 1..%d: %w", cqe, MaxCQE, syscall.EINVAL)
+		return nil, errorf("create_cq", d.name, 0, syscall.EINVAL, "cqe %d outside 1..%d", cqe, MaxCQE)
 	}
 	if d.isClosed() {
 		return nil, net.ErrClosed
@@ -82,7 +82,7 @@ func (c *CQ) Poll(wc []WC) (int, error) {
 		k++
 	}
 	if k == 0 && c.err {
-		return 0, fmt.Errorf("poll_cq: the CQ overflowed and lost %d completions: %w", c.overflows, syscall.EOVERFLOW)
+		return 0, errorf("poll_cq", c.dev.name, 0, syscall.EOVERFLOW, "the CQ overflowed and lost %d completions", c.overflows)
 	}
 	return k, nil
 }

@@ -3,7 +3,6 @@ package verbs
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"net/netip"
 	"sync"
@@ -62,10 +61,10 @@ func Open(cfg DeviceConfig) (*Device, error) { return openDevice(cfg, true) }
 // turns but drainSched (tests that step the device themselves).
 func openDevice(cfg DeviceConfig, sched bool) (*Device, error) {
 	if cfg.Link == nil {
-		return nil, fmt.Errorf("open device %q: no link: %w", cfg.Name, syscall.EINVAL)
+		return nil, errorf("open device", cfg.Name, 0, syscall.EINVAL, "no link")
 	}
 	if len(cfg.GIDs) > GIDTableLen {
-		return nil, fmt.Errorf("open device %q: %d GIDs, the table holds %d: %w", cfg.Name, len(cfg.GIDs), GIDTableLen, syscall.EINVAL)
+		return nil, errorf("open device", cfg.Name, 0, syscall.EINVAL, "%d GIDs, the table holds %d", len(cfg.GIDs), GIDTableLen)
 	}
 	d := &Device{
 		name:    cfg.Name,
@@ -87,7 +86,7 @@ func openDevice(cfg DeviceConfig, sched bool) (*Device, error) {
 		// header set (BTH + RETH + ImmDt ... 12+16+4) and the ICRC.
 		d.activeMTU = MTUFromBytes(cfg.Link.MTU() - 64)
 		if d.activeMTU == 0 {
-			return nil, fmt.Errorf("open device %q: link MTU %d is below the smallest IB MTU: %w", cfg.Name, cfg.Link.MTU(), syscall.EINVAL)
+			return nil, errorf("open device", cfg.Name, 0, syscall.EINVAL, "link MTU %d is below the smallest IB MTU", cfg.Link.MTU())
 		}
 	}
 	d.txPool.New = func() any { b := make([]byte, link.MaxFrameSize); return &b }
@@ -184,7 +183,7 @@ func (d *Device) GIDs() []GIDEntry {
 // SetGIDs replaces port 1's GID table and reports IBV_EVENT_GID_CHANGE.
 func (d *Device) SetGIDs(g []GIDEntry) error {
 	if len(g) > GIDTableLen {
-		return fmt.Errorf("%d GIDs, the table holds %d: %w", len(g), GIDTableLen, syscall.EINVAL)
+		return errorf("set GID table", d.name, 0, syscall.EINVAL, "%d GIDs, the table holds %d", len(g), GIDTableLen)
 	}
 	d.mu.Lock()
 	d.gids = append([]GIDEntry(nil), g...)
@@ -199,7 +198,7 @@ func (d *Device) GID(index int) (GIDEntry, error) {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if index < 0 || index >= len(d.gids) || !d.gids[index].GID.IsValid() {
-		return GIDEntry{}, fmt.Errorf("GID index %d: no such entry (port 1 has %d): %w", index, len(d.gids), syscall.EINVAL)
+		return GIDEntry{}, errorf("query_gid", d.name, 0, syscall.EINVAL, "GID index %d: no such entry (port 1 has %d)", index, len(d.gids))
 	}
 	return d.gids[index], nil
 }
@@ -263,7 +262,7 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 func (pd *PD) RegMRIOVA(buf []byte, iova uint64, access Access) (*MR, error) {
 	r, err := pd.dev.mem.Register(pd.pd, buf, iova, access)
 	if err != nil {
-		return nil, fmt.Errorf("reg_mr: %v: %w", err, syscall.EINVAL)
+		return nil, errorf("reg_mr", pd.dev.name, 0, syscall.EINVAL, "%v", err)
 	}
 	return &MR{pd: pd, r: r}, nil
 }
@@ -299,26 +298,26 @@ type path struct {
 // type picks the RoCE version, as on Linux.
 func (d *Device) resolvePath(a *AHAttr) (path, error) {
 	if a.PortNum != 0 && a.PortNum != 1 {
-		return path{}, fmt.Errorf("ah_attr.port_num %d: the device has port 1 only: %w", a.PortNum, syscall.EINVAL)
+		return path{}, invalid("ah_attr.port_num %d: the device has port 1 only", a.PortNum)
 	}
 	if !a.IsGlobal {
-		return path{}, fmt.Errorf("ah_attr.is_global is 0: RoCE needs a GRH (set is_global and grh.dgid): %w", syscall.EINVAL)
+		return path{}, invalid("ah_attr.is_global is 0: RoCE needs a GRH (set is_global and grh.dgid)")
 	}
 	g, err := d.GID(int(a.GRH.SGIDIndex))
 	if err != nil {
-		return path{}, fmt.Errorf("ah_attr.grh.sgid_index: %w", err)
+		return path{}, invalid("ah_attr.grh.sgid_index: %s", err.(*Error).Detail)
 	}
 	dg := a.GRH.DGID
 	if !dg.IsValid() {
-		return path{}, fmt.Errorf("ah_attr.grh.dgid is not set: %w", syscall.EINVAL)
+		return path{}, invalid("ah_attr.grh.dgid is not set")
 	}
 	dg = netip.AddrFrom16(dg.As16())
 	if g.Type == GIDTypeRoCEv2 && g.GID.Is4In6() != dg.Is4In6() {
-		return path{}, fmt.Errorf("ah_attr: source GID %v (index %d) and destination GID %v are of different IP families: %w",
-			g.GID, a.GRH.SGIDIndex, dg, syscall.EINVAL)
+		return path{}, invalid("ah_attr: source GID %v (index %d) and destination GID %v are of different IP families",
+			g.GID, a.GRH.SGIDIndex, dg)
 	}
 	if a.GRH.FlowLabel > wire.FlowLabelMask {
-		return path{}, fmt.Errorf("ah_attr.grh.flow_label %#x exceeds 20 bits: %w", a.GRH.FlowLabel, syscall.EINVAL)
+		return path{}, invalid("ah_attr.grh.flow_label %#x exceeds 20 bits", a.GRH.FlowLabel)
 	}
 	hop := a.GRH.HopLimit
 	if hop == 0 {
@@ -331,7 +330,7 @@ func (d *Device) resolvePath(a *AHAttr) (path, error) {
 func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
 	p, err := pd.dev.resolvePath(&attr)
 	if err != nil {
-		return nil, fmt.Errorf("create_ah: %w", err)
+		return nil, withOp(err, "create_ah", pd.dev.name, 0)
 	}
 	return &AH{pd: pd, attr: attr, path: p}, nil
 }

@@ -1,7 +1,6 @@
 package verbs
 
 import (
-	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -158,7 +157,7 @@ type QP struct {
 func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 	d := pd.dev
 	bad := func(format string, args ...any) (*QP, error) {
-		return nil, fmt.Errorf("create_qp: "+format+": %w", append(args, syscall.EINVAL)...)
+		return nil, errorf("create_qp", d.name, 0, syscall.EINVAL, format, args...)
 	}
 	switch init.Type {
 	case RC, UC, UD, GSI:
@@ -211,12 +210,12 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 	}
 	if init.Type == GSI {
 		if d.qps[GSIQPN] != nil {
-			return nil, fmt.Errorf("create_qp: the GSI QP (QP1) already exists: %w", syscall.EEXIST)
+			return nil, errorf("create_qp", d.name, 0, syscall.EEXIST, "the GSI QP (QP1) already exists")
 		}
 		q.num = GSIQPN
 	} else {
 		if len(d.qps) >= MaxQP {
-			return nil, fmt.Errorf("create_qp: %d QPs exist (max_qp): %w", len(d.qps), syscall.ENOMEM)
+			return nil, errorf("create_qp", d.name, 0, syscall.ENOMEM, "%d QPs exist (max_qp)", len(d.qps))
 		}
 		for d.qps[d.nextQPN] != nil || d.nextQPN < firstQPN {
 			d.nextQPN = (d.nextQPN + 1) & wire.PSNMask
@@ -369,7 +368,7 @@ func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("modify_qp %#x: "+format+": %w", append([]any{q.num}, append(args, syscall.EINVAL)...)...)
+		return errorf("modify_qp", q.dev.name, q.num, syscall.EINVAL, format, args...)
 	}
 	if q.destroyed {
 		return net.ErrClosed
@@ -432,7 +431,7 @@ func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	if mask&AttrAV != 0 {
 		var err error
 		if p, err = q.dev.resolvePath(&attr.AH); err != nil {
-			return fmt.Errorf("modify_qp %#x: %w", q.num, err)
+			return withOp(err, "modify_qp", q.dev.name, q.num)
 		}
 		a.AH = attr.AH
 	}
@@ -618,7 +617,7 @@ func (q *QP) kick() {
 // PostRecv posts receive work requests, like ibv_post_recv.
 func (q *QP) PostRecv(wrs ...RecvWR) error {
 	if q.srq != nil {
-		return fmt.Errorf("post_recv on QP %#x: the QP uses an SRQ; post to the SRQ: %w", q.num, syscall.EINVAL)
+		return errorf("post_recv", q.dev.name, q.num, syscall.EINVAL, "the QP uses an SRQ; post to the SRQ")
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -626,7 +625,7 @@ func (q *QP) PostRecv(wrs ...RecvWR) error {
 		return net.ErrClosed
 	}
 	if q.state == QPSReset {
-		return fmt.Errorf("post_recv on QP %#x: the QP is in RESET; move it to INIT first: %w", q.num, syscall.EINVAL)
+		return errorf("post_recv", q.dev.name, q.num, syscall.EINVAL, "the QP is in RESET; move it to INIT first")
 	}
 	for i := range wrs {
 		if q.state == QPSErr {
@@ -634,7 +633,7 @@ func (q *QP) PostRecv(wrs ...RecvWR) error {
 			continue
 		}
 		if err := q.rq.push(&wrs[i]); err != nil {
-			return err
+			return withOp(err, "post_recv", q.dev.name, q.num)
 		}
 	}
 	return nil

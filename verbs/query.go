@@ -109,7 +109,7 @@ type PortAttr struct {
 // QueryPort returns port attributes, like ibv_query_port.
 func (d *Device) QueryPort(port int) (PortAttr, error) {
 	if port != 1 {
-		return PortAttr{}, fmt.Errorf("query_port: port %d: the device has port 1 only: %w", port, syscall.EINVAL)
+		return PortAttr{}, errorf("query_port", d.name, 0, syscall.EINVAL, "port %d: the device has port 1 only", port)
 	}
 	return PortAttrFor(d.activeMTU, d.PortActive()), nil
 }

@@ -33,10 +33,10 @@ func (q *recvQueue) init(maxWR, maxSGE int) {
 
 func (q *recvQueue) push(wr *RecvWR) error {
 	if len(wr.SGList) > q.maxSGE {
-		return fmt.Errorf("post_recv: wr %d has %d SGEs, max_recv_sge is %d: %w", wr.WRID, len(wr.SGList), q.maxSGE, syscall.EINVAL)
+		return invalid("wr %d has %d SGEs, max_recv_sge is %d", wr.WRID, len(wr.SGList), q.maxSGE)
 	}
 	if q.n == q.max {
-		return fmt.Errorf("post_recv: receive queue full (%d WRs posted): %w", q.n, syscall.ENOMEM)
+		return &Error{Detail: fmt.Sprintf("receive queue full (%d WRs posted)", q.n), Err: syscall.ENOMEM}
 	}
 	if q.n == len(q.ring) { // double the ring, the oldest receive first
 		r := make([]recvWQE, min(2*len(q.ring), q.max))
@@ -85,13 +85,13 @@ type SRQAttr struct {
 // CreateSRQ creates a shared receive queue.
 func (pd *PD) CreateSRQ(attr SRQAttr) (*SRQ, error) {
 	if attr.MaxWR < 1 || attr.MaxWR > MaxSRQWR {
-		return nil, fmt.Errorf("create_srq: max_wr %d outside 1..%d: %w", attr.MaxWR, MaxSRQWR, syscall.EINVAL)
+		return nil, errorf("create_srq", pd.dev.name, 0, syscall.EINVAL, "max_wr %d outside 1..%d", attr.MaxWR, MaxSRQWR)
 	}
 	if attr.MaxSGE < 1 || attr.MaxSGE > MaxSRQSGE {
-		return nil, fmt.Errorf("create_srq: max_sge %d outside 1..%d: %w", attr.MaxSGE, MaxSRQSGE, syscall.EINVAL)
+		return nil, errorf("create_srq", pd.dev.name, 0, syscall.EINVAL, "max_sge %d outside 1..%d", attr.MaxSGE, MaxSRQSGE)
 	}
 	if attr.SRQLimit < 0 || attr.SRQLimit > attr.MaxWR {
-		return nil, fmt.Errorf("create_srq: srq_limit %d outside 0..max_wr %d: %w", attr.SRQLimit, attr.MaxWR, syscall.EINVAL)
+		return nil, errorf("create_srq", pd.dev.name, 0, syscall.EINVAL, "srq_limit %d outside 0..max_wr %d", attr.SRQLimit, attr.MaxWR)
 	}
 	s := &SRQ{dev: pd.dev, pd: pd, limit: attr.SRQLimit}
 	s.q.init(attr.MaxWR, attr.MaxSGE)
@@ -107,7 +107,7 @@ func (s *SRQ) PostRecv(wrs ...RecvWR) error {
 	}
 	for i := range wrs {
 		if err := s.q.push(&wrs[i]); err != nil {
-			return err
+			return withOp(err, "post_srq_recv", s.dev.name, 0)
 		}
 	}
 	return nil
@@ -119,7 +119,7 @@ func (s *SRQ) Arm(limit int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if limit < 0 || limit > s.q.max {
-		return fmt.Errorf("modify_srq: srq_limit %d outside 0..%d: %w", limit, s.q.max, syscall.EINVAL)
+		return errorf("modify_srq", s.dev.name, 0, syscall.EINVAL, "srq_limit %d outside 0..%d", limit, s.q.max)
 	}
 	s.limit = limit
 	return nil

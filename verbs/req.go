@@ -131,8 +131,8 @@ func (q *QP) PostSend(wrs ...SendWR) error {
 
 func (q *QP) postOne(wr *SendWR) error {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("post_send on %v QP %#x: wr_id %d: "+format+": %w",
-			append([]any{q.typ, q.num, wr.WRID}, append(args, syscall.EINVAL)...)...)
+		return errorf("post_send", q.dev.name, q.num, syscall.EINVAL, "%v QP: wr_id %d: "+format,
+			append([]any{q.typ, wr.WRID}, args...)...)
 	}
 	switch q.state {
 	case QPSReset, QPSInit, QPSRTR:
@@ -181,8 +181,8 @@ func (q *QP) postOne(wr *SendWR) error {
 		return bad("the address handle belongs to another device")
 	}
 	if q.sq.full() {
-		return fmt.Errorf("post_send on QP %#x: send queue full (%d WRs outstanding, max_send_wr %d): %w",
-			q.num, q.sq.tail-q.sq.head, q.sq.max, syscall.ENOMEM)
+		return errorf("post_send", q.dev.name, q.num, syscall.ENOMEM, "send queue full (%d WRs outstanding, max_send_wr %d)",
+			q.sq.tail-q.sq.head, q.sq.max)
 	}
 	q.sq.room()
 	w := q.sq.at(q.sq.tail)

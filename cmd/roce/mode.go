@@ -46,12 +46,6 @@ func treeError(cmd *cobra.Command, op, dev string, err error) error {
 		_, dir := registryOf(cmd)
 		return noDevice(op, dev, dir)
 	}
-	var ce *config.Error
-	if errors.As(err, &ce) && ce.Detail != "" {
-		if errno, ok := ce.Err.(syscall.Errno); ok {
-			return &errnoError{op: op, errno: errno, detail: ce.Detail}
-		}
-	}
 	return opError(op, err)
 }
 

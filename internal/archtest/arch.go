@@ -113,7 +113,7 @@ var Table = map[string]rule{
 	"cmd/roce/internal/rping": {7, "rdmacm verbs", "host verbs/verbstest internal/lab"},
 	"cmd/roce": {8, "cmd/roce/internal/demo cmd/roce/internal/dissect cmd/roce/internal/perftest " +
 		"cmd/roce/internal/pingpong cmd/roce/internal/rping rsocket rdmacm host kernel config config/configfs " +
-		"verbs link link/afpacket link/pcap wire",
+		"verbs link link/afpacket link/pcap wire internal/rundir",
 		"cmd/roce/internal/perftest/perftestcheck kernel/kerneltest wire/mad internal/lab internal/nettest internal/testenv"},
 
 	// 9: test helpers and the benchmarks, which only tests import.
