@@ -15,30 +15,36 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/config"
-	"github.com/goroce/goroce/host"
-	"github.com/goroce/goroce/verbs"
+	"github.com/goroce/goroce/config/configtest"
+	"github.com/goroce/goroce/wire"
 )
 
 // The test devices: rxe0 speaks RoCE v2 only, like Linux rxe (the lab's
 // device); rxe1 both versions; rxe2 RoCE v1 only, like an mlx4 port.
-var testDevs = []host.DeviceDef{
-	{Name: "rxe0", Type: "rxe", Netdev: "eth0", Netns: host.Netns{Inode: 1, Dev: 1}, Versions: host.VersionsV2},
-	{Name: "rxe1", Type: "rxe", Netdev: "eth1", Netns: host.Netns{Inode: 1, Dev: 1}, Versions: host.VersionsBoth},
-	{Name: "rxe2", Type: "rxe", Netdev: "eth2", Netns: host.Netns{Inode: 1, Dev: 1}, Versions: host.VersionsV1},
+var testDevs = []config.Device{
+	{Name: "rxe0", RoCEv2: true},
+	{Name: "rxe1", RoCEv1: true, RoCEv2: true},
+	{Name: "rxe2", RoCEv1: true},
 }
 
-// newTree returns a tree on a fresh runtime directory holding testDevs.
-func newTree(t *testing.T) (*config.Tree, *host.Registry) {
+// newTree returns a tree on a fresh runtime directory whose registry holds
+// testDevs.
+func newTree(t *testing.T) (*config.Tree, *configtest.Registry) {
+	t.Helper()
+	tr, reg, _ := newTreeIn(t)
+	return tr, reg
+}
+
+// newTreeIn is newTree that also returns the runtime directory.
+func newTreeIn(t *testing.T) (*config.Tree, *configtest.Registry, string) {
 	t.Helper()
 	dir := t.TempDir()
-	reg := host.NewRegistry(dir)
+	reg := configtest.NewRegistry()
 	for _, d := range testDevs {
 		d.Created = time.Date(2025, 11, 29, 17, 57, 0, 0, time.UTC)
-		if err := reg.Add(d); err != nil {
-			t.Fatal(err)
-		}
+		reg.Add(d)
 	}
-	return config.Open(dir), reg
+	return config.Open(dir, reg), reg, dir
 }
 
 // wantErrno checks that err is errno (0: no error), and that a failure is
@@ -455,7 +461,7 @@ func TestStat(t *testing.T) {
 // and that they see what the files do and the files what they set.
 func TestDefaults(t *testing.T) {
 	tr, _ := newTree(t)
-	for dev, want := range map[string]verbs.GIDType{"rxe0": verbs.GIDTypeRoCEv2, "rxe1": verbs.GIDTypeRoCEv2, "rxe2": verbs.GIDTypeRoCEv1} {
+	for dev, want := range map[string]wire.Version{"rxe0": wire.RoCEv2, "rxe1": wire.RoCEv2, "rxe2": wire.RoCEv1} {
 		if m, err := tr.DefaultMode(dev, 1); err != nil || m != want {
 			t.Errorf("%s: DefaultMode = %v, %v; want %v", dev, m, err, want)
 		}
@@ -478,18 +484,18 @@ func TestDefaults(t *testing.T) {
 	wantErrno(t, "SetDefaultTOS nosuchdev", tr.SetDefaultTOS("nosuchdev", 1, 1), syscall.ENODEV)
 
 	// Set without a directory; the files show it once it is made.
-	if err := tr.SetDefaultMode("rxe1", 1, verbs.GIDTypeRoCEv1); err != nil {
+	if err := tr.SetDefaultMode("rxe1", 1, wire.RoCEv1); err != nil {
 		t.Fatal(err)
 	}
 	if err := tr.SetDefaultTOS("rxe1", 1, 106); err != nil {
 		t.Fatal(err)
 	}
-	err = tr.SetDefaultMode("rxe0", 1, verbs.GIDTypeRoCEv1)
+	err = tr.SetDefaultMode("rxe0", 1, wire.RoCEv1)
 	wantErrno(t, "SetDefaultMode rxe0 v1", err, syscall.EINVAL)
 	if err != nil && !strings.Contains(err.Error(), `takes "RoCE v2"`) {
 		t.Errorf("message %q does not name the valid mode", err)
 	}
-	wantErrno(t, "SetDefaultMode rxe2 v2", tr.SetDefaultMode("rxe2", 1, verbs.GIDTypeRoCEv2), syscall.EINVAL)
+	wantErrno(t, "SetDefaultMode rxe2 v2", tr.SetDefaultMode("rxe2", 1, wire.RoCEv2), syscall.EINVAL)
 	wantErrno(t, "SetDefaultMode unknown", tr.SetDefaultMode("rxe1", 1, 0), syscall.EINVAL)
 	if err := tr.Mkdir("rxe1"); err != nil {
 		t.Fatal(err)
@@ -507,7 +513,7 @@ func TestDefaults(t *testing.T) {
 	if err := tr.WriteMode("rxe1", 1, []byte("RoCE v2\n")); err != nil {
 		t.Fatal(err)
 	}
-	if m, err := tr.DefaultMode("rxe1", 1); err != nil || m != verbs.GIDTypeRoCEv2 || m.Version().String() != "RoCEv2" {
+	if m, err := tr.DefaultMode("rxe1", 1); err != nil || m != wire.RoCEv2 || m.String() != "RoCEv2" || config.ModeName(m) != "RoCE v2" {
 		t.Errorf("DefaultMode = %v, %v", m, err)
 	}
 	if tos, err := tr.DefaultTOS("rxe1", 1); err != nil || tos != 32 {
@@ -537,9 +543,7 @@ func TestDeviceLifetime(t *testing.T) {
 	if err := tr.WriteTOS("rxe1", 1, []byte("106")); err != nil {
 		t.Fatal(err)
 	}
-	if err := reg.Delete("rxe1"); err != nil {
-		t.Fatal(err)
-	}
+	reg.Delete("rxe1")
 	if devs, err := tr.List(); err != nil || len(devs) != 1 || devs[0] != "rxe1" {
 		t.Errorf("List = %v, %v", devs, err)
 	}
@@ -557,10 +561,8 @@ func TestDeviceLifetime(t *testing.T) {
 
 	def := testDevs[1]
 	def.Created = time.Date(2025, 12, 1, 0, 0, 0, 0, time.UTC)
-	def.Versions = host.VersionsV2
-	if err := reg.Add(def); err != nil {
-		t.Fatal(err)
-	}
+	def.RoCEv1 = false
+	reg.Add(def)
 	if m, err := tr.ReadMode("rxe1", 1); err != nil || m != "RoCE v2\n" {
 		t.Errorf("new device: ReadMode = %q, %v", m, err)
 	}
@@ -573,7 +575,7 @@ func TestDeviceLifetime(t *testing.T) {
 	if tos, err := tr.DefaultTOS("rxe1", 1); err != nil || tos != 8 {
 		t.Errorf("new device: DefaultTOS = %d, %v", tos, err)
 	}
-	if m, err := tr.DefaultMode("rxe1", 1); err != nil || m != verbs.GIDTypeRoCEv2 {
+	if m, err := tr.DefaultMode("rxe1", 1); err != nil || m != wire.RoCEv2 {
 		t.Errorf("new device: DefaultMode = %v, %v", m, err)
 	}
 }
@@ -632,17 +634,16 @@ func TestError(t *testing.T) {
 // and the value at the end is one a writer wrote. (cmd/roce's tests do the
 // same with processes.)
 func TestConcurrent(t *testing.T) {
-	tr, _ := newTree(t)
+	tr, reg, rundir := newTreeIn(t)
 	if err := tr.Mkdir("rxe1"); err != nil {
 		t.Fatal(err)
 	}
-	rundir := filepath.Dir(filepath.Dir(tr.StateDir()))
 	const writers, rounds = 4, 50
 	var wg sync.WaitGroup
 	errs := make(chan error, 100)
 	for w := range writers {
 		wg.Go(func() {
-			wt := config.Open(rundir)
+			wt := config.Open(rundir, reg)
 			for i := range rounds {
 				mode := []string{"RoCE v2\n", "IB/RoCE v1\n"}[(w+i)%2]
 				// ENOENT while writer 0 has the directory removed.
@@ -670,14 +671,14 @@ func TestConcurrent(t *testing.T) {
 	done := make(chan struct{})
 	var rwg sync.WaitGroup
 	rwg.Go(func() {
-		rt := config.Open(rundir)
+		rt := config.Open(rundir, reg)
 		for {
 			select {
 			case <-done:
 				return
 			default:
 			}
-			if m, err := rt.DefaultMode("rxe1", 1); err != nil || (m != verbs.GIDTypeRoCEv1 && m != verbs.GIDTypeRoCEv2) {
+			if m, err := rt.DefaultMode("rxe1", 1); err != nil || (m != wire.RoCEv1 && m != wire.RoCEv2) {
 				errs <- fmt.Errorf("DefaultMode = %v, %v", m, err)
 				return
 			}
@@ -747,8 +748,8 @@ func FuzzParseMode(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := config.ParseMode(data)
-		want := map[string]verbs.GIDType{"RoCE v2": verbs.GIDTypeRoCEv2, "RoCE v2\n": verbs.GIDTypeRoCEv2,
-			"IB/RoCE v1": verbs.GIDTypeRoCEv1, "IB/RoCE v1\n": verbs.GIDTypeRoCEv1}
+		want := map[string]wire.Version{"RoCE v2": wire.RoCEv2, "RoCE v2\n": wire.RoCEv2,
+			"IB/RoCE v1": wire.RoCEv1, "IB/RoCE v1\n": wire.RoCEv1}
 		if w, ok := want[string(data)]; ok != (err == nil) || m != w {
 			t.Fatalf("%q: %v, %v", data, m, err)
 		}

@@ -7,12 +7,12 @@ import (
 	"strconv"
 	"syscall"
 
-	"github.com/goroce/goroce/host"
-	"github.com/goroce/goroce/verbs"
+	"github.com/goroce/goroce/wire"
 )
 
 // The RoCE modes, as default_roce_mode shows and takes them: the kernel's
-// GID type names (ib_cache_gid_type_str), which verbs.GIDType prints.
+// GID type names (ib_cache_gid_type_str), which verbs.GIDType prints. A
+// mode is a RoCE version, a wire.Version: wire.RoCEv1 or wire.RoCEv2.
 const (
 	ModeRoCEv1 = "IB/RoCE v1"
 	ModeRoCEv2 = "RoCE v2"
@@ -26,16 +26,16 @@ const (
 //
 // The kernel compares the C string, so it would stop at a NUL byte and
 // take "RoCE v2\x00junk" for "RoCE v2"; ParseMode refuses a NUL.
-func ParseMode(data []byte) (verbs.GIDType, error) {
+func ParseMode(data []byte) (wire.Version, error) {
 	s := data
 	if n := len(s); n > 0 && s[n-1] == '\n' {
 		s = s[:n-1]
 	}
 	switch string(s) {
 	case ModeRoCEv1:
-		return verbs.GIDTypeRoCEv1, nil
+		return wire.RoCEv1, nil
 	case ModeRoCEv2:
-		return verbs.GIDTypeRoCEv2, nil
+		return wire.RoCEv2, nil
 	}
 	return 0, fmt.Errorf("%s is not a RoCE mode: the modes are %q and %q: %w",
 		quote(data), ModeRoCEv1, ModeRoCEv2, syscall.EINVAL)
@@ -124,46 +124,40 @@ func quote(data []byte) string {
 	return strconv.Quote(string(data))
 }
 
+// ModeName is the name of mode m as default_roce_mode shows it:
+// ModeRoCEv1 or ModeRoCEv2.
+func ModeName(m wire.Version) string {
+	switch m {
+	case wire.RoCEv1:
+		return ModeRoCEv1
+	case wire.RoCEv2:
+		return ModeRoCEv2
+	}
+	return "unknown"
+}
+
 // FormatMode is what default_roce_mode shows for m: its name and a newline.
-func FormatMode(m verbs.GIDType) string { return m.String() + "\n" }
+func FormatMode(m wire.Version) string { return ModeName(m) + "\n" }
 
 // FormatTOS is what default_roce_tos shows for tos: decimal and a newline.
 func FormatTOS(tos uint8) string { return strconv.Itoa(int(tos)) + "\n" }
 
-// portVersions returns the RoCE versions of a device's ports. A definition
-// without roce_versions speaks both, as `roce link add` defaults.
-func portVersions(def host.DeviceDef) (host.Versions, error) {
-	return host.ParseVersions(string(def.Versions))
-}
-
-// supports reports whether a port speaking v takes mode m: the kernel's
-// roce_gid_type_mask_support, which cma_set_default_gid_type consults.
-func supports(v host.Versions, m verbs.GIDType) bool {
-	switch m {
-	case verbs.GIDTypeRoCEv1:
-		return v.V1()
-	case verbs.GIDTypeRoCEv2:
-		return v.V2()
-	}
-	return false
-}
-
 // initialMode is a port's mode until one is set: RoCE v2 when the port
 // speaks it, else RoCE v1 (cma_add_one: CMA_PREFERRED_ROCE_GID_TYPE, else
 // the first supported type).
-func initialMode(v host.Versions) verbs.GIDType {
-	if v.V2() {
-		return verbs.GIDTypeRoCEv2
+func initialMode(d Device) wire.Version {
+	if d.RoCEv2 {
+		return wire.RoCEv2
 	}
-	return verbs.GIDTypeRoCEv1
+	return wire.RoCEv1
 }
 
-// validModes names the modes a port speaking v takes, for messages.
-func validModes(v host.Versions) string {
+// validModes names the modes a port of d takes, for messages.
+func validModes(d Device) string {
 	switch {
-	case v.V1() && v.V2():
+	case d.RoCEv1 && d.RoCEv2:
 		return fmt.Sprintf("it takes %q or %q", ModeRoCEv1, ModeRoCEv2)
-	case v.V1():
+	case d.RoCEv1:
 		return fmt.Sprintf("it speaks RoCE v1 only (roce-versions v1) and takes %q", ModeRoCEv1)
 	}
 	return fmt.Sprintf("it speaks RoCE v2 only (roce-versions v2, like Linux rxe) and takes %q", ModeRoCEv2)

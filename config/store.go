@@ -11,9 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/goroce/goroce/host"
 	"github.com/goroce/goroce/internal/rundir"
-	"github.com/goroce/goroce/verbs"
+	"github.com/goroce/goroce/wire"
 )
 
 // lock takes the tree's lock, which every change holds: an exclusive
@@ -53,8 +52,8 @@ func (t *Tree) writeFile(p, content string) error {
 // instanceOf identifies the device a value belongs to: a device deleted and
 // added again under the same name is another device, which starts from the
 // defaults, as a new cma_device does.
-func instanceOf(def host.DeviceDef, v host.Versions) string {
-	return def.Created.UTC().Format(time.RFC3339Nano) + " " + string(v) + "\n"
+func instanceOf(def Device) string {
+	return def.Created.UTC().Format(time.RFC3339Nano) + " " + def.versions() + "\n"
 }
 
 func (t *Tree) valuePath(dev string, port int, attr string) string {
@@ -65,7 +64,7 @@ func (t *Tree) valuePath(dev string, port int, attr string) string {
 // when none is stored for this device (never set, or set for an earlier
 // device of that name). Reading the instance before the value pairs with
 // syncInstance's order: a value read after a current instance is current.
-func (t *Tree) loadRaw(def host.DeviceDef, v host.Versions, attr string) (raw []byte, ok bool, err error) {
+func (t *Tree) loadRaw(def Device, attr string) (raw []byte, ok bool, err error) {
 	inst, err := rundir.ReadFile(filepath.Join(t.root, def.Name, instance))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, false, nil
@@ -73,7 +72,7 @@ func (t *Tree) loadRaw(def host.DeviceDef, v host.Versions, attr string) (raw []
 	if err != nil {
 		return nil, false, err
 	}
-	if string(inst) != instanceOf(def, v) {
+	if string(inst) != instanceOf(def) {
 		return nil, false, nil
 	}
 	raw, err = rundir.ReadFile(t.valuePath(def.Name, 1, attr))
@@ -85,37 +84,29 @@ func (t *Tree) loadRaw(def host.DeviceDef, v host.Versions, attr string) (raw []
 
 // corrupt is the error for a state file that does not hold a value: EIO,
 // naming the file, never a silent default.
-func (t *Tree) corrupt(def host.DeviceDef, attr string, err error) error {
+func (t *Tree) corrupt(def Device, attr string, err error) error {
 	return fmt.Errorf("corrupt state file %s (%v): %w", t.valuePath(def.Name, 1, attr), err, syscall.EIO)
 }
 
 // loadMode returns the mode of def's port.
-func (t *Tree) loadMode(def host.DeviceDef) (verbs.GIDType, error) {
-	v, err := portVersions(def)
-	if err != nil {
-		return 0, err
-	}
-	raw, ok, err := t.loadRaw(def, v, AttrMode)
+func (t *Tree) loadMode(def Device) (wire.Version, error) {
+	raw, ok, err := t.loadRaw(def, AttrMode)
 	if err != nil || !ok {
-		return initialMode(v), err
+		return initialMode(def), err
 	}
 	m, err := ParseMode(raw)
 	if err != nil {
 		return 0, t.corrupt(def, AttrMode, err)
 	}
-	if !supports(v, m) {
-		return 0, t.corrupt(def, AttrMode, fmt.Errorf("%s port 1 does not speak %s", def.Name, m))
+	if !def.speaks(m) {
+		return 0, t.corrupt(def, AttrMode, fmt.Errorf("%s port 1 does not speak %s", def.Name, ModeName(m)))
 	}
 	return m, nil
 }
 
 // loadTOS returns the ToS of def's port.
-func (t *Tree) loadTOS(def host.DeviceDef) (uint8, error) {
-	v, err := portVersions(def)
-	if err != nil {
-		return 0, err
-	}
-	raw, ok, err := t.loadRaw(def, v, AttrTOS)
+func (t *Tree) loadTOS(def Device) (uint8, error) {
+	raw, ok, err := t.loadRaw(def, AttrTOS)
 	if err != nil || !ok {
 		return 0, err
 	}
@@ -129,8 +120,8 @@ func (t *Tree) loadTOS(def host.DeviceDef) (uint8, error) {
 // syncInstance makes the stored values def's: when they belong to an
 // earlier device of that name, they are removed before the new instance is
 // recorded. The caller holds the lock.
-func (t *Tree) syncInstance(def host.DeviceDef, v host.Versions) error {
-	want := instanceOf(def, v)
+func (t *Tree) syncInstance(def Device) error {
+	want := instanceOf(def)
 	p := filepath.Join(t.root, def.Name, instance)
 	got, err := rundir.ReadFile(p)
 	if err == nil && string(got) == want {
@@ -146,8 +137,8 @@ func (t *Tree) syncInstance(def host.DeviceDef, v host.Versions) error {
 }
 
 // store records a value of n's attribute. The caller holds the lock.
-func (t *Tree) store(op string, n node, def host.DeviceDef, v host.Versions, content string) error {
-	if err := t.syncInstance(def, v); err != nil {
+func (t *Tree) store(op string, n node, def Device, content string) error {
+	if err := t.syncInstance(def); err != nil {
 		return t.fail(op, n, err, "")
 	}
 	if err := t.writeFile(t.valuePath(def.Name, n.port, n.attr), content); err != nil {
@@ -159,34 +150,26 @@ func (t *Tree) store(op string, n node, def host.DeviceDef, v host.Versions, con
 // storeMode sets the mode of n's port: EINVAL, naming the valid modes,
 // when the port does not speak m (cma_set_default_gid_type). The caller
 // holds the lock.
-func (t *Tree) storeMode(op string, n node, def host.DeviceDef, m verbs.GIDType) error {
-	v, err := portVersions(def)
-	if err != nil {
-		return t.fail(op, n, err, "")
-	}
-	if !supports(v, m) {
+func (t *Tree) storeMode(op string, n node, def Device, m wire.Version) error {
+	if !def.speaks(m) {
 		return t.fail(op, n, syscall.EINVAL, "%q: %s port %d does not speak %s: %s",
-			m.String(), n.dev, n.port, modeVersion(m), validModes(v))
+			ModeName(m), n.dev, n.port, modeVersion(m), validModes(def))
 	}
-	return t.store(op, n, def, v, FormatMode(m))
+	return t.store(op, n, def, FormatMode(m))
 }
 
 // storeTOS sets the ToS of n's port. The caller holds the lock.
-func (t *Tree) storeTOS(op string, n node, def host.DeviceDef, tos uint8) error {
-	v, err := portVersions(def)
-	if err != nil {
-		return t.fail(op, n, err, "")
-	}
-	return t.store(op, n, def, v, FormatTOS(tos))
+func (t *Tree) storeTOS(op string, n node, def Device, tos uint8) error {
+	return t.store(op, n, def, FormatTOS(tos))
 }
 
 // modeVersion names the RoCE version of a mode for messages.
-func modeVersion(m verbs.GIDType) string {
+func modeVersion(m wire.Version) string {
 	switch m {
-	case verbs.GIDTypeRoCEv1:
+	case wire.RoCEv1:
 		return "RoCE v1"
-	case verbs.GIDTypeRoCEv2:
+	case wire.RoCEv2:
 		return "RoCE v2"
 	}
-	return fmt.Sprintf("GID type %d", uint8(m))
+	return fmt.Sprintf("RoCE version %d", uint8(m))
 }

@@ -17,7 +17,7 @@
 // device: a device deleted and added again starts from the defaults — RoCE
 // v2 if the port speaks it, else RoCE v1 (cma_add_one), and ToS 0.
 //
-// The state lives in the runtime directory (host.RunDir), shared by every
+// The state lives in the runtime directory (GOROCE_RUNDIR), shared by every
 // process and gone when the host restarts (/run is a tmpfs):
 //
 //	<rundir>/config/rdma_cm/.lock                   flock(2): writers take it
@@ -45,9 +45,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/goroce/goroce/host"
 	"github.com/goroce/goroce/internal/rundir"
-	"github.com/goroce/goroce/verbs"
+	"github.com/goroce/goroce/wire"
 )
 
 const (
@@ -84,15 +83,16 @@ const (
 // its own: any number of Trees, in any number of processes, share the
 // runtime directory's, and all its methods may be called concurrently.
 type Tree struct {
-	reg    *host.Registry
+	reg    Registry
 	rundir string // the runtime directory
 	root   string // <rundir>/config/rdma_cm
 }
 
 // Open returns the tree of the runtime directory rundir, whose device
-// registry says which devices exist. Nothing is created until a change.
-func Open(rundir string) *Tree {
-	return &Tree{reg: host.NewRegistry(rundir), rundir: rundir, root: filepath.Join(rundir, "config", "rdma_cm")}
+// registry, reg, says which devices exist (host.NewRegistry(rundir)).
+// Nothing is created until a change.
+func Open(rundir string, reg Registry) *Tree {
+	return &Tree{reg: reg, rundir: rundir, root: filepath.Join(rundir, "config", "rdma_cm")}
 }
 
 // StateDir is where the tree keeps its state: <rundir>/config/rdma_cm.
@@ -160,7 +160,7 @@ func (t *Tree) fail(op string, n node, err error, detail string, args ...any) er
 // marker reports whether rdma_cm/dev exists, and if so its generation
 // (the mkdir time in nanoseconds).
 func (t *Tree) marker(dev string) (gen uint64, ok bool, err error) {
-	if host.ValidName(dev) != nil {
+	if !rundir.ValidName(dev) {
 		return 0, false, nil
 	}
 	b, err := rundir.ReadFile(filepath.Join(t.root, dev, dirMarker))
@@ -459,12 +459,8 @@ func (t *Tree) WriteFile(p string, data []byte) error {
 	}
 	m, err := ParseMode(data)
 	if err != nil {
-		v, verr := portVersions(def)
-		if verr != nil {
-			return t.fail("write", n, verr, "")
-		}
 		return t.fail("write", n, syscall.EINVAL, "%s is not a RoCE mode: %s port %d: %s",
-			quote(data), n.dev, n.port, validModes(v))
+			quote(data), n.dev, n.port, validModes(def))
 	}
 	return t.storeMode("write", n, def, m)
 }
@@ -476,7 +472,7 @@ func attrPath(dev string, port int, attr string) string {
 
 // checkDevName keeps a device name from being read as a path.
 func checkDevName(op, dev string, port int, attr string) error {
-	if host.ValidName(dev) != nil {
+	if !rundir.ValidName(dev) {
 		return &Error{Op: op, Path: configfsPath(attrPath(dev, port, attr)), Dev: dev, Port: port, Err: syscall.ENOENT}
 	}
 	return nil
@@ -536,7 +532,7 @@ func (t *Tree) portOf(op string, n node) error {
 // port: the GID type it looks for in the port's GID table
 // (cma_get_default_gid_type). It needs no device directory. ENODEV for a
 // device not in the registry; EINVAL for a port it lacks.
-func (t *Tree) DefaultMode(dev string, port int) (verbs.GIDType, error) {
+func (t *Tree) DefaultMode(dev string, port int) (wire.Version, error) {
 	n := node{kind: kindAttr, path: attrPath(dev, port, AttrMode), dev: dev, port: port, attr: AttrMode}
 	def, err := t.device("get", n)
 	if err != nil {
@@ -555,7 +551,7 @@ func (t *Tree) DefaultMode(dev string, port int) (verbs.GIDType, error) {
 // SetDefaultMode sets the port's RoCE mode (cma_set_default_gid_type),
 // with or without the device directory: EINVAL for a mode the port does
 // not speak, naming those it does.
-func (t *Tree) SetDefaultMode(dev string, port int, m verbs.GIDType) error {
+func (t *Tree) SetDefaultMode(dev string, port int, m wire.Version) error {
 	n := node{kind: kindAttr, path: attrPath(dev, port, AttrMode), dev: dev, port: port, attr: AttrMode}
 	unlock, err := t.lock()
 	if err != nil {
@@ -612,14 +608,14 @@ func (t *Tree) SetDefaultTOS(dev string, port int, tos uint8) error {
 
 // device returns the registry's definition of n.dev: ENODEV when there is
 // none (cma_configfs_params_get finds no cma_device of that name).
-func (t *Tree) device(op string, n node) (host.DeviceDef, error) {
-	if host.ValidName(n.dev) != nil {
-		return host.DeviceDef{}, t.fail(op, n, syscall.ENODEV, "%s is not a goroce device name", strconv.Quote(n.dev))
+func (t *Tree) device(op string, n node) (Device, error) {
+	if !rundir.ValidName(n.dev) {
+		return Device{}, t.fail(op, n, syscall.ENODEV, "%s is not a goroce device name", strconv.Quote(n.dev))
 	}
-	def, err := t.reg.Get(n.dev)
+	def, err := t.reg.ConfigDevice(n.dev)
 	if errors.Is(err, syscall.ENODEV) {
 		return def, t.fail(op, n, syscall.ENODEV,
-			"no goroce device %s in %s (roce link show lists the devices there)", n.dev, t.reg.Dir)
+			"no goroce device %s in %s (roce link show lists the devices there)", n.dev, t.rundir)
 	}
 	if err != nil {
 		return def, t.fail(op, n, err, "")

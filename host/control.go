@@ -39,11 +39,12 @@ import (
 	"github.com/google/gopacket/pcapgo"
 	"golang.org/x/sys/unix"
 
-	"github.com/goroce/goroce/internal/capture"
 	"github.com/goroce/goroce/internal/rundir"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/afpacket"
 	"github.com/goroce/goroce/link/neigh"
+	"github.com/goroce/goroce/link/pcap"
+	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -74,7 +75,10 @@ type controlRequest struct {
 
 // controlReply is the reply line: an error, or one of the reports.
 type controlReply struct {
-	Error     string          `json:"error,omitempty"`
+	Error string `json:"error,omitempty"`
+	// Errno is the errno of Error (EACCES, EINVAL); an owner that sends
+	// none (0) is answered as EPROTO.
+	Errno     syscall.Errno   `json:"errno,omitempty"`
 	Counters  *CounterReport  `json:"counters,omitempty"`
 	Resources *ResourceReport `json:"resources,omitempty"`
 	Capture   *CaptureInfo    `json:"capture,omitempty"`
@@ -351,7 +355,7 @@ func sockName(path string) (name string, dirFD int, err error) {
 	name = fmt.Sprintf("/proc/self/fd/%d/%s", fd, filepath.Base(path))
 	if len(name) > maxSunPath {
 		unix.Close(fd)
-		return "", -1, fmt.Errorf("control socket name %s is too long for a unix socket: %w", path, syscall.ENAMETOOLONG)
+		return "", -1, &verbs.Error{Op: "control socket", Detail: fmt.Sprintf("control socket name %s is too long for a unix socket", path), Err: syscall.ENAMETOOLONG}
 	}
 	return name, fd, nil
 }
@@ -364,7 +368,7 @@ func (d *Device) startControl() error {
 	c := &d.ctl
 	dir := filepath.Join(d.reg.Dir, "run")
 	if err := rundir.MkdirAll(d.reg.Dir, dir); err != nil {
-		return fmt.Errorf("control socket: %w", err)
+		return &verbs.Error{Op: "control socket", Device: d.Def.Name, Err: err}
 	}
 	c.path = d.reg.ControlSocket(d.Def.Name)
 	os.Remove(c.path) // stale: we hold the lock
@@ -372,25 +376,25 @@ func (d *Device) startControl() error {
 	os.Remove(tmp)
 	name, dirFD, err := sockName(tmp)
 	if err != nil {
-		return fmt.Errorf("control socket: %w", err)
+		return &verbs.Error{Op: "control socket", Device: d.Def.Name, Err: err}
 	}
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
 	if dirFD >= 0 {
 		unix.Close(dirFD)
 	}
 	if err != nil {
-		return fmt.Errorf("control socket: %w", err)
+		return &verbs.Error{Op: "control socket", Device: d.Def.Name, Err: err}
 	}
 	ln.SetUnlinkOnClose(false)
 	if err := os.Chmod(tmp, 0o600); err != nil {
 		ln.Close()
 		os.Remove(tmp)
-		return fmt.Errorf("control socket: %w", err)
+		return &verbs.Error{Op: "control socket", Device: d.Def.Name, Err: err}
 	}
 	if err := os.Rename(tmp, c.path); err != nil {
 		ln.Close()
 		os.Remove(tmp)
-		return fmt.Errorf("control socket: %w", err)
+		return &verbs.Error{Op: "control socket", Device: d.Def.Name, Err: err}
 	}
 	c.ln = ln
 	c.conns = make(map[net.Conn]struct{})
@@ -461,7 +465,7 @@ func peerAllowed(conn *net.UnixConn) bool {
 func (d *Device) serveControl(conn *net.UnixConn) {
 	enc := json.NewEncoder(conn)
 	if !peerAllowed(conn) {
-		enc.Encode(controlReply{Error: "permission denied: only root and the owner's user may use the control socket"})
+		enc.Encode(controlReply{Error: "permission denied: only root and the owner's user may use the control socket", Errno: syscall.EACCES})
 		return
 	}
 	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -473,7 +477,7 @@ func (d *Device) serveControl(conn *net.UnixConn) {
 	conn.SetReadDeadline(time.Time{})
 	var req controlRequest
 	if err := json.Unmarshal(line, &req); err != nil {
-		enc.Encode(controlReply{Error: "bad request: " + err.Error()})
+		enc.Encode(controlReply{Error: "bad request: " + err.Error(), Errno: syscall.EINVAL})
 		return
 	}
 	switch req.Op {
@@ -484,7 +488,7 @@ func (d *Device) serveControl(conn *net.UnixConn) {
 	case OpCapture:
 		d.serveCapture(conn, br, enc)
 	default:
-		enc.Encode(controlReply{Error: fmt.Sprintf("unknown request %q (want %s, %s or %s)", req.Op, OpCounters, OpResources, OpCapture)})
+		enc.Encode(controlReply{Error: fmt.Sprintf("unknown request %q (want %s, %s or %s)", req.Op, OpCounters, OpResources, OpCapture), Errno: syscall.EINVAL})
 	}
 }
 
@@ -499,7 +503,7 @@ func (d *Device) serveCapture(conn *net.UnixConn, br *bufio.Reader, enc *json.En
 	start := time.Now()
 	ng, err := pcapgo.NewNgWriterInterface(conn, pcapgo.NgInterface{
 		Name: d.Def.Name, Description: "goroce device " + d.Def.Name + " on " + d.Def.Netdev,
-		LinkType: layers.LinkTypeEthernet, SnapLength: capture.SnapLen, TimestampResolution: 9,
+		LinkType: layers.LinkTypeEthernet, SnapLength: pcap.SnapLen, TimestampResolution: 9,
 	}, pcapgo.NgWriterOptions{SectionInfo: pcapgo.NgSectionInfo{Application: "goroce"}})
 	if err != nil || ng.Flush() != nil {
 		return
@@ -562,7 +566,7 @@ func (d *Device) serveCapture(conn *net.UnixConn, br *bufio.Reader, enc *json.En
 }
 
 // tap is the link decorator every opened device runs on: when captures
-// are subscribed it rebuilds each packet's frame (as link/pcap does) and
+// are subscribed it rebuilds each packet's frame (pcap.RebuildFrame) and
 // queues it for each; with none, it costs one atomic load per batch.
 type tap struct {
 	link.Link
@@ -590,7 +594,7 @@ func (t *tap) subscribe(n int) *tapSub {
 	t.subs = append(t.subs, s)
 	t.n.Store(int32(len(t.subs)))
 	if t.buf == nil {
-		t.buf = make([]byte, link.MaxFrameSize+link.FrameHeadroom)
+		t.buf = make([]byte, pcap.FrameBufSize)
 	}
 	t.mu.Unlock()
 	return s
@@ -637,10 +641,6 @@ func (t *tap) Recv(pkts []link.Packet) (int, error) {
 	return n, err
 }
 
-// tapMAC is the MAC a rebuilt frame carries for a GID: 02:00 and the GID's
-// last four bytes, as link/pcap synthesizes them.
-func tapMAC(g [16]byte) wire.MAC { return wire.MAC{0x02, 0x00, g[12], g[13], g[14], g[15]} }
-
 func (t *tap) record(pk *link.Packet) {
 	ts := time.Now()
 	t.mu.Lock()
@@ -648,10 +648,7 @@ func (t *tap) record(pk *link.Packet) {
 	if len(t.subs) == 0 {
 		return
 	}
-	tr := pk.Transport()
-	n := copy(t.buf[link.FrameHeadroom:], tr)
-	cp := link.Packet{Buf: t.buf[:link.FrameHeadroom+n], Off: link.FrameHeadroom, Len: n, Addr: pk.Addr}
-	frame, err := link.Encapsulate(&cp, tapMAC(pk.Addr.SrcGID.As16()), tapMAC(pk.Addr.DstGID.As16()), 0)
+	frame, err := pcap.RebuildFrame(t.buf, pk)
 	if err != nil {
 		return
 	}
@@ -673,12 +670,12 @@ func (r *Registry) dialControl(ctx context.Context, name, op string) (*net.UnixC
 	}
 	ow, busy := r.OwnerOf(name)
 	if !busy {
-		return nil, nil, rep, fmt.Errorf("device %s: %w", name, ErrNotRunning)
+		return nil, nil, rep, &verbs.Error{Op: op, Device: name, Err: ErrNotRunning}
 	}
 	path := r.ControlSocket(name)
 	sn, dirFD, err := sockName(path)
 	if err != nil {
-		return nil, nil, rep, err
+		return nil, nil, rep, &verbs.Error{Op: op, Device: name, Err: err}
 	}
 	var dl net.Dialer
 	c, err := dl.DialContext(ctx, "unix", sn)
@@ -686,8 +683,8 @@ func (r *Registry) dialControl(ctx context.Context, name, op string) (*net.UnixC
 		unix.Close(dirFD)
 	}
 	if err != nil {
-		return nil, nil, rep, fmt.Errorf("device %s is open by process %d (%s), but its control socket %s does not answer: %w",
-			name, ow.PID, ow.Command, path, err)
+		return nil, nil, rep, &verbs.Error{Op: op, Device: name, Err: err,
+			Detail: fmt.Sprintf("device %s is open by process %d (%s), but its control socket %s does not answer", name, ow.PID, ow.Command, path)}
 	}
 	conn := c.(*net.UnixConn)
 	if dl, ok := ctx.Deadline(); ok {
@@ -702,11 +699,16 @@ func (r *Registry) dialControl(ctx context.Context, name, op string) (*net.UnixC
 		}
 	}
 	if err == nil && rep.Error != "" {
-		err = errors.New(rep.Error)
+		errno := rep.Errno
+		if errno == 0 {
+			errno = syscall.EPROTO
+		}
+		conn.Close()
+		return nil, nil, rep, &verbs.Error{Op: op, Device: name, Detail: fmt.Sprintf("control socket %s: the device's owner answered: %s", path, rep.Error), Err: errno}
 	}
 	if err != nil {
 		conn.Close()
-		return nil, nil, rep, fmt.Errorf("device %s: control socket %s: %s: %w", name, path, op, err)
+		return nil, nil, rep, &verbs.Error{Op: op, Device: name, Detail: "control socket " + path, Err: err}
 	}
 	conn.SetDeadline(time.Time{})
 	return conn, br, rep, nil
@@ -721,7 +723,7 @@ func (r *Registry) Counters(ctx context.Context, name string) (*CounterReport, e
 	}
 	conn.Close()
 	if rep.Counters == nil {
-		return nil, fmt.Errorf("device %s: the control socket sent no counters", name)
+		return nil, &verbs.Error{Op: OpCounters, Device: name, Detail: "the control socket sent no counters", Err: syscall.EPROTO}
 	}
 	return rep.Counters, nil
 }
@@ -734,7 +736,7 @@ func (r *Registry) Resources(ctx context.Context, name string) (*ResourceReport,
 	}
 	conn.Close()
 	if rep.Resources == nil {
-		return nil, fmt.Errorf("device %s: the control socket sent no resources", name)
+		return nil, &verbs.Error{Op: OpResources, Device: name, Detail: "the control socket sent no resources", Err: syscall.EPROTO}
 	}
 	return rep.Resources, nil
 }
@@ -757,7 +759,7 @@ func (r *Registry) Capture(ctx context.Context, name string) (*CaptureStream, er
 	}
 	if rep.Capture == nil {
 		conn.Close()
-		return nil, fmt.Errorf("device %s: the control socket did not start a capture", name)
+		return nil, &verbs.Error{Op: OpCapture, Device: name, Detail: "the control socket did not start a capture", Err: syscall.EPROTO}
 	}
 	return &CaptureStream{Info: *rep.Capture, conn: conn, r: br}, nil
 }

@@ -31,9 +31,9 @@ func LookupNetdev(nl *netlink.Handle, name string) (Netdev, error) {
 	if err != nil {
 		var nf netlink.LinkNotFoundError
 		if errors.As(err, &nf) {
-			return Netdev{}, fmt.Errorf("netdev %s not found: %w", name, syscall.ENODEV)
+			return Netdev{}, &verbs.Error{Op: "netdev", Detail: fmt.Sprintf("netdev %s not found", name), Err: syscall.ENODEV}
 		}
-		return Netdev{}, fmt.Errorf("netdev %s: %w", name, err)
+		return Netdev{}, &verbs.Error{Op: "netdev", Detail: "netdev " + name, Err: err}
 	}
 	a := l.Attrs()
 	nd := Netdev{Name: a.Name, Index: a.Index, MTU: a.MTU, Up: a.Flags&net.FlagUp != 0,
@@ -42,7 +42,7 @@ func LookupNetdev(nl *netlink.Handle, name string) (Netdev, error) {
 	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
 		addrs, err := nl.AddrList(l, fam)
 		if err != nil {
-			return Netdev{}, fmt.Errorf("netdev %s addresses: %w", name, err)
+			return Netdev{}, &verbs.Error{Op: "netdev", Detail: "netdev " + name + " addresses", Err: err}
 		}
 		for _, ad := range addrs {
 			if ad.Flags&(unix.IFA_F_TENTATIVE|unix.IFA_F_DADFAILED) != 0 {

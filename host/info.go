@@ -4,7 +4,6 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/goroce/goroce/internal/transport"
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/wire"
 )
@@ -38,14 +37,14 @@ func PortUp(nd Netdev) bool { return nd.Up && nd.Running }
 
 // NodeGUID is the node GUID a device on a netdev with this MAC has: the
 // EUI-64 of the MAC (52:54:00:c0:02:0b → 0x505400fffec0020b).
-func NodeGUID(mac wire.MAC) uint64 { return transport.NodeGUIDFromMAC(mac) }
+func NodeGUID(mac wire.MAC) uint64 { return verbs.NodeGUIDFromMAC(mac) }
 
 // DeviceAttrOf returns the device attributes (ibv_query_device) of a
 // device on a netdev with this MAC: what a running device's Query returns.
-func DeviceAttrOf(mac wire.MAC) verbs.DeviceAttr { return transport.DeviceAttrFor(NodeGUID(mac)) }
+func DeviceAttrOf(mac wire.MAC) verbs.DeviceAttr { return verbs.DeviceAttrFor(NodeGUID(mac)) }
 
 // PortAttrOf returns port 1's attributes (ibv_query_port) of a device on
 // nd: what a running device's QueryPort returns.
 func PortAttrOf(nd Netdev) verbs.PortAttr {
-	return transport.PortAttrFor(ActiveMTU(nd.MTU), PortUp(nd))
+	return verbs.PortAttrFor(ActiveMTU(nd.MTU), PortUp(nd))
 }

@@ -5,9 +5,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"syscall"
 
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/verbs"
 )
 
 // Netns identifies a network namespace: by its name under /run/netns when
@@ -77,7 +80,7 @@ func (n Netns) handle() (netns.NsHandle, error) {
 			return netns.GetFromPath(p)
 		}
 	}
-	return netns.None(), fmt.Errorf("network namespace %v no longer exists", n)
+	return netns.None(), &verbs.Error{Op: "netns", Detail: fmt.Sprintf("network namespace %v no longer exists", n), Err: syscall.ENOENT}
 }
 
 // InNetns runs fn on a locked OS thread inside the namespace n records
@@ -98,7 +101,7 @@ func InNetns(n Netns, fn func() error) error {
 		// other goroutine inherits the namespace.
 		runtime.LockOSThread()
 		if err := netns.Set(h); err != nil {
-			errc <- fmt.Errorf("entering netns %v: %w", n, err)
+			errc <- &verbs.Error{Op: "netns", Detail: fmt.Sprintf("entering netns %v", n), Err: err}
 			return
 		}
 		errc <- fn()

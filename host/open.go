@@ -149,7 +149,8 @@ func Open(name string, o Options) (*Device, error) {
 		switch {
 		case def.Versions.V1():
 			if !root {
-				return fmt.Errorf("device %s speaks RoCE v1, which needs raw Ethernet (AF_PACKET): run as root: %w", name, syscall.EPERM)
+				return &verbs.Error{Op: "open", Device: name, Err: syscall.EPERM,
+					Detail: fmt.Sprintf("device %s speaks RoCE v1, which needs raw Ethernet (AF_PACKET): run as root", name)}
 			}
 			raw, err := afpacket.New(afpacket.Config{Ifindex: nd.Index, MAC: nd.MAC, GIDs: d.gids.Addrs(), V2: def.Versions.V2(),
 				Resolver: res, OnForeign: d.foreignLogger(o.Logf)})
@@ -188,7 +189,7 @@ func Open(name string, o Options) (*Device, error) {
 		return d.watch(nl, nd.Index)
 	})
 	if err != nil {
-		return fail(fmt.Errorf("open %s (netdev %s%s): %w", name, def.Netdev, def.Netns.suffix(), err))
+		return fail(&verbs.Error{Op: "open", Device: name, Detail: "netdev " + def.Netdev + def.Netns.suffix(), Err: err})
 	}
 	if o.Wrap != nil {
 		l = o.Wrap(l)
@@ -210,7 +211,7 @@ func Open(name string, o Options) (*Device, error) {
 	d.mu.Unlock()
 	if err := d.startControl(); err != nil {
 		dev.Close()
-		return fail(fmt.Errorf("open %s: %w", name, err))
+		return fail(&verbs.Error{Op: "open", Device: name, Err: err})
 	}
 	d.publish()
 	return d, nil
@@ -233,11 +234,11 @@ func (d *Device) takeLock() error {
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		f.Close()
 		if ow, ok := d.reg.OwnerOf(d.Def.Name); ok {
-			return fmt.Errorf("device %s is in use by process %d (%s); one process at a time runs a device's data path, "+
-				"while control commands (roce link show, roce dev, roce gids) work meanwhile: %w",
-				d.Def.Name, ow.PID, ow.Command, errors.Join(ErrBusy, syscall.EBUSY))
+			return &verbs.Error{Op: "open", Device: d.Def.Name, Err: errors.Join(ErrBusy, syscall.EBUSY),
+				Detail: fmt.Sprintf("device %s is in use by process %d (%s); one process at a time runs a device's data path, "+
+					"while control commands (roce link show, roce dev, roce gids) work meanwhile", d.Def.Name, ow.PID, ow.Command)}
 		}
-		return fmt.Errorf("device %s is in use: %w", d.Def.Name, errors.Join(ErrBusy, syscall.EBUSY))
+		return &verbs.Error{Op: "open", Device: d.Def.Name, Detail: fmt.Sprintf("device %s is in use", d.Def.Name), Err: errors.Join(ErrBusy, syscall.EBUSY)}
 	}
 	f.Truncate(0)
 	fmt.Fprintf(f, "%d\n", os.Getpid())
@@ -252,11 +253,11 @@ func (d *Device) watch(nl *netlink.Handle, ifindex int) error {
 	links := make(chan netlink.LinkUpdate, 64)
 	done := make(chan struct{})
 	if err := netlink.AddrSubscribeWithOptions(addrs, done, netlink.AddrSubscribeOptions{}); err != nil {
-		return fmt.Errorf("netlink address subscription: %w", err)
+		return &verbs.Error{Op: "open", Device: d.Def.Name, Detail: "netlink address subscription", Err: err}
 	}
 	if err := netlink.LinkSubscribeWithOptions(links, done, netlink.LinkSubscribeOptions{}); err != nil {
 		close(done)
-		return fmt.Errorf("netlink link subscription: %w", err)
+		return &verbs.Error{Op: "open", Device: d.Def.Name, Detail: "netlink link subscription", Err: err}
 	}
 	d.closers = append(d.closers, closerFunc(func() error { close(done); return nil }))
 	d.wg.Add(1)

@@ -13,7 +13,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"syscall"
@@ -21,7 +20,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goroce/goroce/config"
 	"github.com/goroce/goroce/internal/rundir"
+	"github.com/goroce/goroce/verbs"
 )
 
 // DefaultRunDir is where runtime state lives unless GOROCE_RUNDIR says otherwise.
@@ -53,7 +54,7 @@ func ParseVersions(s string) (Versions, error) {
 	case "":
 		return VersionsBoth, nil
 	}
-	return "", fmt.Errorf("roce-versions %q: valid values are v1, v2 and both: %w", s, syscall.EINVAL)
+	return "", &verbs.Error{Op: "roce-versions", Detail: fmt.Sprintf("roce-versions %q: valid values are v1, v2 and both", s), Err: syscall.EINVAL}
 }
 
 // V1 reports whether the port speaks RoCE v1.
@@ -84,13 +85,12 @@ func (r *Registry) devDir() string { return filepath.Join(r.Dir, "devices") }
 
 func (r *Registry) path(name string) string { return filepath.Join(r.devDir(), name+".json") }
 
-var nameRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]{0,62}$`)
-
 // ValidName checks a device name: a letter, then letters, digits, _ . -,
 // at most 63 (the kernel's IB_DEVICE_NAME_MAX is 64 with the NUL).
 func ValidName(name string) error {
-	if !nameRE.MatchString(name) {
-		return fmt.Errorf("device name %q: use a letter followed by letters, digits, '_', '.' or '-' (at most 63): %w", name, syscall.EINVAL)
+	if !rundir.ValidName(name) {
+		return &verbs.Error{Op: "device name", Err: syscall.EINVAL,
+			Detail: fmt.Sprintf("device name %q: use a letter followed by letters, digits, '_', '.' or '-' (at most 63)", name)}
 	}
 	return nil
 }
@@ -119,30 +119,35 @@ func (r *Registry) Add(d DeviceDef) error {
 		return err
 	}
 	if d.Type != "rxe" {
-		return fmt.Errorf("device type %q: the only type is rxe: %w", d.Type, syscall.EINVAL)
+		return &verbs.Error{Op: "link add", Device: d.Name, Detail: fmt.Sprintf("device type %q: the only type is rxe", d.Type), Err: syscall.EINVAL}
 	}
 	unlock, err := r.lock()
 	if err != nil {
-		return err
+		return &verbs.Error{Op: "link add", Device: d.Name, Err: err}
 	}
 	defer unlock()
 	defs, err := r.list()
 	if err != nil {
-		return err
+		return &verbs.Error{Op: "link add", Device: d.Name, Err: err}
 	}
 	for _, o := range defs {
 		if o.Name == d.Name {
-			return fmt.Errorf("device %s already exists (on netdev %s%s): %w", d.Name, o.Netdev, o.Netns.suffix(), syscall.EEXIST)
+			return &verbs.Error{Op: "link add", Device: d.Name, Err: syscall.EEXIST,
+				Detail: fmt.Sprintf("device %s already exists (on netdev %s%s)", d.Name, o.Netdev, o.Netns.suffix())}
 		}
 		if o.Netdev == d.Netdev && o.Netns.Same(d.Netns) {
-			return fmt.Errorf("netdev %s%s already has device %s: %w", d.Netdev, d.Netns.suffix(), o.Name, syscall.EEXIST)
+			return &verbs.Error{Op: "link add", Device: d.Name, Err: syscall.EEXIST,
+				Detail: fmt.Sprintf("netdev %s%s already has device %s", d.Netdev, d.Netns.suffix(), o.Name)}
 		}
 	}
 	b, err := json.MarshalIndent(d, "", "  ")
-	if err != nil {
-		return err
+	if err == nil {
+		err = rundir.WriteFile(r.path(d.Name), append(b, '\n'), 0o644)
 	}
-	return rundir.WriteFile(r.path(d.Name), append(b, '\n'), 0o644)
+	if err != nil {
+		return &verbs.Error{Op: "link add", Device: d.Name, Err: err}
+	}
+	return nil
 }
 
 // Delete removes a device definition; ENODEV when there is none, EBUSY
@@ -151,17 +156,18 @@ func (r *Registry) Add(d DeviceDef) error {
 func (r *Registry) Delete(name string) error {
 	unlock, err := r.lock()
 	if err != nil {
-		return err
+		return &verbs.Error{Op: "link delete", Device: name, Err: err}
 	}
 	defer unlock()
 	if ow, busy := r.OwnerOf(name); busy {
-		return fmt.Errorf("device %s is in use by process %d (%s); stop it first: %w", name, ow.PID, ow.Command, syscall.EBUSY)
+		return &verbs.Error{Op: "link delete", Device: name, Err: syscall.EBUSY,
+			Detail: fmt.Sprintf("device %s is in use by process %d (%s); stop it first", name, ow.PID, ow.Command)}
 	}
 	if err := os.Remove(r.path(name)); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("device %s: no such device: %w", name, syscall.ENODEV)
+			return &verbs.Error{Op: "link delete", Device: name, Detail: "no such device", Err: syscall.ENODEV}
 		}
-		return err
+		return &verbs.Error{Op: "link delete", Device: name, Err: err}
 	}
 	for _, ext := range []string{".gids", ".owner"} {
 		os.Remove(filepath.Join(r.devDir(), name+ext))
@@ -175,18 +181,43 @@ func (r *Registry) Get(name string) (DeviceDef, error) {
 	b, err := rundir.ReadFile(r.path(name))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return d, fmt.Errorf("device %s is not in %s (roce link show lists the devices there): %w", name, r.Dir, syscall.ENODEV)
+			return d, &verbs.Error{Op: "get", Device: name, Err: syscall.ENODEV,
+				Detail: fmt.Sprintf("device %s is not in %s (roce link show lists the devices there)", name, r.Dir)}
 		}
-		return d, err
+		return d, &verbs.Error{Op: "get", Device: name, Err: err}
 	}
 	if err := json.Unmarshal(b, &d); err != nil {
-		return d, fmt.Errorf("device %s: corrupt definition %s: %v", name, r.path(name), err)
+		return d, &verbs.Error{Op: "get", Device: name, Err: syscall.EIO,
+			Detail: fmt.Sprintf("corrupt definition %s: %v", r.path(name), err)}
 	}
 	return d, nil
 }
 
+// ConfigDevice returns what config's rdma_cm tree needs to know of a
+// device: its name, creation time and RoCE versions (config.Registry, so
+// config.Open(dir, host.NewRegistry(dir)) serves the registry's devices).
+// ENODEV when there is none; EINVAL for a definition whose roce_versions
+// is not one ParseVersions takes.
+func (r *Registry) ConfigDevice(name string) (config.Device, error) {
+	def, err := r.Get(name)
+	if err != nil {
+		return config.Device{}, err
+	}
+	v, err := ParseVersions(string(def.Versions))
+	if err != nil {
+		return config.Device{}, &verbs.Error{Op: "get", Device: name, Err: err}
+	}
+	return config.Device{Name: def.Name, Created: def.Created, RoCEv1: v.V1(), RoCEv2: v.V2()}, nil
+}
+
 // List returns every device definition, by name.
-func (r *Registry) List() ([]DeviceDef, error) { return r.list() }
+func (r *Registry) List() ([]DeviceDef, error) {
+	defs, err := r.list()
+	if err != nil {
+		return nil, &verbs.Error{Op: "list", Err: err}
+	}
+	return defs, nil
+}
 
 func (r *Registry) list() ([]DeviceDef, error) {
 	ents, err := os.ReadDir(r.devDir())

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"syscall"
 
+	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -43,7 +44,8 @@ func (d *Device) RouteTo(dst netip.Addr) (netip.Addr, error) {
 		}
 	}
 	if !src.IsValid() {
-		return netip.Addr{}, fmt.Errorf("%s has no address to reach %v from: %w", nd.Name, dst, syscall.EADDRNOTAVAIL)
+		return netip.Addr{}, &verbs.Error{Op: "route", Device: d.Def.Name, Err: syscall.EADDRNOTAVAIL,
+			Detail: fmt.Sprintf("%s has no address to reach %v from", nd.Name, dst)}
 	}
 	return src, nil
 }

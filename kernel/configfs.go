@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/config"
-	"github.com/goroce/goroce/verbs"
+	"github.com/goroce/goroce/wire"
 )
 
 // Configfs performs the rdma_cm configfs procedure on the kernel's devices
@@ -300,9 +300,10 @@ func (c *Configfs) write(p string, data string) error {
 	return unwrapPath(cerr)
 }
 
-// Mode reads dev's port's default_roce_mode.
-func (c *Configfs) Mode(dev string, port int) (verbs.GIDType, error) {
-	var m verbs.GIDType
+// Mode reads dev's port's default_roce_mode: the RoCE version RDMA CM
+// uses for new connections on it.
+func (c *Configfs) Mode(dev string, port int) (wire.Version, error) {
+	var m wire.Version
 	err := c.session("mode", dev, port, func(pd string) error {
 		s, err := c.read("mode", dev, port, filepath.Join(pd, AttrMode))
 		if err != nil {
@@ -321,8 +322,8 @@ func (c *Configfs) Mode(dev string, port int) (verbs.GIDType, error) {
 // SetMode writes m to dev's port's default_roce_mode and returns what
 // reading it back gives. A refusal says why: a RoCE version the port does
 // not speak (rxe speaks RoCE v2 only), no root, no such port.
-func (c *Configfs) SetMode(dev string, port int, m verbs.GIDType) (verbs.GIDType, error) {
-	var got verbs.GIDType
+func (c *Configfs) SetMode(dev string, port int, m wire.Version) (wire.Version, error) {
+	var got wire.Version
 	err := c.session("mode", dev, port, func(pd string) error {
 		p := filepath.Join(pd, AttrMode)
 		if err := c.write(p, config.FormatMode(m)); err != nil {
@@ -346,7 +347,7 @@ func (c *Configfs) SetMode(dev string, port int, m verbs.GIDType) (verbs.GIDType
 // mode only if the port supports that GID type (cma_set_default_gid_type:
 // roce_gid_type_mask_support), which is also what fills the port's GID
 // table: a mode none of the port's GIDs has is one it does not speak.
-func (c *Configfs) modeRefused(dev string, port int, m verbs.GIDType, p string, err error) error {
+func (c *Configfs) modeRefused(dev string, port int, m wire.Version, p string, err error) error {
 	e := &Error{Op: "mode", Dev: dev, Port: port, Err: err}
 	switch err {
 	case syscall.EACCES, syscall.EPERM:
@@ -358,31 +359,31 @@ func (c *Configfs) modeRefused(dev string, port int, m verbs.GIDType, p string, 
 		return e
 	}
 	gids, _ := c.Sysfs.GIDs(dev, port)
-	has := map[verbs.GIDType]bool{}
+	has := map[wire.Version]bool{}
 	for _, g := range gids {
-		has[g.Type] = true
+		has[g.Type.Version()] = true
 	}
 	d, _ := c.Sysfs.Device(dev)
 	switch {
-	case !has[m] && m == verbs.GIDTypeRoCEv1 && d.Driver == "rxe":
+	case !has[m] && m == wire.RoCEv1 && d.Driver == "rxe":
 		e.Detail = fmt.Sprintf("%s port %d does not speak IB/RoCE v1: rxe speaks RoCE v2 only (its GID table holds RoCE v2 GIDs alone), "+
 			"so its only mode is 2 (RoCE v2); a peer that speaks only RoCE v1 cannot be reached from it", dev, port)
 	case !has[m] && len(has) > 0:
-		only := verbs.GIDTypeRoCEv2
-		if has[verbs.GIDTypeRoCEv1] {
-			only = verbs.GIDTypeRoCEv1
+		only := wire.RoCEv2
+		if has[wire.RoCEv1] {
+			only = wire.RoCEv1
 		}
 		e.Detail = fmt.Sprintf("%s port %d does not speak %s: its GID table holds %s GIDs only, so its only mode is %d (%s)",
-			dev, port, m, only, modeFlag(only), only)
+			dev, port, config.ModeName(m), config.ModeName(only), modeFlag(only), config.ModeName(only))
 	default:
 		e.Detail = fmt.Sprintf("the kernel refused %q for %s port %d (a port of another link layer than Ethernet has no RoCE mode)",
-			m.String(), dev, port)
+			config.ModeName(m), dev, port)
 	}
 	return e
 }
 
-func modeFlag(m verbs.GIDType) int {
-	if m == verbs.GIDTypeRoCEv1 {
+func modeFlag(m wire.Version) int {
+	if m == wire.RoCEv1 {
 		return 1
 	}
 	return 2

@@ -15,11 +15,11 @@ import (
 
 	"github.com/goroce/goroce/config"
 	"github.com/goroce/goroce/config/configfs"
-	"github.com/goroce/goroce/host"
+	"github.com/goroce/goroce/config/configtest"
 	"github.com/goroce/goroce/internal/testenv"
 	"github.com/goroce/goroce/kernel"
 	"github.com/goroce/goroce/kernel/kerneltest"
-	"github.com/goroce/goroce/verbs"
+	"github.com/goroce/goroce/wire"
 )
 
 // logs collects what the procedure says through Logf.
@@ -67,15 +67,12 @@ func kernelTree(t *testing.T) (*kernel.Configfs, *logs) {
 	_, err := os.Stat("/dev/fuse")
 	testenv.Require(t, err == nil, "/dev/fuse (modprobe fuse)")
 	rundir := t.TempDir()
-	if err := host.NewRegistry(rundir).Add(host.DeviceDef{Name: "rxe0", Type: "rxe", Netdev: "eth0",
-		Netns: host.Netns{Inode: 1, Dev: 1}, Versions: host.VersionsV2}); err != nil {
-		t.Fatal(err)
-	}
+	reg := configtest.NewRegistry(config.Device{Name: "rxe0", RoCEv2: true})
 	mnt := t.TempDir()
 	// Let other users reach the mount (TestConfigfsNotRoot).
 	os.Chmod(filepath.Dir(mnt), 0o755)
 	os.Chmod(mnt, 0o755)
-	srv, err := configfs.Mount(mnt, config.Open(rundir))
+	srv, err := configfs.Mount(mnt, config.Open(rundir, reg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,14 +93,14 @@ func TestConfigfsProcedure(t *testing.T) {
 	dir := filepath.Join(c.Root, "rdma_cm", "rxe0")
 
 	m, err := c.Mode("rxe0", 1)
-	if err != nil || m != verbs.GIDTypeRoCEv2 {
+	if err != nil || m != wire.RoCEv2 {
 		t.Fatalf("Mode: %v %v, want RoCE v2", m, err)
 	}
 	if exists(dir) {
 		t.Error("Mode left rdma_cm/rxe0 behind")
 	}
 
-	_, err = c.SetMode("rxe0", 1, verbs.GIDTypeRoCEv1)
+	_, err = c.SetMode("rxe0", 1, wire.RoCEv1)
 	if !errors.Is(err, syscall.EINVAL) {
 		t.Fatalf("SetMode IB/RoCE v1 on rxe: %v, want EINVAL", err)
 	}
@@ -115,7 +112,7 @@ func TestConfigfsProcedure(t *testing.T) {
 	if exists(dir) {
 		t.Error("a refused SetMode left rdma_cm/rxe0 behind")
 	}
-	if got, err := c.SetMode("rxe0", 1, verbs.GIDTypeRoCEv2); err != nil || got != verbs.GIDTypeRoCEv2 {
+	if got, err := c.SetMode("rxe0", 1, wire.RoCEv2); err != nil || got != wire.RoCEv2 {
 		t.Errorf("SetMode RoCE v2: %v %v", got, err)
 	}
 
@@ -219,7 +216,7 @@ func TestConfigfsModprobe(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(pd, kernel.AttrMode), []byte("RoCE v2\n"), 0o644)
 	os.WriteFile(filepath.Join(pd, kernel.AttrTOS), []byte("0\n"), 0o644)
-	if m, err := c.Mode("rxe0", 1); err != nil || m != verbs.GIDTypeRoCEv2 {
+	if m, err := c.Mode("rxe0", 1); err != nil || m != wire.RoCEv2 {
 		t.Errorf("Mode: %v %v", m, err)
 	}
 	if v, err := c.SetTOS("rxe0", 1, 106); err != nil || v != 106 {

@@ -9,7 +9,8 @@
 // response timeouts and retries run on timers that stop with their ID
 // (one queue per CM behind a single time.Timer).
 //
-//	cm := rdmacm.New(rdmacm.Options{Defaults: config.Open(host.RunDir())})
+//	dir := host.RunDir()
+//	cm := rdmacm.New(rdmacm.Options{Defaults: config.Open(dir, host.NewRegistry(dir))})
 //	cm.AddDevice(dev.Device)
 //	ec := cm.CreateEventChannel()
 //	id, _ := cm.CreateID(ec, rdmacm.PSTCP)
@@ -144,7 +145,6 @@ package rdmacm
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math/bits"
 	"math/rand/v2"
@@ -154,6 +154,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/verbs"
+	"github.com/goroce/goroce/wire"
 	"github.com/goroce/goroce/wire/mad"
 )
 
@@ -177,10 +178,11 @@ const (
 	nRecv, nSend = 512, 128
 )
 
-// Defaults gives the RoCE mode and ToS new CM IDs copy from the rdma_cm
-// configfs tree; *config.Tree implements it.
+// Defaults gives the RoCE mode (a RoCE version: wire.RoCEv1 or
+// wire.RoCEv2) and ToS new CM IDs copy from the rdma_cm configfs tree;
+// *config.Tree implements it.
 type Defaults interface {
-	DefaultMode(dev string, port int) (verbs.GIDType, error)
+	DefaultMode(dev string, port int) (wire.Version, error)
 	DefaultTOS(dev string, port int) (uint8, error)
 }
 
@@ -406,7 +408,8 @@ func (cm *CM) GIDTableChanged(dev *verbs.Device) {
 		}
 		id.addrGone = true
 		id.emit(Event{Type: EventAddrChange, ID: id,
-			Err: fmt.Errorf("rdmacm: %v is no longer an address of device %s (its netdev lost it)", s, dev.Name())})
+			Err: &verbs.Error{Op: "rdmacm", Device: dev.Name(), Err: syscall.EADDRNOTAVAIL,
+				Detail: fmt.Sprintf("%v is no longer an address of device %s (its netdev lost it)", s, dev.Name())}})
 	}
 }
 
@@ -421,17 +424,17 @@ func (cm *CM) AddDevice(dev *verbs.Device) error {
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
 	if cm.closed {
-		return fmt.Errorf("rdmacm: add device %s: %w", dev.Name(), syscall.ESHUTDOWN)
+		return &verbs.Error{Op: "rdmacm: add device", Device: dev.Name(), Err: syscall.ESHUTDOWN}
 	}
 	for _, a := range cm.agents {
 		if a.dev == dev {
-			return fmt.Errorf("rdmacm: add device %s: already added: %w", dev.Name(), syscall.EEXIST)
+			return &verbs.Error{Op: "rdmacm: add device", Device: dev.Name(), Detail: "already added", Err: syscall.EEXIST}
 		}
 	}
 	a := &agent{cm: cm, dev: dev, hiTID: uint32(len(cm.agents) + 1), done: make(chan struct{})}
 	if err := a.open(); err != nil {
 		a.destroy()
-		return fmt.Errorf("rdmacm: add device %s: %w", dev.Name(), err)
+		return &verbs.Error{Op: "rdmacm: add device", Device: dev.Name(), Err: err}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
@@ -678,7 +681,7 @@ func (cm *CM) RemoveDevice(dev *verbs.Device) error {
 	}
 	if a == nil || cm.closed {
 		cm.mu.Unlock()
-		return fmt.Errorf("rdmacm: remove device %s: not added: %w", dev.Name(), syscall.ENODEV)
+		return &verbs.Error{Op: "rdmacm: remove device", Device: dev.Name(), Detail: "not added", Err: syscall.ENODEV}
 	}
 	for id := range cm.ids {
 		if id.ag != a {
@@ -755,9 +758,6 @@ func buildMAD(attr mad.AttributeID, tid uint64, body interface{ Append([]byte) [
 	b = mad.NewCMHeader(attr, tid).Append(b)
 	return body.Append(b)
 }
-
-// errTimedOut is the cause of UNREACHABLE after the last retry.
-var errTimedOut = errors.New("no answer from the peer's CM")
 
 // handle dispatches one MAD. Called with cm.mu held.
 func (cm *CM) handle(a *agent, in *inbound) {

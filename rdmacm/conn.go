@@ -78,11 +78,11 @@ func next(ctx context.Context, ec *EventChannel, want EventType) (Event, error) 
 		}
 		switch {
 		case e.Err == nil:
-			return e, fmt.Errorf("rdmacm: %v (status %d) instead of %v: %w", e.Type, e.Status, want, errno)
+			return e, &verbs.Error{Op: "rdmacm", Detail: fmt.Sprintf("%v (status %d) instead of %v", e.Type, e.Status, want), Err: errno}
 		case errors.As(e.Err, new(syscall.Errno)):
-			return e, fmt.Errorf("rdmacm: %v instead of %v: %w", e.Type, want, e.Err)
+			return e, &verbs.Error{Op: "rdmacm", Detail: fmt.Sprintf("%v instead of %v", e.Type, want), Err: e.Err}
 		}
-		return e, fmt.Errorf("rdmacm: %v instead of %v: %w: %w", e.Type, want, e.Err, errno)
+		return e, &verbs.Error{Op: "rdmacm", Detail: fmt.Sprintf("%v instead of %v", e.Type, want), Err: withErrno{e.Err, errno}}
 	}
 	return e, nil
 }
@@ -111,7 +111,7 @@ func next(ctx context.Context, ec *EventChannel, want EventType) (Event, error) 
 // still matches context.DeadlineExceeded or context.Canceled.
 func (cm *CM) Dial(ctx context.Context, dst netip.AddrPort, ep Endpoint) (*Conn, error) {
 	if ep.PD == nil {
-		return nil, fmt.Errorf("rdmacm: dial %v: Endpoint.PD is nil: the connection's QP is made on it: %w", dst, syscall.EINVAL)
+		return nil, &verbs.Error{Op: fmt.Sprintf("rdmacm: dial %v", dst), Detail: "Endpoint.PD is nil: the connection's QP is made on it", Err: syscall.EINVAL}
 	}
 	ec := cm.CreateEventChannel()
 	id, err := cm.CreateID(ec, PSTCP)
@@ -173,7 +173,7 @@ func (cm *CM) Dial(ctx context.Context, dst netip.AddrPort, ep Endpoint) (*Conn,
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			// Say whom and what the caller gave up waiting for: a bare
 			// "context deadline exceeded" names neither.
-			err = fmt.Errorf("rdmacm: dial %v%s: %s: %w", dst, id.dialFrom(), id.dialStage(stage), err)
+			err = &verbs.Error{Op: fmt.Sprintf("rdmacm: dial %v%s", dst, id.dialFrom()), Detail: id.dialStage(stage), Err: err}
 		}
 		id.Destroy()
 		ec.Close()
@@ -231,8 +231,8 @@ func (cm *CM) dialSource(pd *verbs.PD, dst netip.AddrPort) (netip.Addr, error) {
 	}
 	if a == nil {
 		cm.mu.Unlock()
-		return netip.Addr{}, fmt.Errorf("rdmacm: dial %v: Endpoint.PD is on device %s, which this CM does not serve (AddDevice or AddRoutedDevice it): %w",
-			dst, dev.Name(), syscall.EINVAL)
+		return netip.Addr{}, &verbs.Error{Op: fmt.Sprintf("rdmacm: dial %v", dst), Device: dev.Name(), Err: syscall.EINVAL,
+			Detail: fmt.Sprintf("Endpoint.PD is on device %s, which this CM does not serve (AddDevice or AddRoutedDevice it)", dev.Name())}
 	}
 	if cm.agentFor(d) == a { // a loopback connection, as ResolveAddr makes it
 		cm.mu.Unlock()
@@ -243,14 +243,14 @@ func (cm *CM) dialSource(pd *verbs.PD, dst netip.AddrPort) (netip.Addr, error) {
 	if r != nil { // as rdma_resolve_addr asks the routing table (outside mu: it may ask the kernel)
 		s, err := r.RouteTo(d)
 		if err != nil {
-			return netip.Addr{}, fmt.Errorf("rdmacm: dial %v: Endpoint.PD's device %s does not reach it: %w "+
-				"(make the PD on the device that does, or set Endpoint.Src)", dst, dev.Name(), err)
+			return netip.Addr{}, &verbs.Error{Op: fmt.Sprintf("rdmacm: dial %v", dst), Device: dev.Name(), Err: err,
+				Detail: fmt.Sprintf("Endpoint.PD's device %s does not reach it (make the PD on the device that does, or set Endpoint.Src)", dev.Name())}
 		}
 		return s.Unmap(), nil
 	}
 	if !src.IsValid() {
-		return netip.Addr{}, fmt.Errorf("rdmacm: dial %v: Endpoint.PD's device %s has no address of that family to connect from "+
-			"(roce gids lists them): %w", dst, dev.Name(), syscall.EADDRNOTAVAIL)
+		return netip.Addr{}, &verbs.Error{Op: fmt.Sprintf("rdmacm: dial %v", dst), Device: dev.Name(), Err: syscall.EADDRNOTAVAIL,
+			Detail: fmt.Sprintf("Endpoint.PD's device %s has no address of that family to connect from (roce gids lists them)", dev.Name())}
 	}
 	return src, nil
 }
@@ -540,3 +540,14 @@ func (l *Listener) Close() error {
 	l.mu.Unlock()
 	return err
 }
+
+// withErrno is a cause that carries no errno (an event's error, a
+// context's end) together with the errno the operation returns for it:
+// errors.Is matches both.
+type withErrno struct {
+	err   error
+	errno syscall.Errno
+}
+
+func (w withErrno) Error() string   { return w.err.Error() + ": " + w.errno.Error() }
+func (w withErrno) Unwrap() []error { return []error{w.err, w.errno} }

@@ -204,7 +204,8 @@ func (cm *CM) handleREJ(rej mad.REJ) {
 	id.state = stDone
 	r := rej.Reason()
 	id.emit(Event{Type: EventRejected, ID: id, Status: int(r),
-		Err:         fmt.Errorf("rdmacm: %v rejected the connection: reason %d (%v): %w", id.dst, uint16(r), r, syscall.ECONNREFUSED),
+		Err: &verbs.Error{Op: "rdmacm", Err: syscall.ECONNREFUSED,
+			Detail: fmt.Sprintf("%v rejected the connection: reason %d (%v)", id.dst, uint16(r), r)},
 		PrivateData: append([]byte(nil), rej.PrivateData()...)})
 }
 
@@ -445,7 +446,8 @@ func (cm *CM) handleSIDRREP(rep mad.SIDRREP) {
 		id.state = stDone
 		// cma_sidr_rep_handler: UNREACHABLE with the SIDR status.
 		id.emit(Event{Type: EventUnreachable, ID: id, Status: int(st), PrivateData: pd,
-			Err: fmt.Errorf("rdmacm: %v: SIDR_REP status %d (%v): %w", id.dst, uint8(st), st, syscall.ECONNREFUSED)})
+			Err: &verbs.Error{Op: "rdmacm", Err: syscall.ECONNREFUSED,
+				Detail: fmt.Sprintf("%v: SIDR_REP status %d (%v)", id.dst, uint8(st), st)}})
 		return
 	}
 	id.rqpn, id.rqkey = rep.QPN(), rep.QKey()

@@ -122,12 +122,12 @@ func (cm *CM) CreateID(ec *EventChannel, ps PortSpace) (*ID, error) {
 	switch ps {
 	case PSTCP, PSUDP, PSIB:
 	default:
-		return nil, fmt.Errorf("rdmacm: create_id: port space %v: valid are TCP, UDP and IB: %w", ps, syscall.EINVAL)
+		return nil, &verbs.Error{Op: "rdmacm: create_id", Detail: fmt.Sprintf("port space %v: valid are TCP, UDP and IB", ps), Err: syscall.EINVAL}
 	}
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
 	if cm.closed {
-		return nil, fmt.Errorf("rdmacm: create_id: %w", syscall.ESHUTDOWN)
+		return nil, &verbs.Error{Op: "rdmacm: create_id", Err: syscall.ESHUTDOWN}
 	}
 	// The Starting PSN is chosen now, as __rdma_create_id picks seq_num, so
 	// InitQPAttr can give it before the REQ or REP carries it.
@@ -136,8 +136,10 @@ func (cm *CM) CreateID(ec *EventChannel, ps PortSpace) (*ID, error) {
 	return id, nil
 }
 
+// errorf is the *verbs.Error of the ID's operation op (as librdmacm
+// names it without "rdma_": "resolve_route", "connect").
 func (id *ID) errorf(op string, errno syscall.Errno, format string, args ...any) error {
-	return fmt.Errorf("rdmacm: %s: %s: %w", op, fmt.Sprintf(format, args...), errno)
+	return &verbs.Error{Op: "rdmacm: " + op, Detail: fmt.Sprintf(format, args...), Err: errno}
 }
 
 // gidOf returns the GID an IP address has in a GID table.
@@ -292,7 +294,7 @@ func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Durat
 			continue // removed meanwhile
 		}
 		if r.err != nil {
-			routeErr = cmp.Or(routeErr, fmt.Errorf("%s: %w", r.ag.dev.Name(), r.err))
+			routeErr = cmp.Or(routeErr, error(&verbs.Error{Device: r.ag.dev.Name(), Err: r.err}))
 			continue
 		}
 		ag, routed = r.ag, r.src
@@ -306,9 +308,9 @@ func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Durat
 		}
 	}
 	if ag == nil {
-		err := fmt.Errorf("rdmacm: no device reaches %v: %w", dst.Addr(), syscall.EHOSTUNREACH)
+		err := &verbs.Error{Op: "rdmacm", Detail: fmt.Sprintf("no device reaches %v", dst.Addr()), Err: syscall.EHOSTUNREACH}
 		if routeErr != nil {
-			err = fmt.Errorf("rdmacm: no device reaches %v: %w", dst.Addr(), routeErr)
+			err.Err = routeErr
 		}
 		status := -int(syscall.EHOSTUNREACH)
 		var errno syscall.Errno
@@ -395,7 +397,7 @@ func srcOf(a *agent, dst netip.Addr) netip.Addr {
 // defaults returns the RoCE mode and ToS new connections on a use.
 func (cm *CM) defaults(a *agent) (verbs.GIDType, uint8, error) {
 	if d := cm.opts.Defaults; d != nil {
-		mode, err := d.DefaultMode(a.dev.Name(), 1)
+		v, err := d.DefaultMode(a.dev.Name(), 1)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -403,7 +405,7 @@ func (cm *CM) defaults(a *agent) (verbs.GIDType, uint8, error) {
 		if err != nil {
 			return 0, 0, err
 		}
-		return mode, tos, nil
+		return verbs.GIDTypeFor(v), tos, nil
 	}
 	mode := verbs.GIDTypeRoCEv1
 	for _, e := range a.dev.GIDs() {
@@ -467,8 +469,8 @@ func (id *ID) ResolveRoute(timeout time.Duration) error {
 	sgid, ok := id.ag.gidIndex(gidOf(id.src.Addr()), mode)
 	if !ok {
 		id.emit(Event{Type: EventRouteError, ID: id, Status: -int(syscall.EINVAL),
-			Err: fmt.Errorf("rdmacm: device %s has no %v GID for %v (default_roce_mode is %v): %w",
-				id.ag.dev.Name(), mode, id.src.Addr(), mode, syscall.EINVAL)})
+			Err: &verbs.Error{Op: "rdmacm: resolve_route", Device: id.ag.dev.Name(), Err: syscall.EINVAL,
+				Detail: fmt.Sprintf("device %s has no %v GID for %v (default_roce_mode is %v)", id.ag.dev.Name(), mode, id.src.Addr(), mode)}})
 		return nil
 	}
 	if id.optTOSSet { // cma_resolve_iboe_route: tos_set ? tos : default_roce_tos
@@ -877,7 +879,7 @@ func (id *ID) timeout() {
 		}
 		id.forget()
 		id.state = stDone
-		err := fmt.Errorf("rdmacm: %v %v: %w after %d tries", id.dst, errTimedOut, syscall.ETIMEDOUT, id.cm.opts.MaxRetries+1)
+		detail := fmt.Sprintf("%v no answer from the peer's CM after %d tries", id.dst, id.cm.opts.MaxRetries+1)
 		switch {
 		case repSent:
 			// The peer's CM did answer (with its REQ); what never came is
@@ -885,20 +887,21 @@ func (id *ID) timeout() {
 			// (cm.c's REP_ERROR): counted, as a peer that sends REQs and
 			// never an RTU is how a listener is flooded.
 			id.ag.count(ctrRTUTimeouts)
-			err = fmt.Errorf("rdmacm: %v sent no RTU for our REP: %w after %d tries", id.dst, syscall.ETIMEDOUT, id.cm.opts.MaxRetries+1)
+			detail = fmt.Sprintf("%v sent no RTU for our REP after %d tries", id.dst, id.cm.opts.MaxRetries+1)
 			if id.mraRcvd {
-				err = fmt.Errorf("%w; the peer's CM acknowledged the REP (MRA) but its consumer did not call rdma_establish in time", err)
+				detail += "; the peer's CM acknowledged the REP (MRA) but its consumer did not call rdma_establish in time"
 			}
 		default:
 			if d := id.unreachableDiagnosis(); d != "" {
-				err = fmt.Errorf("%w; %s", err, d)
+				detail += "; " + d
 			}
 		}
-		id.emit(Event{Type: EventUnreachable, ID: id, Status: -int(syscall.ETIMEDOUT), Err: err})
+		id.emit(Event{Type: EventUnreachable, ID: id, Status: -int(syscall.ETIMEDOUT),
+			Err: &verbs.Error{Op: "rdmacm", Detail: detail, Err: syscall.ETIMEDOUT}})
 	case stDreqSent:
 		// cma.c turns IB_CM_DREQ_ERROR into DISCONNECTED with -ETIMEDOUT.
 		id.emit(Event{Type: EventDisconnected, ID: id, Status: -int(syscall.ETIMEDOUT),
-			Err: fmt.Errorf("rdmacm: %v: no DREP after %d DREQs: %w", id.dst, id.cm.opts.MaxRetries+1, syscall.ETIMEDOUT)})
+			Err: &verbs.Error{Op: "rdmacm", Detail: fmt.Sprintf("%v: no DREP after %d DREQs", id.dst, id.cm.opts.MaxRetries+1), Err: syscall.ETIMEDOUT}})
 		id.enterTimewait()
 	}
 }

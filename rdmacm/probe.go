@@ -43,7 +43,7 @@ func (cm *CM) Probe(ctx context.Context, dev *verbs.Device, src, dst netip.Addr,
 	cm.mu.Lock()
 	if cm.closed {
 		cm.mu.Unlock()
-		return ProbeReply{}, fmt.Errorf("rdmacm: probe %v: %w", dst, syscall.ESHUTDOWN)
+		return ProbeReply{}, &verbs.Error{Op: fmt.Sprintf("rdmacm: probe %v", dst), Err: syscall.ESHUTDOWN}
 	}
 	var a *agent
 	for _, x := range cm.agents {
@@ -53,13 +53,14 @@ func (cm *CM) Probe(ctx context.Context, dev *verbs.Device, src, dst netip.Addr,
 	}
 	if a == nil {
 		cm.mu.Unlock()
-		return ProbeReply{}, fmt.Errorf("rdmacm: probe %v: device %s is not added to the CM: %w", dst, dev.Name(), syscall.ENODEV)
+		return ProbeReply{}, &verbs.Error{Op: fmt.Sprintf("rdmacm: probe %v", dst), Device: dev.Name(), Err: syscall.ENODEV,
+			Detail: fmt.Sprintf("device %s is not added to the CM", dev.Name())}
 	}
 	sgid, ok := a.gidIndex(gidOf(src), t)
 	if !ok {
 		cm.mu.Unlock()
-		return ProbeReply{}, fmt.Errorf("rdmacm: probe %v over %s: %s has no %s GID for %v: %w",
-			dst, roceName(t), dev.Name(), roceName(t), src, syscall.EADDRNOTAVAIL)
+		return ProbeReply{}, &verbs.Error{Op: fmt.Sprintf("rdmacm: probe %v over %s", dst, roceName(t)), Device: dev.Name(),
+			Detail: fmt.Sprintf("%s has no %s GID for %v", dev.Name(), roceName(t), src), Err: syscall.EADDRNOTAVAIL}
 	}
 	w := &peerProbe{dst: gidOf(dst), sent: time.Now(), done: make(chan struct{})}
 	tid := cm.newProbeTID(a)
@@ -74,14 +75,14 @@ func (cm *CM) Probe(ctx context.Context, dev *verbs.Device, src, dst netip.Addr,
 		if cm.peerProbes[tid] == w {
 			delete(cm.peerProbes, tid)
 			cm.mu.Unlock()
-			return ProbeReply{}, fmt.Errorf("rdmacm: probe %v over %s from %s: no answer: %w: %w",
-				dst, roceName(t), dev.Name(), syscall.ETIMEDOUT, ctx.Err())
+			return ProbeReply{}, &verbs.Error{Op: fmt.Sprintf("rdmacm: probe %v over %s from %s", dst, roceName(t), dev.Name()),
+				Detail: "no answer", Err: withErrno{ctx.Err(), syscall.ETIMEDOUT}}
 		}
 		cm.mu.Unlock() // answered (or closed) meanwhile
 		<-w.done
 	}
 	if !w.reply.From.IsValid() {
-		return ProbeReply{}, fmt.Errorf("rdmacm: probe %v: %w", dst, syscall.ESHUTDOWN)
+		return ProbeReply{}, &verbs.Error{Op: fmt.Sprintf("rdmacm: probe %v", dst), Err: syscall.ESHUTDOWN}
 	}
 	return w.reply, nil
 }

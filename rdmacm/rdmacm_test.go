@@ -11,12 +11,14 @@ import (
 	"testing/synctest"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/goroce/goroce/internal/testenv"
 	"github.com/goroce/goroce/link/fabric"
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/verbs/verbstest"
+	"github.com/goroce/goroce/wire"
 	"github.com/goroce/goroce/wire/mad"
-	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -350,7 +352,7 @@ func TestUnreachable(t *testing.T) {
 }
 
 func TestRouteErrorWithoutGIDType(t *testing.T) {
-	a, b := newSides(t, "", Options{Defaults: fixedDefaults{mode: verbs.GIDTypeRoCEv1}}, fastOptions)
+	a, b := newSides(t, "", Options{Defaults: fixedDefaults{mode: wire.RoCEv1}}, fastOptions)
 	id, _ := a.cm.CreateID(a.ec, PSTCP)
 	if err := id.ResolveAddr(netip.Addr{}, netip.AddrPortFrom(b.ip, 1), time.Second); err != nil {
 		t.Fatal(err)
@@ -364,12 +366,12 @@ func TestRouteErrorWithoutGIDType(t *testing.T) {
 }
 
 type fixedDefaults struct {
-	mode verbs.GIDType
+	mode wire.Version
 	tos  uint8
 }
 
-func (f fixedDefaults) DefaultMode(string, int) (verbs.GIDType, error) { return f.mode, nil }
-func (f fixedDefaults) DefaultTOS(string, int) (uint8, error)          { return f.tos, nil }
+func (f fixedDefaults) DefaultMode(string, int) (wire.Version, error) { return f.mode, nil }
+func (f fixedDefaults) DefaultTOS(string, int) (uint8, error)         { return f.tos, nil }
 
 func TestEventTypeString(t *testing.T) {
 	if s := EventConnectRequest.String(); s != "RDMA_CM_EVENT_CONNECT_REQUEST" {

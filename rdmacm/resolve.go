@@ -82,7 +82,7 @@ func (id *ID) queryAddr(nr NextHopResolver, dst netip.Addr, timeout time.Duratio
 				status = -int(errno)
 			}
 			id.emit(Event{Type: EventAddrError, ID: id, Status: status,
-				Err: fmt.Errorf("rdmacm: resolve_addr %v: %w", dst, err)})
+				Err: &verbs.Error{Op: fmt.Sprintf("rdmacm: resolve_addr %v", dst), Err: err}})
 			return
 		}
 		id.gateway = gw
@@ -112,10 +112,11 @@ func (id *ID) routeType(mode verbs.GIDType) (verbs.GIDType, error) {
 		return verbs.GIDTypeRoCEv2, nil
 	}
 	if err := id.pathError(verbs.GIDTypeRoCEv1); err != nil {
-		return mode, fmt.Errorf("rdmacm: resolve_route: %w", err)
+		return mode, &verbs.Error{Op: "rdmacm: resolve_route", Err: err}
 	}
-	return mode, fmt.Errorf("rdmacm: resolve_route: %v is reached via %v, and %s port 1 has no RoCE v2 GID for %v: "+
-		"RoCE v1 crosses no router: %w", id.dst.Addr(), id.gateway, id.ag.dev.Name(), id.src.Addr(), syscall.ENETUNREACH)
+	return mode, &verbs.Error{Op: "rdmacm: resolve_route", Device: id.ag.dev.Name(), Err: syscall.ENETUNREACH,
+		Detail: fmt.Sprintf("%v is reached via %v, and %s port 1 has no RoCE v2 GID for %v: RoCE v1 crosses no router",
+			id.dst.Addr(), id.gateway, id.ag.dev.Name(), id.src.Addr())}
 }
 
 // pathError asks the device's router why packets of RoCE version t to the

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	pcapfile "github.com/goroce/goroce/internal/capture"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/fabric"
 	"github.com/goroce/goroce/link/pcap"
@@ -26,7 +25,7 @@ import (
 func newCapturedSides(t *testing.T, oa, ob Options) (a, b *side, pcapBuf *bytes.Buffer, closeAll func()) {
 	t.Helper()
 	pcapBuf = new(bytes.Buffer)
-	w, err := pcapfile.NewWriter(pcapBuf)
+	w, err := pcap.NewWriter(pcapBuf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,9 +120,9 @@ func TestSetTOS(t *testing.T) {
 	)
 	a, b, buf, closeAll := newCapturedSides(t,
 		Options{ResponseTimeout: fastOptions.ResponseTimeout, MaxRetries: fastOptions.MaxRetries, Timewait: fastOptions.Timewait,
-			Defaults: fixedDefaults{mode: verbs.GIDTypeRoCEv2, tos: aDefault}},
+			Defaults: fixedDefaults{mode: wire.RoCEv2, tos: aDefault}},
 		Options{ResponseTimeout: fastOptions.ResponseTimeout, MaxRetries: fastOptions.MaxRetries, Timewait: fastOptions.Timewait,
-			Defaults: fixedDefaults{mode: verbs.GIDTypeRoCEv2, tos: bDefault}})
+			Defaults: fixedDefaults{mode: wire.RoCEv2, tos: bDefault}})
 
 	l, err := b.cm.CreateID(b.ec, PSTCP)
 	if err != nil {
@@ -250,7 +249,7 @@ func TestSetTOS(t *testing.T) {
 	want := map[string]uint8{"first": tos, "second": aDefault}
 	closeAll()
 	count := map[string]int{}
-	err = pcapfile.Read(bytes.NewReader(buf.Bytes()), func(f pcapfile.Frame) error {
+	err = pcap.Read(bytes.NewReader(buf.Bytes()), func(f pcap.Frame) error {
 		var pk wire.Packet
 		if err := pk.ParseFrame(f.Data, wire.RoCEv2Port); err != nil {
 			t.Errorf("frame %d: %v", f.Number, err)

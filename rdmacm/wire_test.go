@@ -13,6 +13,7 @@ import (
 	"github.com/goroce/goroce/internal/testenv"
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/verbs/verbstest"
+	"github.com/goroce/goroce/wire"
 	"github.com/goroce/goroce/wire/mad"
 )
 
@@ -136,7 +137,7 @@ func TestREQMatchesRping(t *testing.T) {
 // data QP's.
 func TestDefaultTOS(t *testing.T) {
 	hook, reqs := capture(mad.AttrREQ)
-	a, b := newSidesHook(t, "", Options{Defaults: fixedDefaults{mode: verbs.GIDTypeRoCEv2, tos: 0x68}}, fastOptions, nil, hook)
+	a, b := newSidesHook(t, "", Options{Defaults: fixedDefaults{mode: wire.RoCEv2, tos: 0x68}}, fastOptions, nil, hook)
 	listen(t, b, PSTCP, 5000)
 	id := dial(t, a, PSTCP, netip.AddrPortFrom(b.ip, 5000))
 	if err := id.Connect(ConnParam{RetryCount: 7}); err != nil {

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/goroce/goroce/internal/capture"
+	"github.com/goroce/goroce/link/pcap"
 	"github.com/goroce/goroce/wire"
 	"github.com/goroce/goroce/wire/mad"
 )
@@ -57,7 +57,7 @@ func readCapture(t *testing.T, file string) *capConn {
 	lastPSN := map[uint32]wire.PSN{}
 	partial := map[uint32]*capMsg{}
 	n := 0
-	err := capture.ReadFile(file, func(f capture.Frame) error {
+	err := pcap.ReadFile(file, func(f pcap.Frame) error {
 		n++
 		var p wire.Packet
 		if err := p.ParseFrame(f.Data, wire.RoCEv2Port); err != nil {

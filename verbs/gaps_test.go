@@ -144,7 +144,7 @@ func tapBoth(taps *[2]*tapLink) func(int, link.Link) link.Link {
 
 // TestAckReqEvery64Packets: a 1 MiB RDMA WRITE at path MTU 256 goes out as
 // 4096 packets in which AckReq is set at least every 64 packets (rxe's
-// RXE_MAX_PKT_PER_ACK; params.go's MaxPktPerAck) and on the last one. In
+// RXE_MAX_PKT_PER_ACK; params.go's maxPktPerAck) and on the last one. In
 // virtual time, so no timeout can blur the count.
 func TestAckReqEvery64Packets(t *testing.T) {
 	// 1 MiB is 4096 packets, a multiple of 64; one byte more makes 4097,

@@ -16,18 +16,12 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/fabric"
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/verbs/verbstest"
 	"github.com/goroce/goroce/wire"
 )
-
-// TestMain fails the package if any goroutine (a device's receive loop, a
-// fabric scheduler, a QP timer callback) outlives the tests.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const (
 	pollTimeout = 30 * time.Second

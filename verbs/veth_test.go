@@ -4,61 +4,65 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/goroce/goroce/host"
 	"github.com/goroce/goroce/internal/nettest"
 	"github.com/goroce/goroce/internal/testenv"
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/afpacket"
+	"github.com/goroce/goroce/link/udp"
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/verbs/verbstest"
 )
 
-// vethPrefix names the networks of two host devices on a veth pair.
+// vethPrefix names the networks of two devices on a veth pair.
 const vethPrefix = "veth/"
 
-// vethNetwork returns the NetworkFunc of two goroce devices bound to the
-// two ends of a fresh veth pair in two namespaces (package host, with the
-// real links: link/udp for RoCE v2, link/afpacket for v1).
+// vethNetwork returns the NetworkFunc of two devices on the two ends of a
+// fresh veth pair in two namespaces, each on the real link package host
+// would give it: link/udp (privileged receive, from the netdev) for RoCE
+// v2, link/afpacket (raw Ethernet) for RoCE v1. The devices are made here
+// rather than by host.Open, so verbs' tests need no registry and do not
+// import the layer above them.
 func vethNetwork(net string) verbstest.NetworkFunc {
 	return func(tb testing.TB) (a, b verbstest.Endpoint) {
 		t := tb.(*testing.T)
-		ha, hb := nettest.VethPair(t, nettest.Options{MTU: 9000}) // active MTU 4096, as on the fabric
-		dir := t.TempDir()
-		reg := host.NewRegistry(dir)
-		versions, typ := host.VersionsV2, verbs.GIDTypeRoCEv2
+		const mtu = 9000 // active MTU 4096, as on the fabric
+		ha, hb := nettest.VethPair(t, nettest.Options{MTU: mtu})
+		typ := verbs.GIDTypeRoCEv2
 		if net == verbstest.NetV1 {
-			versions, typ = host.VersionsBoth, verbs.GIDTypeRoCEv1
+			typ = verbs.GIDTypeRoCEv1
 		}
 		ends := [2]*verbstest.Endpoint{&a, &b}
 		for i, h := range []*nettest.Host{ha, hb} {
-			name := []string{"rxe0", "rxe1"}[i]
-			if err := h.Do(func() error {
-				ns, err := host.CurrentNetns()
-				if err != nil {
-					return err
-				}
-				return reg.Add(host.DeviceDef{Name: name, Type: "rxe", Netdev: h.Ifname, Netns: ns, Versions: versions})
-			}); err != nil {
-				t.Fatal(err)
-			}
-			d, err := host.Open(name, host.Options{RunDir: dir})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { d.Close() })
 			ip := netip.AddrFrom16(h.IPv4.As16())
 			if net == verbstest.NetV2IPv6 {
 				ip = h.IPv6
 			}
-			found := false
-			for j, e := range d.GIDs() {
-				if e.GID == ip && e.Type == typ {
-					*ends[i] = verbstest.Endpoint{Dev: d.Device, GID: e, GIDIndex: uint8(j)}
-					found = true
-					break
+			var l link.Link
+			if err := h.Do(func() error {
+				if typ == verbs.GIDTypeRoCEv1 {
+					raw, err := afpacket.New(afpacket.Config{Ifindex: h.Ifindex, MAC: h.MAC, GIDs: []netip.Addr{ip}})
+					if err != nil {
+						return err
+					}
+					raw.Resolver().SetSources([]netip.Addr{h.IPv4, h.IPv6})
+					l = raw
+					return nil
 				}
+				u, err := udp.New(udp.Config{Addrs: []netip.Addr{ip}, MTU: mtu - 48, Zone: h.Ifindex, Ifindex: h.Ifindex})
+				l = u
+				return err
+			}); err != nil {
+				t.Fatal(err)
 			}
-			if !found {
-				t.Fatalf("%s has no %v GID %v", name, typ, ip)
+			gid := verbs.GIDEntry{GID: ip, Type: typ, Netdev: h.Ifname}
+			d, err := verbs.Open(verbs.DeviceConfig{Name: []string{"rxe0", "rxe1"}[i], Link: l, MAC: h.MAC,
+				GIDs: []verbs.GIDEntry{gid}, ActiveMTU: verbs.MTU4096})
+			if err != nil {
+				l.Close()
+				t.Fatal(err)
 			}
+			t.Cleanup(func() { d.Close() })
+			*ends[i] = verbstest.Endpoint{Dev: d, GID: gid, GIDIndex: 0}
 		}
 		return a, b
 	}

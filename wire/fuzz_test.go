@@ -15,8 +15,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/goroce/goroce/internal/capture"
 	"github.com/goroce/goroce/internal/testenv"
+	"github.com/goroce/goroce/link/pcap"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -31,7 +31,7 @@ func traceFrames(tb testing.TB, perFile int) [][]byte {
 	var out [][]byte
 	for _, path := range paths {
 		n := 0
-		err := capture.ReadFile(path, func(f capture.Frame) error {
+		err := pcap.ReadFile(path, func(f pcap.Frame) error {
 			if n < perFile {
 				out = append(out, bytes.Clone(f.Data))
 				n++

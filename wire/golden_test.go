@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/goroce/goroce/internal/capture"
 	"github.com/goroce/goroce/internal/testenv"
+	"github.com/goroce/goroce/link/pcap"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -21,7 +21,7 @@ func TestGoldenTraces(t *testing.T) {
 		t.Run(filepath.Base(path), func(t *testing.T) {
 			var roce, other int
 			var p wire.Packet
-			err := capture.ReadFile(path, func(f capture.Frame) error {
+			err := pcap.ReadFile(path, func(f pcap.Frame) error {
 				err := p.ParseFrame(f.Data, wire.RoCEv2Port)
 				if errors.Is(err, wire.ErrNotRoCE) {
 					other++

@@ -37,8 +37,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/capture"
 	"github.com/goroce/goroce/internal/testenv"
+	"github.com/goroce/goroce/link/pcap"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -278,7 +278,7 @@ var tsharkBaseFields = []string{"frame.number", "frame.protocols", "_ws.expert.s
 const expertWarn = 0x00600000
 
 // checkWithTshark writes frames to a pcap in t.TempDir() with
-// capture.Writer, runs tshark once over it, and checks each frame: it
+// pcap.Writer, runs tshark once over it, and checks each frame: it
 // decodes as InfiniBand with f.op, every field in f.want has its value,
 // and tshark reports no malformed packet and no expert info of warning or
 // error severity (other than f.allowExperts).
@@ -290,7 +290,7 @@ func checkWithTshark(t *testing.T, frames []tsharkFrame) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := capture.NewWriter(file)
+	w, err := pcap.NewWriter(file)
 	if err != nil {
 		t.Fatal(err)
 	}

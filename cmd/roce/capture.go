@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/goroce/goroce/host"
-	"github.com/goroce/goroce/internal/capture"
+	"github.com/goroce/goroce/link/pcap"
 )
 
 // captureDrainTimeout bounds the wait, after a capture is told to stop,
@@ -100,13 +100,13 @@ func captureRun(cmd *cobra.Command, name, file string, count int) error {
 			return err
 		}
 	}
-	w, err := capture.NewWriter(out)
+	w, err := pcap.NewWriter(out)
 	if err != nil {
 		closeOut()
 		return opError("capture", err)
 	}
 	stderr := cmd.ErrOrStderr()
-	fmt.Fprintf(stderr, "roce: capture: listening on %s, link-type EN10MB (Ethernet), snapshot length %d bytes\n", name, capture.SnapLen)
+	fmt.Fprintf(stderr, "roce: capture: listening on %s, link-type EN10MB (Ethernet), snapshot length %d bytes\n", name, pcap.SnapLen)
 
 	var (
 		captured, received atomic.Uint64

@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/goroce/goroce/config"
 	"github.com/goroce/goroce/host"
 	"github.com/goroce/goroce/rdmacm"
 )
@@ -97,7 +96,7 @@ func openCM(cmd *cobra.Command, devs []string, pcapFile string, want, family net
 	}
 	stderr := cmd.ErrOrStderr()
 	opened := map[string]*host.Device{} // written before the first event can come
-	cm := rdmacm.New(rdmacm.Options{Defaults: config.Open(dir),
+	cm := rdmacm.New(rdmacm.Options{Defaults: configTree(dir),
 		Logf: func(format string, args ...any) {
 			fmt.Fprintf(stderr, "roce: "+format+"\n", args...)
 		},

@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/goroce/goroce/config"
 	"github.com/goroce/goroce/config/configfs"
 )
 
@@ -67,7 +66,7 @@ func configfsMount(cmd *cobra.Command, mnt string) error {
 	ctx := commandContext(cmd)
 	refusals := newRefusalLog(cmd.ErrOrStderr())
 	defer refusals.stop()
-	srv, err := configfs.MountWith(mnt, config.Open(dir), configfs.Options{Refused: refusals.refused})
+	srv, err := configfs.MountWith(mnt, configTree(dir), configfs.Options{Refused: refusals.refused})
 	if err != nil {
 		return opError("configfs mount", err)
 	}

@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/goroce/goroce/internal/capture"
-	"github.com/goroce/goroce/internal/dissect"
+	"github.com/goroce/goroce/cmd/roce/internal/dissect"
+	"github.com/goroce/goroce/link/pcap"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -147,7 +147,7 @@ func decodeCapture(r io.Reader, name string, o decodeOptions, out *bufio.Writer,
 		p     dissect.Packet
 		buf   []byte
 	)
-	err := capture.Read(r, func(f capture.Frame) error {
+	err := pcap.Read(r, func(f pcap.Frame) error {
 		if o.ctx != nil && f.Number%256 == 0 && o.ctx.Err() != nil {
 			return interruptedAfter(o.ctx, "after %d frames of %s", f.Number-1, name)
 		}

@@ -13,9 +13,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/goroce/goroce/internal/capture"
-	demopkg "github.com/goroce/goroce/internal/demo"
-	"github.com/goroce/goroce/internal/dissect"
+	demopkg "github.com/goroce/goroce/cmd/roce/internal/demo"
+	"github.com/goroce/goroce/cmd/roce/internal/dissect"
+	"github.com/goroce/goroce/link/pcap"
 )
 
 // demoPcap is a real capture of Linux Soft-RoCE running rping; see demo/README.md.
@@ -95,7 +95,7 @@ earlier demo instead: a real Linux rxe rping capture, decoded.`,
 	return cmd
 }
 
-// demoRun runs internal/demo, writing the capture to pcapFile if set.
+// demoRun runs cmd/roce/internal/demo, writing the capture to pcapFile if set.
 func demoRun(cmd *cobra.Command, pcapFile string) error {
 	var o demopkg.Options
 	var bw *bufio.Writer
@@ -137,7 +137,7 @@ func demo(w io.Writer, all bool) error {
 		d     dissect.Decoder
 		p     dissect.Packet
 	)
-	err := capture.Read(bytes.NewReader(demoPcap), func(f capture.Frame) error {
+	err := pcap.Read(bytes.NewReader(demoPcap), func(f pcap.Frame) error {
 		err := d.Decode(f, &p)
 		stats.Add(&p, err)
 		var fe *dissect.FrameError

@@ -40,7 +40,7 @@ func TestDemo(t *testing.T) {
 		`in-memory fabric \(RoCE v1 is raw Ethernet, which needs root`,
 		`goroce's diagnosis \(rdmacm Options.Logf\) at ` + num + ` s: peer 192.0.2.2 answers RoCE v1 only`,
 		`connect failed after ` + num + ` s: rdmacm: RDMA_CM_EVENT_UNREACHABLE`,
-		`SetDefaultMode\("demoA", 1, verbs.GIDTypeRoCEv1\)`,
+		`SetDefaultMode\("demoA", 1, wire.RoCEv1\)`,
 		`demoA's default_roce_mode is now "IB/RoCE v1"`,
 		`connected in ` + num + ` ms over RoCE v1: demoA QP`,
 		`Every check passed`,

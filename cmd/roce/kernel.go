@@ -168,12 +168,6 @@ func kernelErr(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	var ke *kernel.Error
-	if errors.As(err, &ke) {
-		if errno, ok := ke.Err.(syscall.Errno); ok {
-			return &errnoError{op: op, errno: errno, detail: ke.Detail}
-		}
-	}
 	return opError(op, err)
 }
 

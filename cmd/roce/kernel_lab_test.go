@@ -16,11 +16,11 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/goroce/goroce/host"
-	"github.com/goroce/goroce/internal/capture"
 	"github.com/goroce/goroce/internal/lab"
 	"github.com/goroce/goroce/internal/nettest"
 	"github.com/goroce/goroce/internal/testenv"
 	"github.com/goroce/goroce/kernel/kerneltest"
+	"github.com/goroce/goroce/link/pcap"
 	"github.com/goroce/goroce/rdmacm"
 	"github.com/goroce/goroce/wire"
 	"github.com/goroce/goroce/wire/mad"
@@ -194,8 +194,8 @@ func TestLabKernel(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer h.Close()
-		pcap := filepath.Join(t.TempDir(), "rping_tos.pcap")
-		capt := nettest.StartCapture(t, h, "tap-vm1", pcap)
+		pcapPath := filepath.Join(t.TempDir(), "rping_tos.pcap")
+		capt := nettest.StartCapture(t, h, "tap-vm1", pcapPath)
 		server := l.Background(t, lab.VM2, "/tmp/rping-s.log", 100*time.Second, "rping -s -a 192.0.2.12 -C 3 -v")
 		ctx, cancel := context.WithTimeout(context.Background(), testenv.Slow)
 		defer cancel()
@@ -216,7 +216,7 @@ func TestLabKernel(t *testing.T) {
 			t.Fatal(err)
 		}
 		n, req := 0, false
-		err = capture.ReadFile(pcap, func(f capture.Frame) error {
+		err = pcap.ReadFile(pcapPath, func(f pcap.Frame) error {
 			var p wire.Packet
 			if err := p.ParseFrame(f.Data, wire.RoCEv2Port); err != nil || p.IPVersion() != 4 {
 				return nil

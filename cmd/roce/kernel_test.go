@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/goroce/goroce/config"
 	"github.com/goroce/goroce/config/configfs"
 	"github.com/goroce/goroce/host"
 	"github.com/goroce/goroce/internal/testenv"
@@ -228,7 +227,7 @@ func kernelConfig(t *testing.T) (args []string, rundir string) {
 	mnt := t.TempDir()
 	// Other users may reach it (the rule's command runs as root anyway).
 	os.Chmod(filepath.Dir(mnt), 0o755)
-	srv, err := configfs.Mount(mnt, config.Open(srvDir))
+	srv, err := configfs.Mount(mnt, configTree(srvDir))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,17 +2,22 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/goroce/goroce/config"
 	"github.com/goroce/goroce/host"
+	"github.com/goroce/goroce/internal/rundir"
 	"github.com/goroce/goroce/kernel"
+	"github.com/goroce/goroce/verbs"
 )
 
 // The control commands (link, dev, devices, gids) read the registry in
@@ -57,13 +62,73 @@ func strerror(e syscall.Errno) string {
 }
 
 // opError reports err of op: an error that carries an errno becomes an
-// errnoError (the errno moves to the front); others are prefixed with op.
+// errnoError (the errno moves to the front, explain gives the rest);
+// others are prefixed with op.
 func opError(op string, err error) error {
-	var errno syscall.Errno
-	if !errors.As(err, &errno) {
+	errno, detail, ok := explain(err)
+	if !ok {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	return &errnoError{op: op, errno: errno, detail: strings.TrimSuffix(err.Error(), ": "+errno.Error())}
+	return &errnoError{op: op, errno: errno, detail: detail}
+}
+
+// explain returns the errno err carries and what it says besides, read
+// from the fields of the typed errors on its chain, never from its text:
+// a *verbs.Error (package verbs, host, rdmacm) gives its Detail; a
+// *config.Error its Detail, else its operation and path; a *kernel.Error
+// its Detail, else its operation; an *os.PathError its operation and
+// path; an *os.SyscallError its system call; a *rundir.UnsafeError its
+// message (which holds no errno); an error that joins several
+// (errors.Join) each non-errno member's message. ok is false when the
+// chain holds no errno, or passes through an error of another type (a fmt
+// wrapper), whose message is all that is known of the rest: the caller
+// then shows err whole.
+func explain(err error) (errno syscall.Errno, detail string, ok bool) {
+	var parts []string
+	add := func(s string) {
+		if s != "" {
+			parts = append(parts, s)
+		}
+	}
+	for err != nil {
+		switch e := err.(type) {
+		case syscall.Errno:
+			return e, strings.Join(parts, ": "), true
+		case *verbs.Error:
+			add(e.Detail)
+			err = e.Err
+		case *config.Error:
+			add(cmp.Or(e.Detail, e.Op+" "+e.Path))
+			err = e.Err
+		case *kernel.Error:
+			add(cmp.Or(e.Detail, e.Op))
+			err = e.Err
+		case *os.PathError:
+			add(e.Op + " " + e.Path)
+			err = e.Err
+		case *os.SyscallError:
+			add(e.Syscall)
+			err = e.Err
+		case *rundir.UnsafeError:
+			add(e.Error())
+			var x syscall.Errno
+			errors.As(e, &x) // EPERM
+			return x, strings.Join(parts, ": "), x != 0
+		case interface{ Unwrap() []error }:
+			var found syscall.Errno
+			for _, m := range e.Unwrap() {
+				if x, isErrno := m.(syscall.Errno); isErrno && found == 0 {
+					found = x
+				} else {
+					add(m.Error())
+				}
+			}
+			return found, strings.Join(parts, ": "), found != 0
+		default:
+			return 0, "", false
+		}
+	}
+	return 0, "", false
 }
 
 // noDevice is the error for a device name the registry does not hold; it
@@ -257,7 +322,8 @@ func parseLinkAdd(args []string) (linkAddArgs, error) {
 		case "roce-versions":
 			ver, err := host.ParseVersions(v)
 			if v == "" { // ParseVersions takes "" for the default; a keyword needs a value
-				err = fmt.Errorf("roce-versions %q: valid values are v1, v2 and both: %w", v, syscall.EINVAL)
+				return a, &errnoError{op: "link add " + a.name, errno: syscall.EINVAL,
+					detail: fmt.Sprintf("roce-versions %q: valid values are v1, v2 and both", v)}
 			}
 			if err != nil {
 				return a, opError("link add "+a.name, err)

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/capture"
 	"github.com/goroce/goroce/internal/nettest"
 	"github.com/goroce/goroce/internal/testenv"
+	"github.com/goroce/goroce/link/pcap"
 	"github.com/goroce/goroce/wire"
 	"github.com/goroce/goroce/wire/mad"
 )
@@ -122,7 +122,7 @@ func clientPing(t *testing.T, h *nettest.Host, dir, roceBin string, limit time.D
 // frameVersions counts the RoCE v1 and v2 frames of a capture.
 func frameVersions(t *testing.T, file string) (v1, v2 int) {
 	t.Helper()
-	err := capture.ReadFile(file, func(f capture.Frame) error {
+	err := pcap.ReadFile(file, func(f pcap.Frame) error {
 		var p wire.Packet
 		if err := p.ParseFrame(f.Data, wire.RoCEv2Port); err != nil {
 			if errors.Is(err, wire.ErrNotRoCE) {
@@ -248,7 +248,7 @@ func (w *firstSeen) when() time.Time {
 func reqTimes(t *testing.T, file string) []time.Time {
 	t.Helper()
 	var times []time.Time
-	err := capture.ReadFile(file, func(f capture.Frame) error {
+	err := pcap.ReadFile(file, func(f pcap.Frame) error {
 		var p wire.Packet
 		if err := p.ParseFrame(f.Data, wire.RoCEv2Port); err != nil {
 			return nil // not RoCE; malformed RoCE is frameVersions's business

@@ -9,7 +9,7 @@ import (
 
 	"github.com/goroce/goroce/config"
 	"github.com/goroce/goroce/host"
-	"github.com/goroce/goroce/verbs"
+	"github.com/goroce/goroce/wire"
 )
 
 // mode and tos are mlnx-tools' cma_roce_mode and cma_roce_tos: they show
@@ -45,12 +45,6 @@ func treeError(cmd *cobra.Command, op, dev string, err error) error {
 	if errors.Is(err, syscall.ENODEV) {
 		_, dir := registryOf(cmd)
 		return noDevice(op, dev, dir)
-	}
-	var ce *config.Error
-	if errors.As(err, &ce) && ce.Detail != "" {
-		if errno, ok := ce.Err.(syscall.Errno); ok {
-			return &errnoError{op: op, errno: errno, detail: ce.Detail}
-		}
 	}
 	return opError(op, err)
 }
@@ -94,14 +88,14 @@ systemd it says what to run at boot.
 			if err := p.check("mode"); err != nil {
 				return err
 			}
-			var m verbs.GIDType
+			var m wire.Version
 			set := cmd.Flags().Changed("mode")
 			if set {
 				switch mode {
 				case "1":
-					m = verbs.GIDTypeRoCEv1
+					m = wire.RoCEv1
 				case "2":
-					m = verbs.GIDTypeRoCEv2
+					m = wire.RoCEv2
 				default:
 					return usageError{fmt.Errorf("mode: -m %q: the modes are 1 (IB/RoCE v1) and 2 (RoCE v2)", mode)}
 				}
@@ -117,7 +111,7 @@ systemd it says what to run at boot.
 				return err
 			}
 			_, dir := registryOf(cmd)
-			tree := config.Open(dir)
+			tree := configTree(dir)
 			if set {
 				if err := tree.SetDefaultMode(p.device, p.port, m); err != nil {
 					if errors.Is(err, syscall.EINVAL) && p.port == 1 {
@@ -130,7 +124,7 @@ systemd it says what to run at boot.
 			if err != nil {
 				return treeError(cmd, "mode", p.device, err)
 			}
-			return printSetting(cmd, p, config.AttrMode, config.FormatMode(m), m.String(), false)
+			return printSetting(cmd, p, config.AttrMode, config.FormatMode(m), config.ModeName(m), false)
 		},
 	}
 	p.add(cmd)
@@ -140,7 +134,7 @@ systemd it says what to run at boot.
 }
 
 // modeRefused says which -m a port takes when it refuses m.
-func modeRefused(cmd *cobra.Command, dev string, m verbs.GIDType, err error) error {
+func modeRefused(cmd *cobra.Command, dev string, m wire.Version, err error) error {
 	reg, _ := registryOf(cmd)
 	def, gerr := reg.Get(dev)
 	v, verr := host.ParseVersions(string(def.Versions))
@@ -155,7 +149,7 @@ func modeRefused(cmd *cobra.Command, dev string, m verbs.GIDType, err error) err
 		valid = "its only mode is 1 (IB/RoCE v1)"
 	}
 	return &errnoError{op: "mode", errno: syscall.EINVAL,
-		detail: fmt.Sprintf("%s port 1 does not speak %s (roce-versions %s): %s", dev, m, v, valid)}
+		detail: fmt.Sprintf("%s port 1 does not speak %s (roce-versions %s): %s", dev, config.ModeName(m), v, valid)}
 }
 
 func newTOSCmd() *cobra.Command {
@@ -206,7 +200,7 @@ cma_roce_tos does, and takes --persist, as roce mode does (see roce mode
 				return err
 			}
 			_, dir := registryOf(cmd)
-			tree := config.Open(dir)
+			tree := configTree(dir)
 			if set {
 				if err := tree.SetDefaultTOS(p.device, p.port, v); err != nil {
 					return treeError(cmd, "tos", p.device, err)
@@ -224,3 +218,7 @@ cma_roce_tos does, and takes --persist, as roce mode does (see roce mode
 	addSettingFlags(cmd)
 	return cmd
 }
+
+// configTree is the rdma_cm tree of the runtime directory dir, whose
+// device registry says which devices exist.
+func configTree(dir string) *config.Tree { return config.Open(dir, host.NewRegistry(dir)) }

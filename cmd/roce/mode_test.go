@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/goroce/goroce/config"
 	"github.com/goroce/goroce/host"
 )
 
@@ -93,7 +92,7 @@ func TestModeTOS(t *testing.T) {
 
 	// What they set is the configfs attributes' value, and they made no
 	// directory.
-	tree := config.Open(dir)
+	tree := configTree(dir)
 	if devs, err := tree.List(); err != nil || len(devs) != 0 {
 		t.Errorf("roce mode/tos left directories: %v, %v", devs, err)
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/goroce/goroce/internal/perftest"
+	"github.com/goroce/goroce/cmd/roce/internal/perftest"
 )
 
 func newPerfCmd() *cobra.Command {

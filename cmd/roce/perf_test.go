@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/capture"
+	"github.com/goroce/goroce/cmd/roce/internal/perftest/perftestcheck"
 	"github.com/goroce/goroce/internal/nettest"
-	"github.com/goroce/goroce/internal/perftest/perftestcheck"
+	"github.com/goroce/goroce/link/pcap"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -360,7 +360,7 @@ func tableRows(out string) []string {
 	return lines
 }
 
-// checkPerfCapture reads a side's --pcap capture with package capture
+// checkPerfCapture reads a side's --pcap capture with link/pcap
 // and wire: every RoCE packet parses and its ICRC is right; both ways
 // are there; no payload is above mtu, and a write test's WRITEs were
 // segmented to it. With tos >= 0 (-T, with -R), the connections of the
@@ -372,7 +372,7 @@ func checkPerfCapture(t *testing.T, side, file string, tos int, qpns map[uint32]
 	conns := map[string]int{}    // with -T: packets by connection and direction
 	ops := map[string]int{}
 	comms := map[uint32]string{} // for perftestcheck.ConnOf
-	err := capture.ReadFile(file, func(f capture.Frame) error {
+	err := pcap.ReadFile(file, func(f pcap.Frame) error {
 		var p wire.Packet
 		if err := p.ParseFrame(f.Data, wire.RoCEv2Port); err != nil {
 			if !errors.Is(err, wire.ErrNotRoCE) {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/goroce/goroce/internal/rping"
+	"github.com/goroce/goroce/cmd/roce/internal/rping"
 )
 
 func newPingCmd() *cobra.Command {

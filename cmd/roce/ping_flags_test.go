@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/capture"
+	"github.com/goroce/goroce/link/pcap"
 	"github.com/goroce/goroce/wire"
 	"github.com/goroce/goroce/wire/mad"
 )
@@ -80,7 +80,7 @@ func TestPingFlags(t *testing.T) {
 	// client's source address and the server's, and its service ID is
 	// RDMA_PS_TCP port 9999.
 	reqs := 0
-	err := capture.ReadFile(capFile, func(f capture.Frame) error {
+	err := pcap.ReadFile(capFile, func(f pcap.Frame) error {
 		var p wire.Packet
 		if err := p.ParseFrame(f.Data, wire.RoCEv2Port); err != nil {
 			if errors.Is(err, wire.ErrNotRoCE) {

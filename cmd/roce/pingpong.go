@@ -10,9 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/goroce/goroce/cmd/roce/internal/pingpong"
 	"github.com/goroce/goroce/host"
-	"github.com/goroce/goroce/internal/capture"
-	"github.com/goroce/goroce/internal/pingpong"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/pcap"
 	"github.com/goroce/goroce/verbs"
@@ -50,7 +49,7 @@ func openDevice(cmd *cobra.Command, name, pcapFile string) (*host.Device, func()
 			return nil, nil, err
 		}
 		bw := bufio.NewWriterSize(f, 1<<20)
-		w, err := capture.NewWriter(bw)
+		w, err := pcap.NewWriter(bw)
 		if err != nil {
 			f.Close()
 			return nil, nil, err

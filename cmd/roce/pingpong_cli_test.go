@@ -29,8 +29,9 @@ func TestPingpongWithoutGID(t *testing.T) {
 }
 
 // TestDeviceBusyOneLine: a second process on a device another runs gets
-// one line that names the process, where the errno's words spilled onto a
-// second line ("device in use\ndevice or resource busy").
+// one line that says what failed (open) and names the process, where the
+// errno's words spilled onto a second line ("device in use\ndevice or
+// resource busy").
 func TestDeviceBusyOneLine(t *testing.T) {
 	_, b, dir, exe := pingHosts(t, "v2", "v2")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -40,7 +41,7 @@ func TestDeviceBusyOneLine(t *testing.T) {
 	second := startIn(t, ctx, b, exe, dir, "pingpong", "-d", "rxeB", "-g", "1", "-p", freePort(t))
 	code, stderr := second.exitCode(t, ctx), second.stderr.String()
 	if code != exitError || strings.Count(stderr, "\n") != 1 ||
-		!strings.HasPrefix(stderr, "roce: device rxeB is in use by process ") || !strings.HasSuffix(stderr, ": device in use: device or resource busy\n") {
+		!strings.HasPrefix(stderr, "roce: open rxeB: device rxeB is in use by process ") || !strings.HasSuffix(stderr, ": device in use: device or resource busy\n") {
 		t.Errorf("a second pingpong on rxeB: exit %d, stderr %q; want exit 1 and one line", code, stderr)
 	}
 }

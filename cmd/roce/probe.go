@@ -15,7 +15,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/vishvananda/netlink"
 
-	"github.com/goroce/goroce/config"
 	"github.com/goroce/goroce/host"
 	"github.com/goroce/goroce/kernel"
 	"github.com/goroce/goroce/rdmacm"
@@ -336,10 +335,11 @@ func probeLocalMode(cmd *cobra.Command, l probeLocal) (verbs.GIDType, error) {
 		if err != nil {
 			return 0, kernelErr("mode", err)
 		}
-		return m, nil
+		return verbs.GIDTypeFor(m), nil
 	}
 	_, dir := registryOf(cmd)
-	return config.Open(dir).DefaultMode(l.dev, l.port)
+	m, err := configTree(dir).DefaultMode(l.dev, l.port)
+	return verbs.GIDTypeFor(m), err
 }
 
 // probeVerdict says what the answers mean for rdma_cm connections from the

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/goroce/goroce/internal/capture"
 	"github.com/goroce/goroce/internal/testenv"
+	"github.com/goroce/goroce/link/pcap"
 )
 
 // roce runs the CLI in-process and returns its exit status and output.
@@ -201,7 +201,7 @@ func corrupt(t *testing.T, name string, n, off int, mask byte) string {
 		t.Fatal(err)
 	}
 	var frame []byte
-	capture.Read(bytes.NewReader(raw), func(f capture.Frame) error {
+	pcap.Read(bytes.NewReader(raw), func(f pcap.Frame) error {
 		if f.Number == n {
 			frame = bytes.Clone(f.Data)
 		}

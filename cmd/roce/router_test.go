@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/host"
-	"github.com/goroce/goroce/internal/capture"
 	"github.com/goroce/goroce/internal/nettest"
 	"github.com/goroce/goroce/internal/testenv"
+	"github.com/goroce/goroce/link/pcap"
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/wire"
 )
@@ -208,7 +208,7 @@ func verifyCapture(t *testing.T, file string, frames int, ttl map[netip.Addr]uin
 	t.Helper()
 	from := map[netip.Addr]int{}
 	n := 0
-	err := capture.ReadFile(file, func(f capture.Frame) error {
+	err := pcap.ReadFile(file, func(f pcap.Frame) error {
 		var p wire.Packet
 		if p.ParseFrame(f.Data, wire.RoCEv2Port) != nil {
 			return nil

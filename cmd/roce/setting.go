@@ -12,7 +12,7 @@ import (
 
 	"github.com/goroce/goroce/config"
 	"github.com/goroce/goroce/kernel"
-	"github.com/goroce/goroce/verbs"
+	"github.com/goroce/goroce/wire"
 )
 
 // What roce mode and roce tos share beyond goroce's own devices: --kernel,
@@ -52,10 +52,10 @@ func printSetting(cmd *cobra.Command, p portFlags, attr, text string, value any,
 	return err
 }
 
-func kernelMode(cmd *cobra.Command, p portFlags, set bool, m verbs.GIDType) error {
+func kernelMode(cmd *cobra.Command, p portFlags, set bool, m wire.Version) error {
 	c := configfsOf(cmd, "mode")
 	var (
-		got verbs.GIDType
+		got wire.Version
 		err error
 	)
 	if set {
@@ -67,13 +67,13 @@ func kernelMode(cmd *cobra.Command, p portFlags, set bool, m verbs.GIDType) erro
 		return kernelErr("mode", err)
 	}
 	flag := "2"
-	if got == verbs.GIDTypeRoCEv1 {
+	if got == wire.RoCEv1 {
 		flag = "1"
 	}
 	if err := persist(cmd, "mode", kernel.Setting{Dev: p.device, Port: p.port, Attr: kernel.AttrMode, Value: flag}); err != nil {
 		return err
 	}
-	return printSetting(cmd, p, config.AttrMode, config.FormatMode(got), got.String(), true)
+	return printSetting(cmd, p, config.AttrMode, config.FormatMode(got), config.ModeName(got), true)
 }
 
 func kernelTOS(cmd *cobra.Command, p portFlags, set bool, v uint8) error {

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/cmd/roce/internal/rping"
 	"github.com/goroce/goroce/host"
 	"github.com/goroce/goroce/internal/nettest"
-	"github.com/goroce/goroce/internal/rping"
 	"github.com/goroce/goroce/internal/testenv"
 	"github.com/goroce/goroce/link/afpacket"
 )

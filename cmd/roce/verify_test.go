@@ -13,7 +13,7 @@ import (
 	"github.com/google/gopacket/layers"
 	"github.com/google/gopacket/pcapgo"
 
-	"github.com/goroce/goroce/internal/capture"
+	"github.com/goroce/goroce/link/pcap"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -21,7 +21,7 @@ import (
 func traceFrame(t *testing.T, name string, n int) []byte {
 	t.Helper()
 	var frame []byte
-	err := capture.ReadFile(trace(t, name), func(f capture.Frame) error {
+	err := pcap.ReadFile(trace(t, name), func(f pcap.Frame) error {
 		if f.Number == n {
 			frame = bytes.Clone(f.Data)
 		}
@@ -53,11 +53,11 @@ func v1Frame(t *testing.T) []byte {
 	return b
 }
 
-// writePcap writes frames to a classic pcap file with internal/capture's writer.
+// writePcap writes frames to a classic pcap file with link/pcap's writer.
 func writePcap(t *testing.T, path string, frames ...[]byte) {
 	t.Helper()
 	var buf bytes.Buffer
-	w, err := capture.NewWriter(&buf)
+	w, err := pcap.NewWriter(&buf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func TestVerifyCorruptedSelectors(t *testing.T) {
 // --verify they are counted, not reported, and the exit status is 0.
 func TestVerifyDamagedOtherFrame(t *testing.T) {
 	var igmp []byte
-	capture.ReadFile(trace(t, "mckey.pcap"), func(f capture.Frame) error {
+	pcap.ReadFile(trace(t, "mckey.pcap"), func(f pcap.Frame) error {
 		if igmp == nil && len(f.Data) > 23 && f.Data[12] == 0x08 && f.Data[13] == 0x00 && f.Data[23] == 2 {
 			igmp = bytes.Clone(f.Data)
 		}
@@ -233,7 +233,7 @@ func TestDecodeUDPPort(t *testing.T) {
 }
 
 // TestDecodePcapng decodes rping.pcap rewritten as pcapng (with pcapgo's
-// NgWriter: internal/capture writes only classic pcap): the same lines,
+// NgWriter: link/pcap writes only classic pcap): the same lines,
 // JSON objects and counts as the classic file.
 func TestDecodePcapng(t *testing.T) {
 	src := trace(t, "rping.pcap")
@@ -243,7 +243,7 @@ func TestDecodePcapng(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := 0
-	err = capture.ReadFile(src, func(f capture.Frame) error {
+	err = pcap.ReadFile(src, func(f pcap.Frame) error {
 		n++
 		return w.WritePacket(gopacket.CaptureInfo{Timestamp: f.Time, CaptureLength: len(f.Data), Length: f.OrigLen, InterfaceIndex: 0}, f.Data)
 	})

@@ -15,9 +15,9 @@ import (
 
 	"github.com/goroce/goroce/config"
 	"github.com/goroce/goroce/config/configfs"
-	"github.com/goroce/goroce/host"
+	"github.com/goroce/goroce/config/configtest"
 	"github.com/goroce/goroce/internal/testenv"
-	"github.com/goroce/goroce/verbs"
+	"github.com/goroce/goroce/wire"
 )
 
 // requireFUSE fails (CI) or skips (elsewhere) without root and /dev/fuse.
@@ -30,10 +30,10 @@ func requireFUSE(t *testing.T) {
 
 // The devices: rxe0 speaks RoCE v2 only, like the lab's Linux rxe0; rxe1
 // both versions; rxe2 RoCE v1 only.
-var devs = []host.DeviceDef{
-	{Name: "rxe0", Type: "rxe", Netdev: "eth0", Netns: host.Netns{Inode: 1, Dev: 1}, Versions: host.VersionsV2},
-	{Name: "rxe1", Type: "rxe", Netdev: "eth1", Netns: host.Netns{Inode: 1, Dev: 1}, Versions: host.VersionsBoth},
-	{Name: "rxe2", Type: "rxe", Netdev: "eth2", Netns: host.Netns{Inode: 2, Dev: 1}, Versions: host.VersionsV1},
+var devs = []config.Device{
+	{Name: "rxe0", RoCEv2: true},
+	{Name: "rxe1", RoCEv1: true, RoCEv2: true},
+	{Name: "rxe2", RoCEv1: true},
 }
 
 // mounted reports whether dir is a mount point (/proc/self/mountinfo).
@@ -55,23 +55,18 @@ func mounted(t *testing.T, dir string) bool {
 
 // mountTree registers devs in a fresh runtime directory and mounts its
 // tree; it is unmounted when the test ends, whatever happened.
-func mountTree(t *testing.T) (mnt string, tree *config.Tree, reg *host.Registry) {
+func mountTree(t *testing.T) (mnt string, tree *config.Tree, reg *configtest.Registry) {
 	t.Helper()
 	return mountTreeWith(t, configfs.Options{})
 }
 
 // mountTreeWith is mountTree with options.
-func mountTreeWith(t *testing.T, o configfs.Options) (mnt string, tree *config.Tree, reg *host.Registry) {
+func mountTreeWith(t *testing.T, o configfs.Options) (mnt string, tree *config.Tree, reg *configtest.Registry) {
 	t.Helper()
 	requireFUSE(t)
 	rundir := t.TempDir()
-	reg = host.NewRegistry(rundir)
-	for _, d := range devs {
-		if err := reg.Add(d); err != nil {
-			t.Fatal(err)
-		}
-	}
-	tree = config.Open(rundir)
+	reg = configtest.NewRegistry(devs...)
+	tree = config.Open(rundir, reg)
 	mnt = testenv.SharedMountPoint(t) // removed after the unmount below: cleanups run last-first
 	srv, err := configfs.MountWith(mnt, tree, o)
 	if err != nil {
@@ -287,7 +282,7 @@ func TestOtherPorts(t *testing.T) {
 	if tos, err := tree.DefaultTOS("rxe1", 1); err != nil || tos != 64 {
 		t.Errorf("DefaultTOS after echo 0x40 = %d, %v", tos, err)
 	}
-	if err := tree.SetDefaultMode("rxe1", 1, verbs.GIDTypeRoCEv2); err != nil {
+	if err := tree.SetDefaultMode("rxe1", 1, wire.RoCEv2); err != nil {
 		t.Fatal(err)
 	}
 	if out, _ := shell("cat " + mode1); out != "RoCE v2\n" {
@@ -295,9 +290,7 @@ func TestOtherPorts(t *testing.T) {
 	}
 
 	// A deleted device's directory stays, and its attributes say ENODEV.
-	if err := reg.Delete("rxe2"); err != nil {
-		t.Fatal(err)
-	}
+	reg.Delete("rxe2")
 	out, status := shell("ls " + rc + "; cat " + mode2)
 	if got := normalize(out); got != "rxe1\nrxe2\ncat: …: No such device" || status != 1 {
 		t.Errorf("deleted device: exit %d\n%s", status, got)
@@ -331,7 +324,7 @@ func TestConcurrentShells(t *testing.T) {
 	}
 	for range 2000 {
 		m, err := tree.DefaultMode("rxe1", 1)
-		if err != nil || (m != verbs.GIDTypeRoCEv1 && m != verbs.GIDTypeRoCEv2) {
+		if err != nil || (m != wire.RoCEv1 && m != wire.RoCEv2) {
 			t.Errorf("DefaultMode = %v, %v", m, err)
 			break
 		}

@@ -12,8 +12,8 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/goroce/goroce/internal/capture"
 	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/pcap"
 )
 
 // Capture records what a netdev carries, both ways, into a pcap file, as
@@ -24,7 +24,7 @@ type Capture struct {
 	File string
 	fd   int
 	f    *os.File
-	w    *capture.Writer
+	w    *pcap.Writer
 	stop chan struct{}
 	done chan struct{}
 
@@ -71,7 +71,7 @@ func StartCapture(t testing.TB, ns netns.NsHandle, ifname, file string) *Capture
 		t.Fatalf("capture on %s: %v", ifname, err)
 	}
 	if c.f, err = os.Create(file); err == nil {
-		c.w, err = capture.NewWriter(c.f)
+		c.w, err = pcap.NewWriter(c.f)
 	}
 	if err != nil {
 		unix.Close(c.fd)

@@ -27,12 +27,22 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 )
+
+var nameRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]{0,62}$`)
+
+// ValidName reports whether name is a valid device name, which host's
+// registry and config's tree use as a file name in the runtime directory:
+// a letter, then letters, digits, _ . -, at most 63 (the kernel's
+// IB_DEVICE_NAME_MAX is 64 with the NUL). No such name is "." or "..", or
+// holds a slash.
+func ValidName(name string) bool { return nameRE.MatchString(name) }
 
 // ErrUnsafe is wrapped by the errors of CheckDir and OpenLock when a
 // directory or file could be changed by another user.

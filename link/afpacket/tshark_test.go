@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/capture"
 	"github.com/goroce/goroce/internal/nettest"
 	"github.com/goroce/goroce/internal/testenv"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/linktest"
+	"github.com/goroce/goroce/link/pcap"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -61,7 +61,7 @@ func TestV1OnTheWireInTshark(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := capture.NewWriter(f)
+	w, err := pcap.NewWriter(f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestV1OnTheWireInTshark(t *testing.T) {
 	}
 	f.Close()
 	var verified int
-	if err := capture.ReadFile(file, func(fr capture.Frame) error {
+	if err := pcap.ReadFile(file, func(fr pcap.Frame) error {
 		var p wire.Packet
 		if err := p.ParseFrame(fr.Data, wire.RoCEv2Port); err != nil {
 			t.Errorf("frame %d: %v", fr.Number, err)

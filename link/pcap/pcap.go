@@ -1,6 +1,10 @@
-// Package pcap is a link.Link decorator that records every packet the
-// wrapped link sends and receives as an Ethernet frame in a pcap file that
-// tshark, Wireshark and `roce decode` read.
+// Package pcap reads and writes packet captures, and records a link's
+// traffic in one. Read and ReadFile take pcap or pcapng files (with
+// gopacket's pcapgo), for `roce decode`, the golden tests and the tests
+// that check what went on the wire; Writer writes classic pcap, as tcpdump
+// -w does; Link is a link.Link decorator that writes every packet the
+// wrapped link sends and receives, as an Ethernet frame, to a Writer, in a
+// file that tshark, Wireshark and `roce decode` read.
 //
 // The frames are rebuilt from each packet's transport bytes and addressing
 // (link.Addr) with link.Encapsulate, so any link can be recorded, including
@@ -16,7 +20,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/goroce/goroce/internal/capture"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/wire"
 )
@@ -24,7 +27,7 @@ import (
 // Link records the traffic of the link it wraps.
 type Link struct {
 	link.Link
-	w     *capture.Writer
+	w     *Writer
 	now   func() time.Time
 	mu    sync.Mutex // guards buf
 	buf   []byte
@@ -33,8 +36,8 @@ type Link struct {
 }
 
 // New wraps l; every packet it sends or receives is written to w.
-func New(l link.Link, w *capture.Writer) *Link {
-	return &Link{Link: l, w: w, now: time.Now, buf: make([]byte, link.MaxFrameSize+link.FrameHeadroom)}
+func New(l link.Link, w *Writer) *Link {
+	return &Link{Link: l, w: w, now: time.Now, buf: make([]byte, FrameBufSize)}
 }
 
 // Send records pkts, then sends them through the wrapped link.
@@ -66,18 +69,31 @@ func (l *Link) Frames() (written, failed uint64) {
 	return l.count, l.errs
 }
 
+// macOf is the MAC a rebuilt frame carries for a GID: 02:00 (a locally
+// administered unicast address) and the GID's last four bytes.
 func macOf(g netip.Addr) wire.MAC {
 	b := g.As16()
 	return wire.MAC{0x02, 0x00, b[12], b[13], b[14], b[15]}
 }
 
+// FrameBufSize is the size of the buffer RebuildFrame needs.
+const FrameBufSize = link.FrameHeadroom + link.MaxFrameSize
+
+// RebuildFrame rebuilds the Ethernet frame of pk from its transport bytes
+// and addressing, as Link records it (MACs synthesized from the GIDs, IPv4
+// Identification 0, ICRC computed over the frame as rebuilt). It copies
+// the transport bytes into buf, which must hold FrameBufSize bytes, and
+// returns the frame, a slice of buf: pk is not changed or retained.
+func RebuildFrame(buf []byte, pk *link.Packet) ([]byte, error) {
+	n := copy(buf[link.FrameHeadroom:], pk.Transport())
+	cp := link.Packet{Buf: buf[:link.FrameHeadroom+n], Off: link.FrameHeadroom, Len: n, Addr: pk.Addr}
+	return link.Encapsulate(&cp, macOf(pk.Addr.SrcGID), macOf(pk.Addr.DstGID), 0)
+}
+
 func (l *Link) record(pk *link.Packet) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	t := pk.Transport()
-	n := copy(l.buf[link.FrameHeadroom:], t)
-	cp := link.Packet{Buf: l.buf[:link.FrameHeadroom+n], Off: link.FrameHeadroom, Len: n, Addr: pk.Addr}
-	frame, err := link.Encapsulate(&cp, macOf(pk.Addr.SrcGID), macOf(pk.Addr.DstGID), 0)
+	frame, err := RebuildFrame(l.buf, pk)
 	if err == nil {
 		err = l.w.WritePacket(l.now(), frame)
 	}

@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/goroce/goroce/internal/capture"
 	"github.com/goroce/goroce/link/fabric"
 	"github.com/goroce/goroce/link/linktest"
 	"github.com/goroce/goroce/link/pcap"
@@ -17,7 +16,7 @@ import (
 // is a capture in which every RoCE frame parses and its ICRC verifies.
 func TestRecordsEveryPacket(t *testing.T) {
 	var file bytes.Buffer
-	w, err := capture.NewWriter(&file)
+	w, err := pcap.NewWriter(&file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +40,7 @@ func TestRecordsEveryPacket(t *testing.T) {
 		written += n
 	}
 	var frames, ok uint64
-	err = capture.Read(&file, func(f capture.Frame) error {
+	err = pcap.Read(&file, func(f pcap.Frame) error {
 		frames++
 		var p wire.Packet
 		if err := p.ParseFrame(f.Data, wire.RoCEv2Port); err != nil {

@@ -7,47 +7,50 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/host"
 	"github.com/goroce/goroce/internal/nettest"
 	"github.com/goroce/goroce/internal/testenv"
-	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/udp"
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/verbs/verbstest"
 )
 
-// pairingNetwork returns the network of two host devices on a fresh veth
-// pair of the given MTU, A's UDP link privileged (AF_PACKET receive) or not
-// as privA says, B's as privB says; v6 picks the IPv6 GIDs.
+// pairingNetwork returns the network of two devices on a fresh veth pair
+// of the given MTU, each on a UDP link configured as package host
+// configures one (addresses, MTU, zone, and the netdev for a privileged
+// receive), A's privileged (AF_PACKET receive) or not as privA says, B's as
+// privB says; v6 picks the IPv6 GIDs.
 func pairingNetwork(mtu int, privA, privB, v6 bool) verbstest.NetworkFunc {
 	return func(tb testing.TB) (a, b verbstest.Endpoint) {
 		ha, hb := nettest.VethPair(tb, nettest.Options{MTU: mtu})
-		dir := tb.TempDir()
-		reg := host.NewRegistry(dir)
 		ends := [2]*verbstest.Endpoint{&a, &b}
 		for i, h := range []*nettest.Host{ha, hb} {
 			name := []string{"rxe0", "rxe1"}[i]
 			priv := []bool{privA, privB}[i]
-			if err := h.Do(func() error {
-				ns, err := host.CurrentNetns()
-				if err != nil {
-					return err
-				}
-				return reg.Add(host.DeviceDef{Name: name, Type: "rxe", Netdev: h.Ifname, Netns: ns, Versions: host.VersionsV2})
+			ip := netip.AddrFrom16(h.IPv4.As16())
+			if v6 {
+				ip = h.IPv6
+			}
+			cfg := udp.Config{Addrs: []netip.Addr{ip}, MTU: mtu - 48, Zone: h.Ifindex}
+			if priv {
+				cfg.Ifindex = h.Ifindex
+			}
+			var u *udp.Link
+			if err := h.Do(func() (err error) {
+				u, err = udp.New(cfg)
+				return err
 			}); err != nil {
 				tb.Fatal(err)
 			}
-			var u *udp.Link
-			d, err := host.Open(name, host.Options{RunDir: dir, Unprivileged: !priv, Wrap: func(l link.Link) link.Link {
-				u, _ = l.(*udp.Link)
-				return l
-			}})
+			gid := verbs.GIDEntry{GID: ip, Type: verbs.GIDTypeRoCEv2, Netdev: h.Ifname}
+			d, err := verbs.Open(verbs.DeviceConfig{Name: name, Link: u, MAC: h.MAC, GIDs: []verbs.GIDEntry{gid},
+				ActiveMTU: verbs.MTUFromBytes(mtu - 80)}) // rxe's RXE_MAX_HDR_LENGTH, as host.ActiveMTU
 			if err != nil {
+				u.Close()
 				tb.Fatal(err)
 			}
 			tb.Cleanup(func() { d.Close() })
-			if u == nil || u.Privileged() != priv {
-				tb.Fatalf("%s: link %T, want a *udp.Link with Privileged() %v", name, d.Link(), priv)
+			if u.Privileged() != priv {
+				tb.Fatalf("%s: Privileged() %v, want %v", name, u.Privileged(), priv)
 			}
 			if !u.GSO() {
 				testenv.Require(tb, false, "UDP GSO (UDP_SEGMENT, Linux 4.18)")
@@ -64,21 +67,7 @@ func pairingNetwork(mtu int, privA, privB, v6 bool) verbstest.NetworkFunc {
 					tb.Errorf("%s: %d GSO messages, %d GSO fallbacks: the test is for GSO", name, u.GSOMessages.Load(), u.GSOFallbacks.Load())
 				}
 			})
-			ip := netip.AddrFrom16(h.IPv4.As16())
-			if v6 {
-				ip = h.IPv6
-			}
-			found := false
-			for j, e := range d.GIDs() {
-				if e.GID == ip && e.Type == verbs.GIDTypeRoCEv2 {
-					*ends[i] = verbstest.Endpoint{Dev: d.Device, GID: e, GIDIndex: uint8(j)}
-					found = true
-					break
-				}
-			}
-			if !found {
-				tb.Fatalf("%s has no RoCE v2 GID %v", name, ip)
-			}
+			*ends[i] = verbstest.Endpoint{Dev: d, GID: gid, GIDIndex: 0}
 		}
 		return a, b
 	}

@@ -1,0 +1,584 @@
+package verbs
+
+// The completer: responses → completions, retransmission and RNR retry
+// (rxe_comp.c's role).
+
+import (
+	"fmt"
+	"time"
+
+	"net/netip"
+
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/wire"
+)
+
+// compState is the completer's progress.
+type compState struct {
+	psn        wire.PSN // the oldest PSN not yet acknowledged
+	retryLeft  int      // retransmissions left (retry_cnt)
+	rnrLeft    int      // RNR retries left (rnr_retry; 7 = infinite)
+	timerArmed bool
+	// retrying: a go-back-N retry has started and no response has made
+	// forward progress since. Every response after a gap reveals the same
+	// gap, so NAKs and implicit NAKs start no further retry until then; the
+	// timer still does (rxe: comp.started_retry).
+	retrying bool
+	rnrWait  bool   // an RNR NAK timer runs; the requester waits
+	progress uint64 // bumped on every acknowledgement, so a timer can tell it made none
+	armedAt  uint64 // progress when the timer was armed
+	// For the words an error completion carries.
+	heard    bool // any response ever arrived from the peer QP
+	seqNAKs  int  // PSN sequence error NAKs in a row
+	rnrNAKs  int  // RNR NAKs in a row
+	rnrSince time.Time
+	timeouts int // retransmit timeouts in a row
+	// Round-trip time, sampled on one AckReq packet at a time and never on
+	// a retransmission (Karn's rule), so the timer does not fire before a
+	// slow peer could have answered.
+	rttPSN   wire.PSN
+	rttSent  time.Time
+	rttValid bool
+	srtt     time.Duration
+}
+
+// retransTimeout is the local ACK timeout in force: the QP's timeout
+// attribute, or four smoothed round trips when the peer is slower than
+// that. IBTA §9.7.6.1.3 makes the attribute a minimum, so waiting longer
+// keeps the requester compliant while sparing a slow responder (rxe in an
+// emulated VM answers a 64-packet WRITE in more than the 67 ms of
+// timeout 14) a flood of duplicates.
+func (q *QP) retransTimeout() time.Duration {
+	d := TimeoutDuration(q.attr.Timeout)
+	if d == 0 {
+		return 0
+	}
+	return max(d, 4*q.comp.srtt)
+}
+
+// sampleSent starts an RTT sample on a first transmission that asks for an
+// acknowledgement of PSN last.
+func (q *QP) sampleSent(last wire.PSN) {
+	if !q.comp.rttValid {
+		q.comp.rttPSN, q.comp.rttSent, q.comp.rttValid = last, time.Now(), true
+	}
+}
+
+// sampleAcked ends the RTT sample when the acknowledged PSNs pass it.
+func (q *QP) sampleAcked() {
+	if q.comp.rttValid && q.comp.psn.After(q.comp.rttPSN) {
+		r := time.Since(q.comp.rttSent)
+		if q.comp.srtt == 0 {
+			q.comp.srtt = r
+		} else {
+			q.comp.srtt = (7*q.comp.srtt + r) / 8
+		}
+		q.comp.rttValid = false
+	}
+}
+
+func addrOf(p *path, sport uint16) link.Addr {
+	return link.Addr{Version: p.version, SrcGID: p.sgid, DstGID: p.dgid, TrafficClass: p.tc,
+		FlowLabel: p.flow, HopLimit: p.hop, UDPSrcPort: sport}
+}
+
+// armRetrans starts the retransmit timer if packets are outstanding and it
+// is not running (IBTA §9.7.6.1.1: the local ACK timeout).
+func (q *QP) armRetrans() {
+	d := q.retransTimeout()
+	if d == 0 || q.comp.timerArmed || q.comp.rnrWait || q.sq.head == q.sq.cur && q.req.off == 0 {
+		return
+	}
+	q.comp.timerArmed = true
+	q.comp.armedAt = q.comp.progress
+	if q.retrans == nil {
+		q.retrans = time.AfterFunc(d, q.onRetransTimer)
+	} else {
+		q.retrans.Reset(d)
+	}
+}
+
+// onRetransTimer runs when the local ACK timeout expires.
+func (q *QP) onRetransTimer() {
+	q.mu.Lock()
+	if q.destroyed || !q.comp.timerArmed || q.state != QPSRTS && q.state != QPSSQD {
+		q.mu.Unlock()
+		return
+	}
+	q.comp.timerArmed = false
+	if q.comp.progress != q.comp.armedAt {
+		// Progress since the timer was armed: wait a full timeout again.
+		q.armRetrans()
+		q.mu.Unlock()
+		return
+	}
+	q.comp.timeouts++
+	if q.comp.retryLeft == 0 {
+		q.count(RetryExceededErr)
+		q.failOldest(WCRetryExcErr, q.retryDetail())
+		q.mu.Unlock()
+		return
+	}
+	q.spendRetry()
+	out := getTxBatch(q.dev)
+	q.retry(out)
+	q.mu.Unlock()
+	putTxBatch(out)
+}
+
+// spendRetry uses one transport retry. retry_cnt 7 retries forever once
+// the peer has answered, as on Linux rxe (rxe_comp.c: "if
+// (qp->comp.retry_cnt != 7) retry_cnt--"), which ibverbs users tuned on rxe
+// rely on (IBTA gives 7 no such meaning). Unlike rxe, a peer that never
+// answered at all still exhausts the 7 retries: the usual cause is a wrong
+// QPN, GID or RoCE version, and the user gets IBV_WC_RETRY_EXC_ERR saying so
+// instead of a QP that hangs forever.
+func (q *QP) spendRetry() {
+	if q.attr.RetryCnt != infiniteRetry || !q.comp.heard {
+		q.comp.retryLeft--
+	}
+}
+
+// retryDetail explains a transport retry counter exceeded error.
+func (q *QP) retryDetail() string {
+	to := q.retransTimeout() // the QP's timeout, or 4 × SRTT when longer: what the timer waited
+	peer := fmt.Sprintf("QP %#x at %v (%v)", q.attr.DestQPN, unmap(q.path.dgid), q.path.version)
+	switch {
+	case !q.comp.heard:
+		// The link may know why nothing came: no route, a next hop that
+		// never answered ARP, a RoCE v1 peer behind a router (link/neigh).
+		if err := link.PathErrorOf(q.dev.link, q.path.dgid, q.path.version); err != nil {
+			return fmt.Sprintf("no response ever arrived from %s (%d retransmissions %v apart): %v", peer, q.attr.RetryCnt, to, err)
+		}
+		return fmt.Sprintf("no response ever arrived from %s: %d retransmissions %v apart went unanswered. "+
+			"Check the remote QPN, the destination GID and the source GID index (%d), that the peer QP is in RTR or RTS, "+
+			"and that both sides use the same RoCE version", peer, q.attr.RetryCnt, to, q.attr.AH.GRH.SGIDIndex)
+	case q.comp.seqNAKs > 0:
+		return fmt.Sprintf("%s kept answering with PSN sequence error NAKs (%d in a row): its expected PSN and our sq_psn "+
+			"disagree, or packets keep getting lost", peer, q.comp.seqNAKs)
+	default:
+		why := ""
+		if attr := TimeoutDuration(q.attr.Timeout); to > attr {
+			why = fmt.Sprintf(" (4 × the smoothed round-trip time %v, above the QP's timeout of %v)", q.comp.srtt, attr)
+		}
+		return fmt.Sprintf("%s answered before but stopped acknowledging PSN %v: %d timeouts of %v%s, retry_cnt %d exhausted",
+			peer, q.comp.psn, q.comp.timeouts, to, why, q.attr.RetryCnt)
+	}
+}
+
+func unmap(a netip.Addr) netip.Addr { return a.Unmap() }
+
+// failOldest completes the oldest outstanding WQE with status, flushes the
+// rest and moves the QP to ERR.
+func (q *QP) failOldest(status WCStatus, detail string) {
+	q.enterError(int64(q.sq.head), status, detail)
+}
+
+// retry goes back to the oldest unacknowledged PSN and sends again from
+// there (go-back-N, IBTA §9.7.5.1.1 and rxe's req_retry).
+func (q *QP) retry(out *txBatch) {
+	q.comp.retrying = true
+	q.req.window = max(q.window()/2, minUnackedPSNs)
+	q.count(CompleterRetryErr)
+	q.comp.rttValid = false // Karn: no sample across a retransmission
+	q.rewind()
+	q.reqRun(out)
+}
+
+// rewind points the requester at comp.psn: the WQE holding it and the
+// offset of that PSN within it.
+func (q *QP) rewind() {
+	psn := q.comp.psn
+	q.req.rdAtomic = 0
+	q.req.noack = 0
+	for i := q.sq.head; i < q.sq.tail; i++ {
+		w := q.sq.at(i)
+		if !w.started {
+			q.sq.cur, q.req.off = i, 0
+			q.req.psn = psn
+			return
+		}
+		if psn.Diff(w.lastPSN) <= 0 {
+			// psn lies in w: resend from it. WQEs keep the PSNs they
+			// were first sent with, so every retransmitted packet has
+			// its original PSN, and an ACK for PSNs sent before the
+			// rewind still completes them (completeThrough).
+			q.sq.cur = i
+			if psn.Diff(w.firstPSN) <= 0 {
+				q.req.off = 0
+				q.req.psn = w.firstPSN
+			} else {
+				k := uint64(psn.Diff(w.firstPSN))
+				q.req.off = k * uint64(q.pmtu)
+				q.req.psn = psn
+			}
+			return
+		}
+	}
+	q.sq.cur, q.req.off, q.req.psn = q.sq.tail, 0, psn
+}
+
+// receiveResponse handles an ACK, NAK, READ response or atomic ACK (the
+// completer). Called with q.mu held.
+func (q *QP) receiveResponse(p *wire.Packet, out *txBatch) {
+	if q.state != QPSRTS && q.state != QPSSQD {
+		return
+	}
+	psn := p.BTH().PSN()
+	info := p.Info
+	q.comp.heard = true
+	progress := q.comp.progress
+	if q.sq.head == q.sq.cur && q.req.off == 0 {
+		// Nothing outstanding: a stray or duplicate response. (With
+		// req.off > 0 the WQE at cur is partly sent: its ACKs open the
+		// window for the rest.)
+		return
+	}
+	// A response for a PSN never sent is bogus. (Not req.psn: after a
+	// rewind the responder still acknowledges PSNs sent before it.)
+	if !q.req.sentAny || psn.Diff(q.req.maxSent) > 0 {
+		return
+	}
+	aeth := p.AETH()
+	if aeth != nil {
+		syn := aeth.Syndrome()
+		switch {
+		case syn.IsNAK():
+			q.onNAK(psn, syn, out)
+			return
+		case syn.IsRNRNAK():
+			q.onRNRNAK(psn, syn, out)
+			return
+		}
+	}
+	switch {
+	case info.Is(wire.FlagReadResponse):
+		q.onReadResponse(p, psn, out)
+	case info.Is(wire.FlagAtomicAck):
+		q.onAtomicAck(p, psn, out)
+	default:
+		q.onACK(psn, out)
+	}
+	q.comp.seqNAKs, q.comp.rnrNAKs = 0, 0
+	if q.comp.progress != progress {
+		// Timeouts count those in a row without progress: a response
+		// that moves nothing on (a duplicate, a replay the requester
+		// no longer needs) does not end the run.
+		q.comp.timeouts = 0
+	}
+}
+
+// completeThrough completes, in order, the WQEs acknowledged by an ACK of
+// psn: every WQE whose last PSN is at or before psn, stopping at a READ or
+// atomic whose response has not arrived (an ACK past it means its response
+// was lost: the caller retries). It reports whether it stopped at such a WQE.
+func (q *QP) completeThrough(psn wire.PSN) (stuckAtRdAtomic bool) {
+	// Up to tail, not cur: WQEs past cur were sent before a rewind, and
+	// an ACK that covers them means the responder executed them.
+	for q.sq.head < q.sq.tail {
+		w := q.sq.at(q.sq.head)
+		if !w.started || w.lastPSN.Diff(psn) > 0 {
+			break
+		}
+		if w.isRdAtom {
+			return true
+		}
+		q.completeSend(w, WCSuccess, "")
+		q.sq.head++
+		// Its PSNs are acknowledged. comp.psn must not lag behind a
+		// completed WQE: a rewind to it would resend the next WQE from
+		// a PSN the responder gave this one (rxe: complete_wqe).
+		q.advanceCompPSN(w.lastPSN.Next())
+		q.progress()
+		if q.sq.head > q.sq.cur {
+			// Skip what was acknowledged without being resent.
+			q.sq.cur, q.req.off = q.sq.head, 0
+			if q.req.psn.Diff(q.comp.psn) < 0 {
+				q.req.psn = q.comp.psn
+			}
+		}
+	}
+	return false
+}
+
+// nakRetry retries on a NAK or an implicit NAK unless a retry is under way.
+func (q *QP) nakRetry(out *txBatch) {
+	if !q.comp.retrying {
+		q.retry(out)
+	}
+}
+
+func (q *QP) progress() {
+	q.comp.retrying = false
+	q.comp.progress++
+	q.comp.retryLeft = int(q.attr.RetryCnt)
+	if q.attr.RNRRetry != infiniteRNRRetry {
+		q.comp.rnrLeft = int(q.attr.RNRRetry)
+	}
+}
+
+// advanceCompPSN moves the oldest unacknowledged PSN forward. Forward
+// progress reloads the transport retry counter: retry_cnt bounds the
+// retries without progress (IBTA §9.7.6.1.3), so a long message under heavy
+// loss, NAKed again and again but moving on each time, is not given up.
+func (q *QP) advanceCompPSN(psn wire.PSN) {
+	if d := psn.Diff(q.comp.psn); d > 0 {
+		q.comp.psn = psn
+		q.req.window = min(q.window()+int(d), maxUnackedPSNs)
+		q.comp.progress++
+		q.comp.retrying = false
+		q.comp.retryLeft = int(q.attr.RetryCnt)
+		q.sampleAcked()
+	}
+}
+
+func (q *QP) onACK(psn wire.PSN, out *txBatch) {
+	if psn.Diff(q.comp.psn) < 0 {
+		return // duplicate ACK
+	}
+	stuck := q.completeThrough(psn)
+	if stuck {
+		// An ACK beyond an outstanding READ/ATOMIC: its response was lost (IBTA §9.7.5.1.3, implicit NAK).
+		w := q.sq.at(q.sq.head)
+		q.advanceCompPSN(w.firstPSN)
+		q.nakRetry(out)
+		return
+	}
+	q.advanceCompPSN(psn.Next())
+	q.fastForward()
+	q.afterProgress(out)
+}
+
+// fastForward moves the requester to comp.psn when the responder
+// acknowledged part of the WQE at cur that has not been resent since a
+// rewind.
+func (q *QP) fastForward() {
+	if q.comp.psn.Diff(q.req.psn) <= 0 || q.sq.head != q.sq.cur || q.sq.cur == q.sq.tail {
+		return
+	}
+	w := q.sq.at(q.sq.cur)
+	if !w.started || w.isRdAtom || q.comp.psn.Diff(w.firstPSN) < 0 || q.comp.psn.Diff(w.lastPSN) > 0 {
+		return
+	}
+	q.req.off = uint64(q.comp.psn.Diff(w.firstPSN)) * uint64(q.pmtu)
+	q.req.psn = q.comp.psn
+}
+
+// afterProgress restarts the timer and the requester after acknowledgements.
+func (q *QP) afterProgress(out *txBatch) {
+	if q.comp.timerArmed {
+		q.comp.timerArmed = false
+		if q.retrans != nil {
+			q.retrans.Stop()
+		}
+	}
+	q.reqRun(out)
+	q.armRetrans()
+	if q.state == QPSSQD {
+		q.checkDrained()
+	}
+}
+
+func (q *QP) onReadResponse(p *wire.Packet, psn wire.PSN, out *txBatch) {
+	// Responses acknowledge every earlier request.
+	q.completeThrough(psn.Add(-1))
+	if q.sq.head == q.sq.cur {
+		return
+	}
+	w := q.sq.at(q.sq.head)
+	if w.wr.Opcode != WRRDMARead && w.wr.Opcode != WRFlush || psn.Diff(w.firstPSN) < 0 || psn.Diff(w.lastPSN) > 0 {
+		return // not the response we wait for: a duplicate
+	}
+	if psn != q.comp.psn {
+		if psn.Diff(q.comp.psn) > 0 {
+			// A response is missing: ask again from the first missing PSN.
+			q.nakRetry(out)
+		}
+		return
+	}
+	data := p.Payload()
+	off := uint64(psn.Diff(w.firstPSN)) * uint64(q.pmtu)
+	info := p.Info
+	last := info.Is(wire.FlagLast)
+	want := uint64(q.pmtu)
+	if last {
+		want = w.length - off
+	}
+	if w.wr.Opcode == WRFlush {
+		want = 0
+	}
+	if uint64(len(data)) != want || last != (psn == w.lastPSN) {
+		q.failOldest(WCBadRespErr, fmt.Sprintf("RDMA READ response PSN %v carries %d bytes (%v), expected %d", psn, len(data), p.Opcode(), want))
+		return
+	}
+	if len(data) > 0 {
+		if err := q.scatter(w.sge, off, data); err != nil {
+			q.failOldest(WCLocProtErr, fmt.Sprintf("RDMA READ target of wr_id %d: %v", w.wr.WRID, err))
+			return
+		}
+	}
+	q.advanceCompPSN(psn.Next())
+	if last {
+		q.completeSend(w, WCSuccess, "")
+		q.sq.head++
+		q.req.rdAtomic--
+		q.progress()
+	}
+	q.afterProgress(out)
+}
+
+func (q *QP) onAtomicAck(p *wire.Packet, psn wire.PSN, out *txBatch) {
+	q.completeThrough(psn.Add(-1))
+	if q.sq.head == q.sq.cur {
+		return
+	}
+	w := q.sq.at(q.sq.head)
+	if w.wr.Opcode != WRAtomicCmpAndSwp && w.wr.Opcode != WRAtomicFetchAndAdd || psn != w.firstPSN {
+		return
+	}
+	if err := q.putU64(w.sge, p.AtomicAckETH().OrigData()); err != nil {
+		q.failOldest(WCLocProtErr, fmt.Sprintf("atomic result buffer of wr_id %d: %v", w.wr.WRID, err))
+		return
+	}
+	q.advanceCompPSN(psn.Next())
+	q.completeSend(w, WCSuccess, "")
+	q.sq.head++
+	q.req.rdAtomic--
+	q.progress()
+	q.afterProgress(out)
+}
+
+func (q *QP) onNAK(psn wire.PSN, syn wire.Syndrome, out *txBatch) {
+	if psn.Diff(q.comp.psn) < 0 {
+		// A NAK for a PSN already acknowledged answers a stale duplicate
+		// of a request that has completed (a late sequence-error NAK, or
+		// a responder NAKing a late copy of an ATOMIC whose saved result
+		// it no longer holds): a ghost response, dropped as rxe's
+		// completer drops a response older than the PSN it expects;
+		// going back to resend would only repeat what was acknowledged.
+		// A sequence-error NAK is still counted: if they keep coming,
+		// the responder expects a PSN we are past (its rq_psn and our
+		// sq_psn disagree), and the Detail of the retry-exceeded error
+		// the timer ends with says so.
+		if syn.Value() == wire.NAKPSNSequenceError {
+			q.count(RcvdSeqErr)
+			q.comp.seqNAKs++
+		}
+		return
+	}
+	// A NAK acknowledges every PSN before it (C9-?? §9.7.5.1.2).
+	if stuck := q.completeThrough(psn.Add(-1)); stuck {
+		w := q.sq.at(q.sq.head)
+		q.advanceCompPSN(w.firstPSN)
+		q.nakRetry(out)
+		return
+	}
+	if syn.Value() == wire.NAKPSNSequenceError {
+		q.count(RcvdSeqErr)
+		if q.comp.rnrWait && psn == q.comp.psn {
+			return // the RNR timer already sends us back to psn
+		}
+		q.comp.seqNAKs++
+		q.advanceCompPSN(psn)
+		if q.comp.retrying {
+			return // the retry under way covers this gap
+		}
+		if q.comp.retryLeft == 0 {
+			q.count(RetryExceededErr)
+			q.failOldest(WCRetryExcErr, q.retryDetail())
+			return
+		}
+		q.spendRetry()
+		q.retry(out)
+		q.armRetrans()
+		return
+	}
+	// Fatal NAKs: the WQE holding psn fails, the QP goes to ERR.
+	var status WCStatus
+	var what string
+	switch syn.Value() {
+	case wire.NAKInvalidRequest:
+		status, what = WCRemInvReqErr, "rejected the request as invalid (an opcode it does not support, a misaligned atomic, a length beyond its buffers or the DMA length, a SEND_WITH_INV naming an rkey it may not invalidate, or, for a READ or ATOMIC, more of them outstanding than its max_dest_rd_atomic allows: keep this QP's max_rd_atomic at most the peer's max_dest_rd_atomic)"
+	case wire.NAKRemoteAccessError:
+		status, what = WCRemAccessErr, "denied access"
+	case wire.NAKRemoteOperationalError:
+		status, what = WCRemOpErr, "could not complete the operation (for a SEND: it could not place the data in its receive buffer, e.g. the receive's lkey was bad)"
+	default:
+		status, what = WCRemInvRDReqErr, "sent "+syn.String()
+	}
+	idx := q.sq.head
+	for i := q.sq.head; i < q.sq.cur; i++ {
+		w := q.sq.at(i)
+		if w.started && psn.Diff(w.firstPSN) >= 0 && psn.Diff(w.lastPSN) <= 0 {
+			idx = i
+			break
+		}
+	}
+	w := q.sq.at(idx)
+	detail := fmt.Sprintf("QP %#x at %v %s for %v wr_id %d (PSN %v)", q.attr.DestQPN, unmap(q.path.dgid), what, w.wr.Opcode, w.wr.WRID, psn)
+	switch w.wr.Opcode {
+	case WRRDMAWrite, WRRDMAWriteWithImm, WRRDMARead, WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRFlush, WRAtomicWrite:
+		detail += fmt.Sprintf(": rkey %#x, remote addr %#x, length %d", w.wr.RKey, w.wr.RemoteAddr, w.length)
+		if status == WCRemAccessErr {
+			detail += " (unknown or invalidated rkey, range outside the region, region of another PD, or the region or QP lacks the access right)"
+		}
+	}
+	q.enterError(int64(idx), status, detail)
+}
+
+func (q *QP) onRNRNAK(psn wire.PSN, syn wire.Syndrome, out *txBatch) {
+	q.count(RcvdRNRErr)
+	if stuck := q.completeThrough(psn.Add(-1)); stuck {
+		w := q.sq.at(q.sq.head)
+		q.advanceCompPSN(w.firstPSN)
+		q.nakRetry(out)
+		return
+	}
+	if q.comp.rnrNAKs == 0 {
+		q.comp.rnrSince = time.Now()
+	}
+	q.comp.rnrNAKs++
+	q.advanceCompPSN(psn)
+	if q.attr.RNRRetry != infiniteRNRRetry {
+		if q.comp.rnrLeft == 0 {
+			q.count(RetryRNRExceededErr)
+			q.failOldest(WCRNRRetryExcErr, fmt.Sprintf(
+				"receiver not ready: QP %#x at %v had no receive posted for %v (%d RNR NAKs, rnr_retry %d exhausted); "+
+					"post receives before the peer sends, or raise rnr_retry (7 = retry forever)",
+				q.attr.DestQPN, unmap(q.path.dgid), time.Since(q.comp.rnrSince).Round(time.Microsecond), q.comp.rnrNAKs, q.attr.RNRRetry))
+			return
+		}
+		q.comp.rnrLeft--
+	}
+	// Wait the timer the responder asked for, then go back to psn.
+	if q.comp.timerArmed {
+		q.comp.timerArmed = false
+		q.retrans.Stop()
+	}
+	q.comp.rnrWait = true
+	d := wire.RNRTimer(syn.Value())
+	if q.rnrTimer == nil {
+		q.rnrTimer = time.AfterFunc(d, q.onRNRTimer)
+	} else {
+		q.rnrTimer.Reset(d)
+	}
+}
+
+func (q *QP) onRNRTimer() {
+	q.mu.Lock()
+	if q.destroyed || !q.comp.rnrWait {
+		q.mu.Unlock()
+		return
+	}
+	q.comp.rnrWait = false
+	if q.state != QPSRTS && q.state != QPSSQD {
+		q.mu.Unlock()
+		return
+	}
+	out := getTxBatch(q.dev)
+	q.rewind()
+	q.reqRun(out)
+	q.armRetrans()
+	q.mu.Unlock()
+	putTxBatch(out)
+}

@@ -1,0 +1,134 @@
+package verbs
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"syscall"
+)
+
+// CQ is a completion queue. Completions are never dropped silently: when the
+// queue is full the CQ enters the error state and IBV_EVENT_CQ_ERR is
+// reported (IBTA §11.4.2.1, C11-12), and the completion that did not fit is
+// counted in Overflows.
+type CQ struct {
+	dev  *Device
+	cqe  int
+	mu   sync.Mutex
+	ring []WC // guarded by mu: a circular buffer of cqe entries
+	head int  // guarded by mu
+	n    int  // guarded by mu
+	err  bool // guarded by mu: overflowed
+	// overflows counts completions lost to overflow (after the CQ_ERR event).
+	overflows int  // guarded by mu
+	destroyed bool // guarded by mu
+	notify    chan struct{}
+}
+
+// CreateCQ creates a completion queue of at least cqe entries.
+func (d *Device) CreateCQ(cqe int) (*CQ, error) {
+	if cqe < 1 || cqe > MaxCQE {
+		return nil, errorf("create_cq", d.name, 0, syscall.EINVAL, "cqe %d outside 1..%d", cqe, MaxCQE)
+	}
+	if d.isClosed() {
+		return nil, net.ErrClosed
+	}
+	return &CQ{dev: d, cqe: cqe, ring: make([]WC, cqe), notify: make(chan struct{}, 1)}, nil
+}
+
+// CQE returns the queue's capacity.
+func (c *CQ) CQE() int { return c.cqe }
+
+// push adds a completion; it reports false on overflow.
+func (c *CQ) push(wc WC) bool {
+	c.mu.Lock()
+	if c.destroyed {
+		c.mu.Unlock()
+		return false
+	}
+	if c.n == len(c.ring) || c.err {
+		first := !c.err
+		c.err = true
+		c.overflows++
+		c.mu.Unlock()
+		if first {
+			c.dev.events.post(AsyncEvent{Type: EventCQErr,
+				Detail: fmt.Sprintf("completion queue overflow: %d entries are not polled; completions are being lost", c.cqe)})
+		}
+		return false
+	}
+	c.ring[(c.head+c.n)%len(c.ring)] = wc
+	c.n++
+	c.mu.Unlock()
+	select {
+	case c.notify <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// Poll moves up to len(wc) completions into wc and returns how many, like
+// ibv_poll_cq. After an overflow it returns an error once the queue is empty.
+func (c *CQ) Poll(wc []WC) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := 0
+	for k < len(wc) && c.n > 0 {
+		wc[k] = c.ring[c.head]
+		c.ring[c.head] = WC{}
+		c.head = (c.head + 1) % len(c.ring)
+		c.n--
+		k++
+	}
+	if k == 0 && c.err {
+		return 0, errorf("poll_cq", c.dev.name, 0, syscall.EOVERFLOW, "the CQ overflowed and lost %d completions", c.overflows)
+	}
+	return k, nil
+}
+
+// Wait blocks until the queue holds a completion (or has overflowed), or
+// ctx ends. It is the Go form of ibv_req_notify_cq + ibv_get_cq_event.
+func (c *CQ) Wait(ctx context.Context) error {
+	for {
+		c.mu.Lock()
+		ready, destroyed := c.n > 0 || c.err, c.destroyed
+		c.mu.Unlock()
+		if ready {
+			return nil
+		}
+		if destroyed {
+			return net.ErrClosed
+		}
+		select {
+		case <-c.notify:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// PollWait waits for and polls at least one completion.
+func (c *CQ) PollWait(ctx context.Context, wc []WC) (int, error) {
+	for {
+		n, err := c.Poll(wc)
+		if n > 0 || err != nil {
+			return n, err
+		}
+		if err := c.Wait(ctx); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// Destroy destroys the CQ; Wait returns net.ErrClosed.
+func (c *CQ) Destroy() error {
+	c.mu.Lock()
+	c.destroyed = true
+	c.mu.Unlock()
+	select {
+	case c.notify <- struct{}{}:
+	default:
+	}
+	return nil
+}

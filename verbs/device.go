@@ -1,0 +1,426 @@
+package verbs
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"sync"
+	"syscall"
+
+	"github.com/goroce/goroce/internal/mem"
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/wire"
+)
+
+// DeviceConfig describes a device.
+type DeviceConfig struct {
+	Name string    // e.g. "rxe0"
+	Link link.Link // the network; the device closes it on Close
+	// GUID is the node GUID; zero derives it from MAC (EUI-64), as rxe does.
+	GUID uint64
+	MAC  wire.MAC
+	// GIDs is port 1's GID table, in index order.
+	GIDs []GIDEntry
+	// ActiveMTU is the port's active MTU; zero derives it from the link's MTU.
+	ActiveMTU MTU
+}
+
+// Device is a soft RDMA device with one port.
+type Device struct {
+	name      string
+	link      link.Link
+	guid      uint64
+	activeMTU MTU
+	mem       *mem.Table
+	events    eventQueue
+	counters  Counters   // port 1's
+	atomicMu  sync.Mutex // makes responder atomics atomic across QPs (rxe: atomic_ops_lock)
+	txPool    sync.Pool  // of *[]byte, link.MaxFrameSize each
+
+	mu      sync.RWMutex
+	gids    []GIDEntry     // guarded by mu
+	qps     map[uint32]*QP // guarded by mu
+	nextQPN uint32         // guarded by mu
+	closed  bool           // guarded by mu
+	portUp  bool           // guarded by mu
+
+	rxDone chan struct{}
+	// rxMu is held while the receive goroutine handles a batch: Barrier
+	// takes it to order the caller after everything handled so far.
+	rxMu sync.Mutex
+	// sched gives the QPs with bulk work their turns (sched.go).
+	sched sched
+}
+
+// Open starts a device on cfg.Link. Close it to stop its receive
+// goroutine and its scheduler's, and close the link.
+func Open(cfg DeviceConfig) (*Device, error) { return openDevice(cfg, true) }
+
+// openDevice opens a device; without sched, nothing serves the scheduler's
+// turns but drainSched (tests that step the device themselves).
+func openDevice(cfg DeviceConfig, sched bool) (*Device, error) {
+	if cfg.Link == nil {
+		return nil, errorf("open device", cfg.Name, 0, syscall.EINVAL, "no link")
+	}
+	if len(cfg.GIDs) > GIDTableLen {
+		return nil, errorf("open device", cfg.Name, 0, syscall.EINVAL, "%d GIDs, the table holds %d", len(cfg.GIDs), GIDTableLen)
+	}
+	d := &Device{
+		name:    cfg.Name,
+		link:    cfg.Link,
+		guid:    cfg.GUID,
+		mem:     mem.NewTable(MaxMR),
+		gids:    append([]GIDEntry(nil), cfg.GIDs...),
+		qps:     make(map[uint32]*QP),
+		nextQPN: firstQPN,
+		portUp:  true,
+		rxDone:  make(chan struct{}),
+	}
+	if d.guid == 0 {
+		d.guid = NodeGUIDFromMAC(cfg.MAC)
+	}
+	d.activeMTU = cfg.ActiveMTU
+	if d.activeMTU == 0 {
+		// The link MTU counts the transport packet; take off the largest
+		// header set (BTH + RETH + ImmDt ... 12+16+4) and the ICRC.
+		d.activeMTU = MTUFromBytes(cfg.Link.MTU() - 64)
+		if d.activeMTU == 0 {
+			return nil, errorf("open device", cfg.Name, 0, syscall.EINVAL, "link MTU %d is below the smallest IB MTU", cfg.Link.MTU())
+		}
+	}
+	d.txPool.New = func() any { b := make([]byte, link.MaxFrameSize); return &b }
+	d.events.init(&d.counters[AsyncEventsDropped])
+	d.sched.init()
+	if sched {
+		go d.runSched()
+	} else {
+		close(d.sched.done)
+	}
+	go d.receive()
+	return d, nil
+}
+
+// Name returns the device name.
+func (d *Device) Name() string { return d.name }
+
+// GUID returns the node GUID.
+func (d *Device) GUID() uint64 { return d.guid }
+
+// Counters returns port 1's counters.
+func (d *Device) Counters() *Counters { return &d.counters }
+
+// Link returns the device's link.
+func (d *Device) Link() link.Link { return d.link }
+
+// ActiveMTU returns the port's active MTU.
+func (d *Device) ActiveMTU() MTU { return d.activeMTU }
+
+// Close destroys every QP, stops the receive goroutine and closes the link.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	qps := make([]*QP, 0, len(d.qps))
+	for _, q := range d.qps {
+		qps = append(qps, q)
+	}
+	d.mu.Unlock()
+	// Let the batch being handled send its responses (see receive).
+	d.rxMu.Lock()
+	d.rxMu.Unlock() //nolint:staticcheck // waiting for the critical section is the point
+	for _, q := range qps {
+		q.Destroy()
+	}
+	close(d.sched.quit)
+	<-d.sched.done
+	err := d.link.Close()
+	<-d.rxDone
+	d.events.close()
+	return err
+}
+
+// Barrier returns once the packets the device has received so far are
+// handled, and orders the caller after that handling and before what the
+// device handles next. A responder reads RDMA READ and atomic sources and
+// writes RDMA WRITE and atomic targets from the device's receive goroutine;
+// a program learns of it over the network (its peer's completion), which
+// Go's memory model and race detector do not see as synchronization.
+// Reading such memory after Barrier, or writing it before Barrier, is
+// properly ordered. Completions need no Barrier: polling a CQ orders the
+// reader after what the completion reports. (The scheduler's goroutine
+// reads READ sources too, for READs answered in several turns: Barrier
+// waits for its turn in progress; a READ whose requester has seen it
+// complete has had its last turn.)
+func (d *Device) Barrier() {
+	d.rxMu.Lock()
+	d.rxMu.Unlock() //nolint:staticcheck // an empty critical section is the point
+	d.sched.txMu.Lock()
+	d.sched.txMu.Unlock() //nolint:staticcheck // likewise
+}
+
+// Observe runs f while the device's receive path stands still, so f may
+// read memory that the network writes (RDMA WRITE and atomic targets)
+// without racing with those writes: how a program polls a flag byte the
+// peer WRITEs, as perftest's ib_write_lat spins on the last byte of its
+// buffer. f must be short and must not call into the device.
+func (d *Device) Observe(f func()) {
+	d.rxMu.Lock()
+	defer d.rxMu.Unlock()
+	f()
+}
+
+// GIDs returns a copy of port 1's GID table.
+func (d *Device) GIDs() []GIDEntry {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return append([]GIDEntry(nil), d.gids...)
+}
+
+// SetGIDs replaces port 1's GID table and reports IBV_EVENT_GID_CHANGE.
+func (d *Device) SetGIDs(g []GIDEntry) error {
+	if len(g) > GIDTableLen {
+		return errorf("set GID table", d.name, 0, syscall.EINVAL, "%d GIDs, the table holds %d", len(g), GIDTableLen)
+	}
+	d.mu.Lock()
+	d.gids = append([]GIDEntry(nil), g...)
+	d.mu.Unlock()
+	d.events.post(AsyncEvent{Type: EventGIDChange, Port: 1})
+	return nil
+}
+
+// GID returns GID table entry index of port 1; an unused index is EINVAL,
+// as reading its gid_attrs in sysfs is.
+func (d *Device) GID(index int) (GIDEntry, error) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if index < 0 || index >= len(d.gids) || !d.gids[index].GID.IsValid() {
+		return GIDEntry{}, errorf("query_gid", d.name, 0, syscall.EINVAL, "GID index %d: no such entry (port 1 has %d)", index, len(d.gids))
+	}
+	return d.gids[index], nil
+}
+
+// SetPortState changes port 1's state, reporting PORT_ACTIVE or PORT_ERR.
+func (d *Device) SetPortState(up bool) {
+	d.mu.Lock()
+	changed := d.portUp != up
+	d.portUp = up
+	d.mu.Unlock()
+	if !changed {
+		return
+	}
+	if up {
+		d.events.post(AsyncEvent{Type: EventPortActive, Port: 1})
+	} else {
+		d.counters[LinkDowned].Add(1)
+		d.events.post(AsyncEvent{Type: EventPortErr, Port: 1})
+	}
+}
+
+// PortActive reports whether port 1 is active.
+func (d *Device) PortActive() bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.portUp
+}
+
+// GetAsyncEvent waits for the next asynchronous event, like ibv_get_async_event.
+func (d *Device) GetAsyncEvent(ctx context.Context) (AsyncEvent, error) { return d.events.get(ctx) }
+
+// PD is a protection domain.
+type PD struct {
+	dev *Device
+	pd  *mem.PD
+}
+
+// AllocPD allocates a protection domain.
+func (d *Device) AllocPD() (*PD, error) {
+	if d.isClosed() {
+		return nil, net.ErrClosed
+	}
+	return &PD{dev: d, pd: d.mem.AllocPD()}, nil
+}
+
+// Device returns the PD's device.
+func (pd *PD) Device() *Device { return pd.dev }
+
+// MR is a registered memory region.
+type MR struct {
+	pd *PD
+	r  *mem.Region
+}
+
+// RegMR registers buf for access; its IOVA is buf's address, as ibv_reg_mr's is.
+func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
+	return pd.RegMRIOVA(buf, mem.AddressOf(buf), access)
+}
+
+// RegMRIOVA registers buf with an IOVA of the caller's choice (ibv_reg_mr_iova).
+func (pd *PD) RegMRIOVA(buf []byte, iova uint64, access Access) (*MR, error) {
+	r, err := pd.dev.mem.Register(pd.pd, buf, iova, access)
+	if err != nil {
+		return nil, errorf("reg_mr", pd.dev.name, 0, syscall.EINVAL, "%v", err)
+	}
+	return &MR{pd: pd, r: r}, nil
+}
+
+func (m *MR) LKey() uint32   { return m.r.LKey() }
+func (m *MR) RKey() uint32   { return m.r.RKey() }
+func (m *MR) Addr() uint64   { return m.r.IOVA() }
+func (m *MR) Len() int       { return m.r.Len() }
+func (m *MR) Access() Access { return m.r.Access() }
+
+// SGE returns a scatter/gather element for buf[off:off+n] of this region.
+func (m *MR) SGE(off, n int) SGE {
+	return SGE{Addr: m.r.IOVA() + uint64(off), Length: uint32(n), LKey: m.r.LKey()}
+}
+
+// Dereg deregisters the region; its keys stop working at once.
+func (m *MR) Dereg() error {
+	m.pd.dev.mem.Deregister(m.r)
+	return nil
+}
+
+// path is a resolved address vector: what goes in the GRH or IP/UDP headers.
+type path struct {
+	version wire.Version
+	sgid    netip.Addr
+	dgid    netip.Addr
+	tc      uint8
+	flow    uint32
+	hop     uint8
+}
+
+// resolvePath checks an AH attribute against the GID table. The source GID's
+// type picks the RoCE version, as on Linux.
+func (d *Device) resolvePath(a *AHAttr) (path, error) {
+	if a.PortNum != 0 && a.PortNum != 1 {
+		return path{}, invalid("ah_attr.port_num %d: the device has port 1 only", a.PortNum)
+	}
+	if !a.IsGlobal {
+		return path{}, invalid("ah_attr.is_global is 0: RoCE needs a GRH (set is_global and grh.dgid)")
+	}
+	g, err := d.GID(int(a.GRH.SGIDIndex))
+	if err != nil {
+		return path{}, invalid("ah_attr.grh.sgid_index: %s", err.(*Error).Detail)
+	}
+	dg := a.GRH.DGID
+	if !dg.IsValid() {
+		return path{}, invalid("ah_attr.grh.dgid is not set")
+	}
+	dg = netip.AddrFrom16(dg.As16())
+	if g.Type == GIDTypeRoCEv2 && g.GID.Is4In6() != dg.Is4In6() {
+		return path{}, invalid("ah_attr: source GID %v (index %d) and destination GID %v are of different IP families",
+			g.GID, a.GRH.SGIDIndex, dg)
+	}
+	if a.GRH.FlowLabel > wire.FlowLabelMask {
+		return path{}, invalid("ah_attr.grh.flow_label %#x exceeds 20 bits", a.GRH.FlowLabel)
+	}
+	hop := a.GRH.HopLimit
+	if hop == 0 {
+		hop = 64
+	}
+	return path{version: g.Type.Version(), sgid: g.GID, dgid: dg, tc: a.GRH.TrafficClass, flow: a.GRH.FlowLabel, hop: hop}, nil
+}
+
+// CreateAH creates an address handle for UD sends.
+func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
+	p, err := pd.dev.resolvePath(&attr)
+	if err != nil {
+		return nil, withOp(err, "create_ah", pd.dev.name, 0)
+	}
+	return &AH{pd: pd, attr: attr, path: p}, nil
+}
+
+func (d *Device) isClosed() bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.closed
+}
+
+func (d *Device) lookupQP(qpn uint32) *QP {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.qps[qpn]
+}
+
+// receive is the device's one receive goroutine: it takes batches from the
+// link and hands each packet to its QP.
+func (d *Device) receive() {
+	defer close(d.rxDone)
+	n := d.link.BatchSize()
+	bufs := make([]link.Packet, n)
+	for i := range bufs {
+		bufs[i].Buf = make([]byte, 0, link.MaxFrameSize)
+	}
+	var out txBatch
+	out.dev = d
+	var p wire.Packet
+	prevICRC, prevMal := uint64(0), uint64(0)
+	for {
+		d.sched.rxIdle(true)
+		k, err := d.link.Recv(bufs)
+		d.sched.rxIdle(false)
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				d.events.post(AsyncEvent{Type: EventDeviceFatal, Detail: "link receive failed: " + err.Error()})
+			}
+			return
+		}
+		// Mirror the link's drop counters into the port's.
+		st := d.link.Stats()
+		if v := st.RxBadICRC.Load(); v != prevICRC {
+			d.counters[RcvdBadICRC].Add(v - prevICRC)
+			prevICRC = v
+		}
+		if v := st.RxMalformed.Load(); v != prevMal {
+			d.counters[RcvdBadHeader].Add(v - prevMal)
+			prevMal = v
+		}
+		// The batch's responses (ACKs, READ responses) go out before rxMu
+		// is released: a program that sees a completion from this batch
+		// and closes the device at once must not lose the ACK its peer
+		// waits for (Close takes rxMu before it closes the link), or the
+		// peer, which has heard from us, retries forever.
+		d.rxMu.Lock()
+		// The batch's responses and the requester runs it triggers may
+		// send burstBytes inline; the rest of any bulk work waits for the
+		// QPs' turns in the scheduler, so a READ of 256 MiB does not hold
+		// the receive goroutine (and every other QP) while it is answered.
+		out.budget, out.unlimited = burstBytes, false
+		for i := range bufs[:k] {
+			d.dispatch(&bufs[i], &p, &out)
+		}
+		out.release()
+		d.rxMu.Unlock()
+		// One turn of the scheduler's per batch received: while packets
+		// keep the receive goroutine busy, the scheduler's goroutine waits
+		// (runSched), and bulk work still moves a burst at a time.
+		if d.sched.waitingQPs.Load() > 0 {
+			d.serveTurn(&out)
+		}
+	}
+}
+
+// dispatch checks a packet's transport headers and hands it to its QP.
+func (d *Device) dispatch(pk *link.Packet, p *wire.Packet, out *txBatch) {
+	d.counters[RcvdPkts].Add(1)
+	if err := p.ParseTransport(pk.Transport(), pk.Addr.Version); err != nil {
+		d.counters[RcvdBadHeader].Add(1)
+		return
+	}
+	bth := p.BTH()
+	if bth.PKey()&0x7FFF != wire.DefaultPKey&0x7FFF {
+		d.counters[RcvdBadPKey].Add(1)
+		return
+	}
+	q := d.lookupQP(bth.DestQP())
+	if q == nil {
+		d.counters[RcvdBadQP].Add(1)
+		return
+	}
+	q.receive(p, &pk.Addr, out)
+}

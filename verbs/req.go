@@ -1,0 +1,573 @@
+package verbs
+
+// The requester: work requests → packets (rxe_req.c's role).
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net"
+	"syscall"
+	"time"
+
+	"github.com/goroce/goroce/internal/mem"
+	"github.com/goroce/goroce/wire"
+)
+
+// sendWQE is a posted send work request and its progress.
+type sendWQE struct {
+	wr       SendWR // SGList and InlineData point into sge/inline below
+	sge      []SGE
+	inline   []byte
+	length   uint64 // total message length
+	signaled bool
+	isRdAtom bool // READ, atomic or FLUSH: needs a responder resource and a response
+	// PSNs, assigned when the first packet is sent.
+	firstPSN wire.PSN
+	lastPSN  wire.PSN
+	started  bool
+	// UD only: where it goes.
+	path      path
+	sport     uint16
+	remoteQPN uint32
+	qkey      uint32
+}
+
+// sendQueue holds send WQEs. Indexes grow without bound; slot = index mod
+// len(ring). head ≤ cur ≤ tail: [head, cur) are sent and await completion,
+// [cur, tail) are not (fully) sent yet.
+type sendQueue struct {
+	ring            []sendWQE
+	max             int // max_send_wr: the ring grows up to this many slots
+	head, cur, tail uint64
+}
+
+// initialQueueSlots is how many slots a send or receive ring starts with.
+// Rings double, up to the QP's max_send_wr/max_recv_wr, when a post finds
+// them full, so an idle QP holds what it has ever had outstanding rather
+// than its limit: a 1,024-WR QP that never had more than 16 WRs posted
+// weighs what a 16-WR one does (bench/'s IdleQPs). Linux rxe allocates its
+// queues whole; the limits ibv_query_qp reports are the same either way.
+const initialQueueSlots = 16
+
+func (s *sendQueue) init(n int)           { s.max, s.ring = n, make([]sendWQE, min(n, initialQueueSlots)) }
+func (s *sendQueue) at(i uint64) *sendWQE { return &s.ring[i%uint64(len(s.ring))] }
+func (s *sendQueue) full() bool           { return s.tail-s.head == uint64(s.max) }
+func (s *sendQueue) clear()               { s.head, s.cur, s.tail = 0, 0, 0 }
+
+// room makes a slot for the WQE at tail, doubling the ring (up to max)
+// when every slot is live. Indices are absolute, so each live WQE moves to
+// its index modulo the new length; no *sendWQE is kept across posts.
+func (s *sendQueue) room() {
+	if s.tail-s.head < uint64(len(s.ring)) || len(s.ring) >= s.max {
+		return
+	}
+	r := make([]sendWQE, min(2*len(s.ring), s.max))
+	for i := s.head; i < s.tail; i++ {
+		r[i%uint64(len(r))] = s.ring[i%uint64(len(s.ring))]
+	}
+	s.ring = r
+}
+
+// reqState is the requester's progress.
+type reqState struct {
+	psn   wire.PSN // next PSN to send
+	off   uint64   // bytes of the WQE at sq.cur already sent
+	noack int      // packets sent since the last AckReq
+	// window is how many PSNs may be unacknowledged: maxUnackedPSNs at
+	// first, halved by every go-back-N retry (each one resends the whole
+	// window, so a lossy path must not keep a large one), grown by each
+	// PSN acknowledged. 0 means maxUnackedPSNs.
+	window      int
+	rdAtomic    int      // outstanding READ/ATOMIC/FLUSH requests
+	maxSent     wire.PSN // highest PSN sent so far, to count retransmissions
+	sentAny     bool     // whether maxSent is valid
+	sqdNotified bool
+	sqdEnd      uint64 // SQD: the WQEs before this SQ index were started and must finish
+	// more: the requester stopped at its batch's budget with packets left
+	// to send; the device's scheduler gives it its next turn (sched.go).
+	more bool
+}
+
+func (o WROpcode) validFor(t QPType) bool {
+	switch o {
+	case WRSend, WRSendWithImm:
+		return true
+	case WRRDMAWrite, WRRDMAWriteWithImm:
+		return t == RC || t == UC
+	case WRSendWithInv, WRRDMARead, WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRFlush, WRAtomicWrite:
+		return t == RC
+	}
+	return false
+}
+
+// PostSend posts send work requests, like ibv_post_send. A WR that cannot be
+// posted returns an error naming it (the WRs before it are posted); errors
+// found while executing a WR are reported in its completion instead.
+func (q *QP) PostSend(wrs ...SendWR) error {
+	q.mu.Lock()
+	if q.destroyed {
+		q.mu.Unlock()
+		return net.ErrClosed
+	}
+	var err error
+	for i := range wrs {
+		if err = q.postOne(&wrs[i]); err != nil {
+			break // the WRs before it are posted: send them (ibv_post_send's bad_wr)
+		}
+	}
+	if q.state != QPSRTS {
+		q.mu.Unlock()
+		return err
+	}
+	out := getTxBatch(q.dev)
+	// The application's goroutine sends what the window allows: the
+	// work is its own, and no other QP waits for this goroutine.
+	out.unlimited = true
+	q.reqRun(out)
+	q.mu.Unlock()
+	putTxBatch(out)
+	return err
+}
+
+func (q *QP) postOne(wr *SendWR) error {
+	bad := func(format string, args ...any) error {
+		return errorf("post_send", q.dev.name, q.num, syscall.EINVAL, "%v QP: wr_id %d: "+format,
+			append([]any{q.typ, wr.WRID}, args...)...)
+	}
+	switch q.state {
+	case QPSReset, QPSInit, QPSRTR:
+		return bad("the QP is in %v; it must be in RTS to send", q.state)
+	}
+	if !wr.Opcode.validFor(q.typ) {
+		return bad("%v is not valid on a %v QP", wr.Opcode, q.typ)
+	}
+	if wr.Flags&SendInline != 0 {
+		if len(wr.InlineData) > q.cap.MaxInlineData {
+			return bad("%d bytes of inline data exceed max_inline_data %d", len(wr.InlineData), q.cap.MaxInlineData)
+		}
+	} else if len(wr.SGList) > q.cap.MaxSendSGE {
+		return bad("%d SGEs exceed max_send_sge %d", len(wr.SGList), q.cap.MaxSendSGE)
+	}
+	var length uint64
+	if wr.Flags&SendInline != 0 {
+		length = uint64(len(wr.InlineData))
+	} else {
+		for _, s := range wr.SGList {
+			length += uint64(s.Length)
+		}
+	}
+	switch wr.Opcode {
+	case WRAtomicCmpAndSwp, WRAtomicFetchAndAdd:
+		if length != 8 {
+			return bad("an atomic needs one 8-byte local buffer, got %d bytes", length)
+		}
+	case WRAtomicWrite:
+		if length != 8 {
+			return bad("ATOMIC_WRITE carries exactly 8 bytes, got %d", length)
+		}
+	case WRFlush:
+		if wr.FlushSel > wire.FlushSelWholeMR || wr.FlushPlacement == 0 || wr.FlushPlacement&^3 != 0 {
+			return bad("FLUSH selectivity %d (0 range, 1 whole MR) placement %#x (1 global visibility, 2 persistence)", wr.FlushSel, wr.FlushPlacement)
+		}
+	}
+	if length > MaxMsgSize {
+		return bad("message of %d bytes exceeds max_msg_sz %d", length, MaxMsgSize)
+	}
+	ud := q.typ == UD || q.typ == GSI
+	if ud && wr.AH == nil {
+		return bad("a UD send needs an address handle (ah)")
+	}
+	if ud && wr.AH.pd.dev != q.dev {
+		return bad("the address handle belongs to another device")
+	}
+	if q.sq.full() {
+		return errorf("post_send", q.dev.name, q.num, syscall.ENOMEM, "send queue full (%d WRs outstanding, max_send_wr %d)",
+			q.sq.tail-q.sq.head, q.sq.max)
+	}
+	q.sq.room()
+	w := q.sq.at(q.sq.tail)
+	sge, inline := w.sge[:0], w.inline[:0]
+	*w = sendWQE{wr: *wr, length: length, signaled: q.sigAll || wr.Flags&SendSignaled != 0}
+	if wr.Flags&SendInline != 0 {
+		w.inline = append(inline, wr.InlineData...)
+		w.wr.InlineData = w.inline
+		w.sge, w.wr.SGList = sge, nil
+	} else {
+		w.sge = append(sge, wr.SGList...)
+		w.wr.SGList = w.sge
+		w.inline, w.wr.InlineData = inline, nil
+	}
+	switch wr.Opcode {
+	case WRRDMARead, WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRFlush:
+		w.isRdAtom = true
+	}
+	if ud {
+		w.path, w.remoteQPN = wr.AH.path, wr.RemoteQPN
+		w.sport = q.sport
+		w.qkey = wr.RemoteQKey
+		if w.qkey&0x80000000 != 0 { // §10.2.5: use the QP's own Q_Key
+			w.qkey = q.attr.QKey
+		}
+	}
+	q.sq.tail++
+	if q.state == QPSErr || q.state == QPSSQE {
+		// ERR and SQE accept send WRs and flush them (IBTA §10.3.1; as
+		// rxe's post_send, which refuses only states before RTS).
+		q.completeSend(w, WCWRFlushErr, "")
+		q.sq.head, q.sq.cur = q.sq.tail, q.sq.tail
+	}
+	return nil
+}
+
+// gather copies n bytes of w's message at offset off into dst, checking the
+// local keys. It returns dst extended.
+func (q *QP) gather(dst []byte, w *sendWQE, off uint64, n int) ([]byte, error) {
+	if w.wr.Flags&SendInline != 0 {
+		return append(dst, w.inline[off:off+uint64(n)]...), nil
+	}
+	for _, s := range w.sge {
+		if n == 0 {
+			break
+		}
+		l := uint64(s.Length)
+		if off >= l {
+			off -= l
+			continue
+		}
+		k := min(uint64(n), l-off)
+		b, err := q.dev.mem.Slice(q.pd.pd, s.LKey, true, s.Addr+off, k, 0)
+		if err != nil {
+			return dst, err
+		}
+		dst = append(dst, b...)
+		n -= int(k)
+		off = 0
+	}
+	return dst, nil
+}
+
+// reqRun sends what the send queue allows: it runs until the queue is
+// empty or the window, the outstanding-READ/ATOMIC limit, a fence or the
+// pacer (the rate limit) stops it, or out's budget is spent: then the rest
+// waits for the QP's next turn in the device's scheduler (a go-back-N
+// retry resends up to the whole window, maxUnackedPSNs packets, and the
+// receive goroutine or a timer must not send that in one loop). Called
+// with q.mu held.
+func (q *QP) reqRun(out *txBatch) {
+	if q.state != QPSRTS && q.state != QPSSQD {
+		return
+	}
+	if q.reqBatch != nil && q.reqBatch != out {
+		// Another goroutine's batch holds this QP's earlier packets and
+		// has not sent them all yet: packets built here could overtake
+		// them. That batch runs the requester once they are out.
+		q.reqDeferred = true
+		return
+	}
+	rc := q.typ == RC
+	sent := false
+	for q.sq.cur < q.sq.tail {
+		w := q.sq.at(q.sq.cur)
+		if q.req.off == 0 && !w.started {
+			if q.state == QPSSQD && q.sq.cur >= q.req.sqdEnd {
+				break // SQD: finish messages in progress (resending them if need be), start no new one
+			}
+			if rc && w.wr.Flags&SendFence != 0 && q.req.rdAtomic > 0 {
+				break // fence: wait for outstanding READ/ATOMIC to complete
+			}
+		}
+		if rc && w.isRdAtom && q.req.off == 0 && q.req.rdAtomic >= max(int(q.attr.MaxRdAtomic), 1) {
+			break
+		}
+		if rc && int(q.req.psn.Diff(q.comp.psn)) >= q.window() {
+			break
+		}
+		if q.rnrWaiting() {
+			break
+		}
+		if q.paced() {
+			break // the pacer's timer resumes it
+		}
+		if out.budget <= 0 && !out.unlimited {
+			q.req.more = true
+			q.dev.sched.push(q)
+			break
+		}
+		done, ok := q.sendPacket(w, out)
+		if !ok {
+			return // the QP went to ERR or SQE
+		}
+		sent = true
+		out.own(q)
+		if !done {
+			continue
+		}
+		q.sq.cur++
+		q.req.off = 0
+		if !rc {
+			// UC and UD complete when the message is on the wire.
+			q.completeSend(w, WCSuccess, "")
+			q.sq.head = q.sq.cur
+		}
+	}
+	if sent && rc {
+		q.armRetrans()
+	}
+	if q.state == QPSSQD {
+		q.checkDrained()
+	}
+}
+
+// checkDrained reports SQ_DRAINED once the SQD state has nothing outstanding.
+func (q *QP) checkDrained() {
+	if q.req.sqdNotified || q.sq.head < q.req.sqdEnd {
+		return
+	}
+	q.req.sqdNotified = true
+	if q.attr.EnSQDAsyncNotify {
+		q.dev.events.post(AsyncEvent{Type: EventSQDrained, QPNum: q.num})
+	}
+}
+
+// sendPacket sends the next packet of w. done reports that w is fully
+// sent; ok is false when a local error moved the QP to ERR (RC) or SQE.
+func (q *QP) sendPacket(w *sendWQE, out *txBatch) (done, ok bool) {
+	pmtu := uint64(q.pmtu)
+	if !w.started {
+		w.started = true
+		w.firstPSN = q.req.psn
+		n := uint64(1)
+		switch {
+		case w.wr.Opcode == WRRDMARead:
+			n = max(1, (w.length+pmtu-1)/pmtu)
+		case !w.isRdAtom && w.wr.Opcode != WRAtomicWrite:
+			n = max(1, (w.length+pmtu-1)/pmtu)
+		}
+		w.lastPSN = w.firstPSN.Add(int(n - 1))
+		if (q.typ == UD || q.typ == GSI) && w.length > pmtu {
+			q.failSend(w, WCLocLenErr, fmt.Sprintf("UD message of %d bytes exceeds the path MTU %d", w.length, pmtu))
+			return true, false
+		}
+	}
+	f := wire.PacketFields{BTH: wire.BTHFields{PKey: wire.DefaultPKey, PSN: q.req.psn}}
+	x := &f.Ext
+	op := w.wr.Opcode
+	off := q.req.off
+	rem := w.length - off
+	first := off == 0
+	var paylen uint64
+	var code wire.Opcode
+	t := wire.TransportRC
+	switch q.typ {
+	case UC:
+		t = wire.TransportUC
+	case UD, GSI:
+		t = wire.TransportUD
+	}
+	switch op {
+	case WRSend, WRSendWithImm, WRSendWithInv, WRRDMAWrite, WRRDMAWriteWithImm:
+		paylen = min(rem, pmtu)
+		last := off+paylen == w.length
+		write := op == WRRDMAWrite || op == WRRDMAWriteWithImm
+		switch {
+		case first && last:
+			code = wire.OpSendOnly
+			if write {
+				code = wire.OpWriteOnly
+			}
+		case first:
+			code = wire.OpSendFirst
+			if write {
+				code = wire.OpWriteFirst
+			}
+		case last:
+			code = wire.OpSendLast
+			if write {
+				code = wire.OpWriteLast
+			}
+		default:
+			code = wire.OpSendMiddle
+			if write {
+				code = wire.OpWriteMiddle
+			}
+		}
+		if last {
+			switch op {
+			case WRSendWithImm, WRRDMAWriteWithImm:
+				code++ // *_WITH_IMMEDIATE follows its plain opcode (Table 35)
+				x.ImmDt = w.wr.ImmData
+			case WRSendWithInv:
+				if code == wire.OpSendOnly {
+					code = wire.OpSendOnlyWithInvalidate
+				} else {
+					code = wire.OpSendLastWithInvalidate
+				}
+				x.IETH = w.wr.InvalidateRKey
+			}
+			f.BTH.SolicitedEvent = w.wr.Flags&SendSolicited != 0 && op != WRRDMAWrite
+		}
+		if write && first {
+			x.RETH = wire.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALength: uint32(w.length)}
+		}
+		q.req.off += paylen
+		done = last
+	case WRRDMARead:
+		code = wire.OpReadRequest
+		x.RETH = wire.RETHFields{VA: w.wr.RemoteAddr + off, RKey: w.wr.RKey, DMALength: uint32(rem)}
+		done = true
+	case WRAtomicCmpAndSwp, WRAtomicFetchAndAdd:
+		code = wire.OpCompareSwap
+		if op == WRAtomicFetchAndAdd {
+			code = wire.OpFetchAdd
+		}
+		x.AtomicETH = wire.AtomicETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, SwapAdd: w.wr.Swap, Compare: w.wr.CompareAdd}
+		if op == WRAtomicFetchAndAdd {
+			x.AtomicETH.SwapAdd, x.AtomicETH.Compare = w.wr.CompareAdd, 0
+		}
+		done = true
+	case WRFlush:
+		code = wire.OpFlush
+		x.FETH = wire.FETHWord(w.wr.FlushSel, w.wr.FlushPlacement)
+		x.RETH = wire.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALength: uint32(w.length)}
+		done = true
+	case WRAtomicWrite:
+		code = wire.OpAtomicWrite
+		x.RETH = wire.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALength: 8}
+		paylen = 8
+		done = true
+	}
+	f.BTH.Opcode = t | code
+	if t == wire.TransportUD {
+		f.BTH.DestQP = w.remoteQPN
+		x.DETH = wire.DETHFields{QKey: w.qkey, SrcQP: q.num}
+	} else {
+		f.BTH.DestQP = q.attr.DestQPN
+	}
+	if t == wire.TransportRC {
+		q.req.noack++
+		// AckReq at the end of a message, every maxPktPerAck packets,
+		// and on the packet that fills the window: nothing more goes
+		// out until it is acknowledged.
+		if done || q.req.noack >= maxPktPerAck || int(q.req.psn.Next().Diff(q.comp.psn)) >= q.window() {
+			f.BTH.AckReq = true
+			q.req.noack = 0
+		}
+	}
+	pk := out.next()
+	buf := appendHeaders(pk.Buf, &f, int(paylen))
+	if paylen > 0 {
+		var err error
+		if buf, err = q.gather(buf, w, off, int(paylen)); err != nil {
+			out.pkts = out.pkts[:len(out.pkts)-1] // drop the half-built packet (its buffer returns at flush)
+			q.failSend(w, WCLocProtErr, fmt.Sprintf("local buffer of wr_id %d: %v", w.wr.WRID, err))
+			return true, false
+		}
+	}
+	buf = appendPad(buf, int(paylen))
+	finish(pk, buf)
+	out.budget -= pk.Len
+	q.counters[SentPkts].Add(1)
+	if q.pacer != nil {
+		q.pacer.Sent(time.Now(), pk.Len)
+	}
+	if t == wire.TransportUD {
+		pk.Addr = addrOf(&w.path, w.sport)
+	} else {
+		pk.Addr = addrOf(&q.path, q.sport)
+	}
+	retrans := q.req.sentAny && !q.req.psn.After(q.req.maxSent) // maxSent is meaningless before the first packet
+	if retrans {
+		q.count(RetransPkts)
+	} else if done && (op == WRSend || op == WRSendWithImm || op == WRSendWithInv) {
+		q.count(RDMASends) // once per SEND, not per retransmission (rxe counts it on completion)
+	}
+	// Advance the PSN: a READ request consumes one PSN per response packet.
+	npsn := 1
+	if op == WRRDMARead {
+		npsn = int(w.lastPSN.Diff(q.req.psn)) + 1
+	}
+	if t == wire.TransportRC && f.BTH.AckReq && !retrans {
+		q.sampleSent(q.req.psn.Add(npsn - 1))
+	}
+	q.req.psn = q.req.psn.Add(npsn)
+	if !q.req.sentAny || q.req.psn.Add(-1).After(q.req.maxSent) {
+		q.req.maxSent, q.req.sentAny = q.req.psn.Add(-1), true
+	}
+	if w.isRdAtom && done {
+		q.req.rdAtomic++
+	}
+	return done, true
+}
+
+// failSend completes w with a local error. An RC QP goes to ERR and
+// reports IBV_EVENT_QP_FATAL; a UC, UD or GSI QP goes to SQE (enterSQE).
+func (q *QP) failSend(w *sendWQE, status WCStatus, detail string) {
+	idx := q.sq.cur
+	for i := q.sq.head; i < q.sq.tail; i++ {
+		if q.sq.at(i) == w {
+			idx = i
+		}
+	}
+	if q.typ != RC {
+		q.enterSQE(int64(idx), status, detail+
+			"; the QP is now in SQE: its other send WRs are flushed, receives go on, and ibv_modify_qp to RTS resumes sending")
+		return
+	}
+	q.dev.events.post(AsyncEvent{Type: EventQPFatal, QPNum: q.num, Detail: detail})
+	q.enterError(int64(idx), status, detail)
+}
+
+// window returns the requester's window in PSNs.
+func (q *QP) window() int {
+	if q.req.window == 0 {
+		return maxUnackedPSNs
+	}
+	return q.req.window
+}
+
+// rnrWaiting reports whether the requester waits out an RNR NAK timer.
+func (q *QP) rnrWaiting() bool { return q.comp.rnrWait }
+
+// scatter copies data into a receive or READ/atomic target described by
+// sges at offset off, checking local keys for LOCAL_WRITE.
+func (q *QP) scatter(sges []SGE, off uint64, data []byte) error {
+	for _, s := range sges {
+		if len(data) == 0 {
+			return nil
+		}
+		l := uint64(s.Length)
+		if off >= l {
+			off -= l
+			continue
+		}
+		k := min(uint64(len(data)), l-off)
+		b, err := q.dev.mem.Slice(q.pd.pd, s.LKey, true, s.Addr+off, k, mem.LocalWrite)
+		if err != nil {
+			return err
+		}
+		copy(b, data[:k])
+		data = data[k:]
+		off = 0
+	}
+	if len(data) > 0 {
+		return errTooLong
+	}
+	return nil
+}
+
+var errTooLong = fmt.Errorf("message longer than the posted buffers")
+
+func sgeLen(sges []SGE) uint64 {
+	var n uint64
+	for _, s := range sges {
+		n += uint64(s.Length)
+	}
+	return n
+}
+
+// putU64 stores an atomic's original value into the local 8-byte buffer.
+func (q *QP) putU64(sges []SGE, v uint64) error {
+	var b [8]byte
+	binary.NativeEndian.PutUint64(b[:], v)
+	return q.scatter(sges, 0, b[:])
+}
