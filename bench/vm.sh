@@ -22,7 +22,7 @@
 #   -k KINDS      goroce device kinds, comma-separated: v2 (RoCE v2 only: the
 #                 kernel's UDP socket) and/or both (v1+v2: AF_PACKET); default v2
 #   -n PP,LAT,BW  iterations of the pingpong, send_lat and write_bw tests
-#                 (default 500,500,300; --quick: 50,50,20)
+#                 (default 1000,1000,300; --quick: 50,50,20)
 #   -j FILE       also write every run and the summary as JSON to FILE
 #   -l DIR        keep every run's output in DIR (default: a temporary
 #                 directory, deleted at the end)
@@ -61,7 +61,7 @@ done
 if [ -n "$quick" ]; then
 	rounds=1 iters=${iters:-50,50,20} limit=${limit:-120}
 fi
-iters=${iters:-500,500,300} limit=${limit:-300}
+iters=${iters:-1000,1000,300} limit=${limit:-300}
 IFS=, read -r pp_n lat_n bw_n <<<"$iters"
 die() { echo "bench/vm.sh: $*" >&2; exit 1; }
 isnum() { [[ $1 =~ ^[1-9][0-9]*$ ]]; }
@@ -87,6 +87,7 @@ VD=/tmp/goroce-vmbench # the script's directory in each VM (tmpfs)
 RD=$VD/rundir          # the goroce device's runtime directory there
 ROCE="$EXTRA/roce --rundir $RD"
 SERVER_MGMT=198.51.100.11 # vm1 on the management link: the TCP exchange goes there
+ETH0=/sys/class/net/eth0/statistics
 
 log() { printf '%s vm.sh: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -226,13 +227,13 @@ fi
 rm -rf $RD && $ROCE link add g0 type rxe netdev eth0 roce-versions $2"
 }
 
-# vm_to_rxe VM: no goroce device, rdma_rxe loaded, rxe0 on eth0 with its
+# vm_to_rxe VM: no goroce device (nor anything of this script's), rdma_rxe loaded, rxe0 on eth0 with its
 # IPv4 RoCE v2 GID (the README's state).
 vm_to_rxe() {
 	local ip4
 	ip4=$(vm_gid4 "$1")
 	vmx "$1" "mkdir -p $VD; $KILL_OURS
-rm -rf $RD
+rm -rf $VD
 grep -q '^rdma_rxe ' /proc/modules || modprobe rdma_rxe || exit 1
 rdma link show | grep -q '^link rxe0/' || rdma link add rxe0 type rxe netdev eth0 || exit 1
 i=0
@@ -308,6 +309,12 @@ metric() {
 	esac
 }
 
+# SERVER_COUNTERS: what the server's VM received on eth0, dropped there, and
+# what its UDP sockets dropped for want of buffer space (rxe's and goroce's
+# v2 device's receive socket), one number a line.
+SERVER_COUNTERS="{ cat $ETH0/rx_packets $ETH0/rx_dropped; \
+awk '/^Udp:/ { if (!h) { for (i = 1; i <= NF; i++) if (\$i == \"RcvbufErrors\") c = i; h = 1 } else print \$c }' /proc/net/snmp; }"
+
 # listening VM: 0 when something listens on TCP 18515 (the exchange port of
 # pingpong and perftest), 1 when not, 2 when the server's log has ended.
 LISTEN_PROBE="if ss -tln | grep -q ':18515 '; then echo listening; elif grep -q 'EXIT [0-9]*\$' $VD/s.log 2>/dev/null; then echo ended; else echo not; fi"
@@ -326,7 +333,7 @@ run_one() {
 		[ "$i" -eq 150 ] && { log "$tag: port 18515 in vm1 stays taken"; vmx vm1 "ss -tlnp" >&2; }
 		sleep 0.2
 	done
-	vmx vm1 "mkdir -p $VD; rm -f $VD/s.log; (timeout $limit sh -c 'echo \$\$ > $VD/s.pid; exec $scmd'; echo EXIT \$?; rm -f $VD/s.pid) > $VD/s.log 2>&1 &"
+	vmx vm1 "mkdir -p $VD; rm -f $VD/s.log; $SERVER_COUNTERS > $VD/s.cnt; (timeout $limit sh -c 'echo \$\$ > $VD/s.pid; exec $scmd'; echo EXIT \$?; rm -f $VD/s.pid) > $VD/s.log 2>&1 &"
 	st=not
 	for i in $(seq 1 300); do
 		st=$(vmx vm1 "$LISTEN_PROBE")
@@ -335,7 +342,12 @@ run_one() {
 	done
 	if [ "$st" = listening ]; then
 		t0=$(date +%s.%N)
-		out=$(vmx vm2 "mkdir -p $VD; timeout $limit sh -c 'echo \$\$ > $VD/c.pid; exec $ccmd' 2>&1; rc=\$?; rm -f $VD/c.pid; echo EXIT \$rc") || true
+		# eth0's packet counters around the client: what each stack sent
+		# and received for the same work (retransmissions, ACKs), eth1
+		# carrying the exchange and vm-exec.
+		out=$(vmx vm2 "mkdir -p $VD; p0=\$(cat $ETH0/tx_packets $ETH0/rx_packets)
+timeout $limit sh -c 'echo \$\$ > $VD/c.pid; exec $ccmd' 2>&1; rc=\$?
+echo PKTS \$p0 \$(cat $ETH0/tx_packets $ETH0/rx_packets); rm -f $VD/c.pid; echo EXIT \$rc") || true
 		t1=$(date +%s.%N)
 		printf '%s\n' "$out" >"$logdir/$tag.client.log"
 		rc=$(printf '%s\n' "$out" | sed -n 's/.*EXIT \([0-9]*\)$/\1/p' | tail -1)
@@ -349,20 +361,25 @@ run_one() {
 		log "$tag: the server did not listen on 18515"
 		rc=255 t0=0 t1=0
 	fi
-	vmx vm1 "$KILL_OURS; cat $VD/s.log" >"$logdir/$tag.server.log" 2>&1 || true
+	vmx vm1 "$KILL_OURS; echo SCNT \$(cat $VD/s.cnt) \$($SERVER_COUNTERS); cat $VD/s.log" >"$logdir/$tag.server.log" 2>&1 || true
 	local src
 	src=$(sed -n 's/.*EXIT \([0-9]*\)$/\1/p' "$logdir/$tag.server.log" | tail -1)
 	value=$(metric "$test" <"$logdir/$tag.client.log" 2>/dev/null || true)
-	local secs
+	local secs pkts
 	secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+	pkts=$(awk '$1 == "PKTS" && NF == 5 { printf "%d\t%d", $4 - $2, $5 - $3 }' "$logdir/$tag.client.log")
+	pkts=${pkts:-$'NA\tNA'}
+	local scnt
+	scnt=$(awk '$1 == "SCNT" && NF == 7 { printf "%d\t%d\t%d", $5 - $2, $6 - $3, $7 - $4 }' "$logdir/$tag.server.log")
+	scnt=${scnt:-$'NA\tNA\tNA'}
 	if [ "$rc" = 0 ] && [ "${src:-x}" = 0 ] && [[ $value =~ ^[0-9.]+$ ]]; then
-		log "round $round: $stack${kind:+ ($kind)} $test: $value $(unit "$test") (client $secs s)"
+		log "round $round: $stack${kind:+ ($kind)} $test: $value $(unit "$test") (client $secs s, its eth0 tx/rx ${pkts/$'\t'//}; server eth0 rx/dropped/UDP RcvbufErrors ${scnt//$'\t'//})"
 	else
 		log "round $round: $stack${kind:+ ($kind)} $test FAILED: client exit $rc, server exit ${src:-none}; logs $logdir/$tag.*.log"
 		tail -5 "$logdir/$tag.client.log" "$logdir/$tag.server.log" >&2 || true
 		value=NA
 	fi
-	printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$stack" "${kind:--}" "$test" "$value" "$secs" >>"$results"
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$stack" "${kind:--}" "$test" "$value" "$secs" "$pkts" "$scnt" >>"$results"
 }
 unit() {
 	case $1 in pingpong) echo "usec/iter" ;; send_lat) echo "usec t_typical" ;; write_bw) echo "MB/s" ;; esac
@@ -479,14 +496,15 @@ if [ -n "$json" ]; then
 		printf '{"commit":"%s","version":"%s","started":"%s","rounds":%d,"kinds":"%s",' "$commit" "$version" "$started" "$rounds" "$kinds"
 		printf '"iterations":{"pingpong":%d,"send_lat":%d,"write_bw":%d},"load_before":"%s","load_after":"%s",' "$pp_n" "$lat_n" "$bw_n" "$load_before" "$load_after"
 		printf '"runs":['
-		awk -F'\t' '{ printf "%s{\"round\":%d,\"stack\":\"%s\",\"kind\":\"%s\",\"test\":\"%s\",\"value\":%s,\"client_seconds\":%s}", (NR > 1 ? "," : ""), $1, $2, $3, $4, ($5 == "NA" ? "null" : $5), $6 }' "$results"
+		awk -F'\t' 'function n(x) { return x == "NA" || x == "" ? "null" : x }
+		{ printf "%s{\"round\":%d,\"stack\":\"%s\",\"kind\":\"%s\",\"test\":\"%s\",\"value\":%s,\"client_seconds\":%s,\"client_eth0_tx_packets\":%s,\"client_eth0_rx_packets\":%s,\"server_eth0_rx_packets\":%s,\"server_eth0_rx_dropped\":%s,\"server_udp_rcvbuf_errors\":%s}", (NR > 1 ? "," : ""), $1, $2, $3, $4, n($5), $6, n($7), n($8), n($9), n($10), n($11) }' "$results"
 		printf '],"summary":['
 		summary json
 		printf ']}\n'
 	} >"$json"
 	log "every run in $json"
 fi
-if grep -q $'\tNA\t' "$results"; then
+if awk -F'\t' '$5 == "NA" { f = 1 } END { exit !f }' "$results"; then
 	log "some runs failed (— in the table)"
 	exit 1
 fi
