@@ -19,8 +19,12 @@
 # Options:
 #   -r N          rounds (default 3); each round runs every test on rxe and on
 #                 goroce, the order of the two alternating from round to round
-#   -k KINDS      goroce device kinds, comma-separated: v2 (RoCE v2 only: the
-#                 kernel's UDP socket) and/or both (v1+v2: AF_PACKET); default v2
+#   -k KINDS      goroce device kinds, comma-separated: v2 (RoCE v2 only: sent
+#                 through the kernel's UDP socket, with GSO; received, as root,
+#                 with AF_PACKET) and/or both (v1+v2: AF_PACKET both ways, the
+#                 v2 GID used); default v2, the faster in the VMs: in 5 paired
+#                 rounds (-k v2,both) both's write_bw was 0.26-0.70x v2's,
+#                 its pingpong and send_lat 0.5-1.2x v2's time (median 1.0)
 #   -n PP,LAT,BW  iterations of the pingpong, send_lat and write_bw tests
 #                 (default 1000,1000,300; --quick: 50,50,20)
 #   -j FILE       also write every run and the summary as JSON to FILE
@@ -40,10 +44,11 @@
 # socket and stay), and the rxe rounds load it and add rxe0 again.
 set -euo pipefail
 
-usage() { sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 2; }
 
 rounds=3 kinds=v2 iters= json= logdir= bin= limit= quick=
 while [ $# -gt 0 ]; do
+	case $1 in -r | -k | -n | -j | -l | -b | -t) [ $# -ge 2 ] || { echo "bench/vm.sh: $1 needs a value (-h says which)" >&2; exit 2; } ;; esac
 	case $1 in
 	-r) rounds=$2; shift ;;
 	-k) kinds=$2; shift ;;
@@ -54,7 +59,7 @@ while [ $# -gt 0 ]; do
 	-t) limit=$2; shift ;;
 	--quick) quick=1 ;;
 	-h | --help) usage ;;
-	*) echo "bench/vm.sh: unknown argument '$1'" >&2; usage ;;
+	*) echo "bench/vm.sh: unknown argument '$1' (-h lists them)" >&2; exit 2 ;;
 	esac
 	shift
 done
@@ -64,16 +69,17 @@ fi
 iters=${iters:-1000,1000,300} limit=${limit:-300}
 IFS=, read -r pp_n lat_n bw_n <<<"$iters"
 die() { echo "bench/vm.sh: $*" >&2; exit 1; }
+bad() { echo "bench/vm.sh: $*" >&2; exit 2; } # a bad command line, as roce says it
 isnum() { [[ $1 =~ ^[1-9][0-9]*$ ]]; }
-isnum "$rounds" || die "-r: a positive number of rounds, not '$rounds'"
-isnum "$limit" || die "-t: a positive number of seconds, not '$limit'"
-isnum "${pp_n:-}" && isnum "${lat_n:-}" && isnum "${bw_n:-}" || die "-n: three iteration counts PP,LAT,BW, not '$iters'"
-[ "$bw_n" -ge 5 ] && [ "$lat_n" -ge 5 ] || die "-n: perftest wants at least 5 iterations"
+isnum "$rounds" || bad "-r: a positive number of rounds, not '$rounds'"
+isnum "$limit" || bad "-t: a positive number of seconds, not '$limit'"
+isnum "${pp_n:-}" && isnum "${lat_n:-}" && isnum "${bw_n:-}" || bad "-n: three iteration counts PP,LAT,BW, not '$iters'"
+[ "$bw_n" -ge 5 ] && [ "$lat_n" -ge 5 ] || bad "-n: perftest wants at least 5 iterations"
 IFS=, read -r -a kind_list <<<"$kinds"
 for k in "${kind_list[@]}"; do
-	case $k in v2 | both) ;; *) die "-k: device kinds are v2 and both, not '$k'" ;; esac
+	case $k in v2 | both) ;; *) bad "-k: device kinds are v2 and both, not '$k'" ;; esac
 done
-[ "${#kind_list[@]}" -gt 0 ] || die "-k: at least one device kind"
+[ "${#kind_list[@]}" -gt 0 ] || bad "-k: at least one device kind"
 [ "$(id -u)" -eq 0 ] || die "run as root (the lab runs QEMU in a network namespace)"
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -138,7 +144,7 @@ else
 	(cd "$REPO" && CGO_ENABLED=0 go build -o "$work/extra/roce" ./cmd/roce) 9>&- || die "go build failed"
 fi
 chmod 755 "$work/extra/roce"
-version=$("$work/extra/roce" --version 2>&1 | head -1)
+gover=$(cd "$REPO" && go env GOVERSION 2>/dev/null || echo "go unknown")
 
 # hash_tree DIR: internal/lab's hashTree in shell, so that this script and
 # lab.StartWithExtra reuse a lab the other booted with the same files: the
@@ -473,17 +479,17 @@ kind_note() {
 	local k out=()
 	for k in "${kind_list[@]}"; do
 		case $k in
-		v2) out+=("v2 = \`roce link add g0 type rxe netdev eth0 roce-versions v2\`: RoCE v2 over the kernel's UDP socket") ;;
-		both) out+=("both = \`roce-versions both\`: RoCE v1 and v2 over AF_PACKET (the v2 GID used)") ;;
+		v2) out+=("v2 = \`roce link add g0 type rxe netdev eth0 roce-versions v2\` (sent through a UDP socket with GSO, received with AF_PACKET)") ;;
+		both) out+=("both = \`roce-versions both\` (AF_PACKET both ways, the v2 GID used)") ;;
 		esac
 	done
 	local IFS=';'
-	echo "${out[*]}"
+	echo "${out[*]}" | sed 's/;/; /g'
 }
 
 summary md
 echo
-echo "Measured by \`bench/vm.sh -r $rounds -k ${kinds} -n $pp_n,$lat_n,$bw_n\` at $commit ($version), $started:" \
+echo "Measured by \`bench/vm.sh -r $rounds -k ${kinds} -n $pp_n,$lat_n,$bw_n\` at $commit (built with $gover), $started:" \
 	"the lab's two QEMU VMs (TCG, 1 vCPU each, Debian 12 kernel 6.1) over the same virtio link, the TCP exchange" \
 	"over the management link. rxe: rdma_rxe's rxe0 with rdma-core 44 and perftest 4.5; goroce: a static build" \
 	"in both VMs, rdma_rxe unloaded (it holds UDP 4791), the device $(kind_note). Medians [min–max] of $rounds" \
@@ -493,7 +499,7 @@ echo "Measured by \`bench/vm.sh -r $rounds -k ${kinds} -n $pp_n,$lat_n,$bw_n\` a
 
 if [ -n "$json" ]; then
 	{
-		printf '{"commit":"%s","version":"%s","started":"%s","rounds":%d,"kinds":"%s",' "$commit" "$version" "$started" "$rounds" "$kinds"
+		printf '{"commit":"%s","go":"%s","started":"%s","rounds":%d,"kinds":"%s",' "$commit" "$gover" "$started" "$rounds" "$kinds"
 		printf '"iterations":{"pingpong":%d,"send_lat":%d,"write_bw":%d},"load_before":"%s","load_after":"%s",' "$pp_n" "$lat_n" "$bw_n" "$load_before" "$load_after"
 		printf '"runs":['
 		awk -F'\t' 'function n(x) { return x == "NA" || x == "" ? "null" : x }
