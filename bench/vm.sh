@@ -431,13 +431,22 @@ summary() {
 		if (failed) s = s " (" failed " of " n + failed " failed)"
 		return s
 	}
-	{ v[$1, $2, $3, $4] = $5 }
+	{ v[$1, $2, $3, $4] = $5; tx[$1, $2, $3, $4] = $7 }
+	# pkts STACK KIND TEST: the packets the client sent on eth0, median [range].
+	function pkts(st, k, t,   r, n, P) {
+		for (r = 1; r <= rounds; r++) if (tx[r, st, k, t] != "" && tx[r, st, k, t] != "NA") P[++n] = tx[r, st, k, t] + 0
+		if (!n) return "—"
+		m = median(P, n)
+		return sprintf("%d [%d–%d]", m, P[1], P[n])
+	}
 	END {
 		nk = split(kinds, K, " ")
 		split("pingpong send_lat write_bw", T, " ")
 		label["pingpong"] = "`ibv_rc_pingpong -s 64` / `roce pingpong -s 64` (-n " pp "), µs per iteration"
 		label["send_lat"] = "`ib_send_lat -s 64` / `roce perf send --lat -s 64` (-n " lat "), t_typical µs"
 		label["write_bw"] = "`ib_write_bw -s 65536` / `roce perf write -s 65536` (-n " bw "), BW average MB/s"
+		short["pingpong"] = "pingpong"; short["send_lat"] = "send_lat"; short["write_bw"] = "write_bw"
+		ideal["pingpong"] = 2 * pp; ideal["send_lat"] = 2 * lat; ideal["write_bw"] = 64 * bw
 		goal["pingpong"] = "≤ 1.0×"; goal["send_lat"] = "≤ 1.0×"; goal["write_bw"] = "≥ 1.5×"
 		sense["pingpong"] = "rxe'"'"'s time"; sense["send_lat"] = "rxe'"'"'s latency"; sense["write_bw"] = "rxe'"'"'s rate"
 		if (fmt == "md") {
@@ -464,6 +473,10 @@ summary() {
 				gl = goal[t] " (met in " met " of " nq ")"
 				kl = nk > 1 || k != "v2" ? " (goroce " k ")" : ""
 				if (fmt == "md") printf "| %s%s | %s | %s | %s | %s |\n", label[t], kl, rc, gc, qc, gl
+				else if (fmt == "pkts") {
+					if (ki == 1) printf "%s%s (least %d): rxe %s", (ti > 1 ? "; " : ""), short[t], ideal[t], pkts("rxe", "-", t)
+					printf ", goroce%s %s", (nk > 1 ? " " k : ""), pkts("goroce", k, t)
+				}
 				else {
 					printf "%s{\"test\":\"%s\",\"kind\":\"%s\",\"rxe_median\":%s,\"goroce_median\":%s,\"ratio_median\":%s,\"ratio_min\":%s,\"ratio_max\":%s,\"rounds_paired\":%d,\"goal_met\":%d}",
 						sep, t, k, (nr ? median(R, nr) : "null"), (ng ? median(G, ng) : "null"), (nq ? sprintf("%.4f", qm) : "null"),
@@ -488,6 +501,10 @@ kind_note() {
 }
 
 summary md
+echo
+echo "Packets the client sent on eth0 in a run, median [min–max], against the least the test needs" \
+	"(each message and each ACK of the peer's once, 64 packets per 64 KiB WRITE at MTU 1024; more is" \
+	"retransmission): $(summary pkts)."
 echo
 echo "Measured by \`bench/vm.sh -r $rounds -k ${kinds} -n $pp_n,$lat_n,$bw_n\` at $commit (built with $gover), $started:" \
 	"the lab's two QEMU VMs (TCG, 1 vCPU each, Debian 12 kernel 6.1) over the same virtio link, the TCP exchange" \
