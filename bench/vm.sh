@@ -32,7 +32,7 @@
 #                 directory, deleted at the end)
 #   -b FILE       use this static roce binary instead of building one
 #   -t SECONDS    limit of each command in a VM (default 300; --quick 120)
-#   --quick       -r 1 with few iterations (the Go test TestVMScript runs this)
+#   --quick       -r 1 with few iterations (the Go test TestLabVMScript runs this)
 #
 # The lab's lock (/run/roce-lab.lock, internal/lab's) is held for the whole
 # run, so tests that use the lab wait. The VMs are left as the lab's README

@@ -38,7 +38,7 @@ type vmSummary struct {
 	RatioMedian *float64 `json:"ratio_median"`
 }
 
-// TestVMScript runs bench/vm.sh --quick (one round, few iterations) on the
+// TestLabVMScript runs bench/vm.sh --quick (one round, few iterations) on the
 // lab: it must boot or reuse the lab with this tree's roce in the VMs, run
 // every test on rxe and on goroce, print the table with a figure and a
 // ratio in every cell, write each run to its JSON with the ratio the
@@ -46,7 +46,7 @@ type vmSummary struct {
 // rdma_rxe loaded, rxe0 on eth0 and working (an ibv_rc_pingpong between
 // the VMs), nothing of its own left behind. No figure is judged: the
 // lab's VMs are emulated, and only the side-by-side ratio means anything.
-func TestVMScript(t *testing.T) {
+func TestLabVMScript(t *testing.T) {
 	testenv.Root(t)
 	labDir := filepath.Join(testenv.SharedDir(t), "lab")
 	_, err := os.Stat(filepath.Join(labDir, "up"))
