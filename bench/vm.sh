@@ -1,0 +1,533 @@
+#!/usr/bin/env bash
+# bench/vm.sh: goroce next to Linux rxe (rdma_rxe), on the same lab VMs and link.
+#
+# Boots the interop lab (../shared/lab, see its README) or reuses it, with a
+# static build of this tree's roce in both VMs under /opt/extra (lab/up's
+# ROCE_LAB_EXTRA), then runs rdma-core's and perftest's tools over the
+# kernel's rxe0 and roce's equivalents over a goroce device, alternately, vm2
+# (client) to vm1 (server) over eth0 (192.0.2.12 -> .11; the TCP exchange of
+# QP data over the management link), and prints a Markdown table: medians
+# [ranges] and goroce/rxe ratios of paired rounds, for BENCHMARKS.md.
+#
+# Usage, as root, from anywhere in the repository:
+#
+#   bench/vm.sh                    # 3 rounds; the table on stdout, progress on stderr
+#   bench/vm.sh -r 5 -j runs.json  # 5 rounds; every run also into runs.json
+#   bench/vm.sh --quick            # 1 round, few iterations: does it all work?
+#   bench/vm.sh -k v2,both         # goroce with each device kind, rows for both
+#
+# Options:
+#   -r N          rounds (default 3); each round runs every test on rxe and on
+#                 goroce, the order of the two alternating from round to round
+#   -k KINDS      goroce device kinds, comma-separated: v2 (RoCE v2 only: sent
+#                 through the kernel's UDP socket, with GSO; received, as root,
+#                 with AF_PACKET) and/or both (v1+v2: AF_PACKET both ways, the
+#                 v2 GID used); default v2, the faster in the VMs: in 5 paired
+#                 rounds (-k v2,both) both's write_bw was 0.26-0.70x v2's,
+#                 its pingpong and send_lat 0.5-1.2x v2's time (median 1.0)
+#   -n PP,LAT,BW  iterations of the pingpong, send_lat and write_bw tests
+#                 (default 1000,1000,300; --quick: 50,50,20)
+#   -j FILE       also write every run and the summary as JSON to FILE
+#   -l DIR        keep every run's output in DIR (default: a temporary
+#                 directory, deleted at the end)
+#   -b FILE       use this static roce binary instead of building one
+#   -t SECONDS    limit of each command in a VM (default 300; --quick 120)
+#   --quick       -r 1 with few iterations (the Go test TestLabVMScript runs this)
+#
+# The lab's lock (/run/roce-lab.lock, internal/lab's) is held for the whole
+# run, so tests that use the lab wait. The VMs are left as the lab's README
+# describes them: rdma_rxe loaded, rxe0 on eth0, no goroce device.
+#
+# Why the modules move: Linux 6.1's rdma_rxe binds UDP port 4791 (in every
+# namespace) from the moment the module loads, not when rxe0 is added, so the
+# goroce rounds delete rxe0 and unload rdma_rxe (the other RDMA modules hold no
+# socket and stay), and the rxe rounds load it and add rxe0 again.
+set -euo pipefail
+
+usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 2; }
+
+rounds=3 kinds=v2 iters= json= logdir= bin= limit= quick=
+while [ $# -gt 0 ]; do
+	case $1 in -r | -k | -n | -j | -l | -b | -t) [ $# -ge 2 ] || { echo "bench/vm.sh: $1 needs a value (-h says which)" >&2; exit 2; } ;; esac
+	case $1 in
+	-r) rounds=$2; shift ;;
+	-k) kinds=$2; shift ;;
+	-n) iters=$2; shift ;;
+	-j) json=$2; shift ;;
+	-l) logdir=$2; shift ;;
+	-b) bin=$2; shift ;;
+	-t) limit=$2; shift ;;
+	--quick) quick=1 ;;
+	-h | --help) usage ;;
+	*) echo "bench/vm.sh: unknown argument '$1' (-h lists them)" >&2; exit 2 ;;
+	esac
+	shift
+done
+if [ -n "$quick" ]; then
+	rounds=1 iters=${iters:-50,50,20} limit=${limit:-120}
+fi
+iters=${iters:-1000,1000,300} limit=${limit:-300}
+IFS=, read -r pp_n lat_n bw_n <<<"$iters"
+die() { echo "bench/vm.sh: $*" >&2; exit 1; }
+bad() { echo "bench/vm.sh: $*" >&2; exit 2; } # a bad command line, as roce says it
+isnum() { [[ $1 =~ ^[1-9][0-9]*$ ]]; }
+isnum "$rounds" || bad "-r: a positive number of rounds, not '$rounds'"
+isnum "$limit" || bad "-t: a positive number of seconds, not '$limit'"
+isnum "${pp_n:-}" && isnum "${lat_n:-}" && isnum "${bw_n:-}" || bad "-n: three iteration counts PP,LAT,BW, not '$iters'"
+[ "$bw_n" -ge 5 ] && [ "$lat_n" -ge 5 ] || bad "-n: perftest wants at least 5 iterations"
+IFS=, read -r -a kind_list <<<"$kinds"
+for k in "${kind_list[@]}"; do
+	case $k in v2 | both) ;; *) bad "-k: device kinds are v2 and both, not '$k'" ;; esac
+done
+[ "${#kind_list[@]}" -gt 0 ] || bad "-k: at least one device kind"
+[ "$(id -u)" -eq 0 ] || die "run as root (the lab runs QEMU in a network namespace)"
+
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+[ -f "$REPO/go.mod" ] || die "cannot find the repository root from $0"
+LAB=${ROCE_LAB_DIR:-$(cd "$REPO/.." && pwd)/shared/lab}
+[ -x "$LAB/up" ] && [ -x "$LAB/vm-exec" ] || die "no interop lab at $LAB (set ROCE_LAB_DIR)"
+LOCK=/run/roce-lab.lock # internal/lab's, shared by every user of the lab
+EXTRA=/opt/extra        # where lab/up puts ROCE_LAB_EXTRA's files
+HASHFILE=.goroce-extra-sha256
+VD=/tmp/goroce-vmbench # the script's directory in each VM (tmpfs)
+RD=$VD/rundir          # the goroce device's runtime directory there
+ROCE="$EXTRA/roce --rundir $RD"
+SERVER_MGMT=198.51.100.11 # vm1 on the management link: the TCP exchange goes there
+ETH0=/sys/class/net/eth0/statistics
+
+log() { printf '%s vm.sh: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+work=$(mktemp -d -t goroce-vmbench.XXXXXX)
+if [ -z "$logdir" ]; then logdir=$work/logs; fi
+mkdir -p "$logdir"
+results=$work/results.tsv
+: >"$results"
+touched= # set once the VMs' RDMA state may differ from the README's
+
+# Every command that may outlive the script (lab/up's QEMU daemonizes) runs
+# without fd 9, the lock: a child keeping it would hold the lab forever.
+vmx() { "$LAB/vm-exec" "$@" 9>&-; }
+vmx_t() { timeout "$1" "$LAB/vm-exec" "${@:2}" 9>&-; } # a VM that does not answer
+
+cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM
+	if [ -n "$touched" ]; then
+		log "restoring the VMs: rdma_rxe loaded, rxe0 on eth0, no goroce device"
+		for vm in vm1 vm2; do
+			vm_to_rxe "$vm" >/dev/null || { log "$vm: could not restore rxe0 (see above)"; rc=1; }
+		done
+	fi
+	if [ "$logdir" = "$work/logs" ] && [ "$rc" -ne 0 ] && [ -n "$(ls -A "$logdir")" ]; then
+		logdir=$(mktemp -d -t goroce-vmbench-logs.XXXXXX) # kept: they say what failed
+		cp -a "$work/logs/." "$logdir/"
+	fi
+	[ "$logdir" = "$work/logs" ] || log "the output of every run is in $logdir"
+	rm -rf "$work"
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# --- the build ----------------------------------------------------------------
+commit=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)
+if [ -n "$(git -C "$REPO" status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+	commit="$commit (with uncommitted changes)"
+fi
+mkdir -p "$work/extra"
+if [ -n "$bin" ]; then
+	cp "$bin" "$work/extra/roce" || die "-b $bin: cannot copy it"
+	commit="$commit, binary $bin"
+else
+	log "building a static roce (CGO_ENABLED=0) of $REPO at $commit"
+	(cd "$REPO" && CGO_ENABLED=0 go build -o "$work/extra/roce" ./cmd/roce) 9>&- || die "go build failed"
+fi
+chmod 755 "$work/extra/roce"
+gover=$(cd "$REPO" && go env GOVERSION 2>/dev/null || echo "go unknown")
+
+# hash_tree DIR: internal/lab's hashTree in shell, so that this script and
+# lab.StartWithExtra reuse a lab the other booted with the same files: the
+# SHA-256 of every regular file's path, mode and content, in path order.
+hash_tree() {
+	(cd "$1" && find . -type f -print0 | sed -z 's|^\./||' | LC_ALL=C sort -z |
+		while IFS= read -r -d '' f; do
+			printf '%s\0%s\0' "$f" "$(stat -c %A "$f")"
+			cat "$f"
+		done | sha256sum | cut -d' ' -f1)
+}
+sum=$(hash_tree "$work/extra")
+mkdir -p "$work/stage"
+cp -a "$work/extra/." "$work/stage/"
+echo "$sum" >"$work/stage/$HASHFILE"
+
+# --- the lab, locked ------------------------------------------------------------
+exec 9>>"$LOCK"
+waited=0
+until flock -n 9; do
+	if [ $((waited % 30)) -eq 0 ]; then log "waiting for the lab lock $LOCK (held by a test or another tool)"; fi
+	[ "$waited" -lt "${ROCE_LAB_LOCK_WAIT:-1200}" ] || die "gave up waiting for $LOCK after $waited s"
+	sleep 1
+	waited=$((waited + 1))
+done
+
+lab_up() { vmx_t 30 vm1 true >/dev/null 2>&1 && vmx_t 30 vm2 true >/dev/null 2>&1; }
+has_extra() {
+	local vm got
+	for vm in vm1 vm2; do
+		got=$(vmx_t 30 "$vm" "cat $EXTRA/$HASHFILE" 2>/dev/null) || return 1
+		[ "$(echo "$got" | tr -d '[:space:]')" = "$sum" ] || return 1
+	done
+}
+# prepare_netns_dir: what internal/nettest.PrepareNetnsDir does before the
+# lab's `ip netns add` (makes /run/netns a shared mount point of its own, as
+# iproute2 would, under the same lock as the tests).
+prepare_netns_dir() {
+	mkdir -p /run/netns
+	(
+		flock 8
+		mount --make-rshared /run/netns 2>/dev/null ||
+			{ mount --bind /run/netns /run/netns && mount --make-rshared /run/netns; }
+	) 8>/run/goroce-netns.lock
+}
+export ROCE_LAB_TRACES=$work/traces # lab scripts that capture write there, not into ../shared
+if lab_up && has_extra; then
+	log "the lab is up with this roce in $EXTRA: reusing it"
+else
+	if lab_up; then
+		log "the lab is up without this roce: lab/down, then lab/up with ROCE_LAB_EXTRA"
+		"$LAB/down" 9>&- >&2
+	else
+		log "the lab is down: lab/setup, then lab/up with ROCE_LAB_EXTRA"
+		"$LAB/down" 9>&- >&2 || true # a half-up lab (one VM) goes first
+		prepare_netns_dir || die "cannot make /run/netns a shared mount point"
+		"$LAB/setup" 9>&- >&2 || die "lab/setup failed"
+	fi
+	ROCE_LAB_EXTRA=$work/stage "$LAB/up" 2 9>&- >&2 || die "lab/up failed"
+	lab_up && has_extra || die "the lab came up without this roce in $EXTRA"
+fi
+
+# --- switching a VM between rxe and goroce ----------------------------------------
+# Scripts run with /bin/sh (dash) in the VMs. The test commands go inside
+# sh -c '...' there, so they hold no single quote.
+
+# kill_ours: the processes this script started in the VM (their pid files),
+# if they still run the programs it started.
+KILL_OURS="for f in $VD/*.pid; do [ -e \$f ] || continue; p=\$(cat \$f); \
+grep -qaE 'roce|pingpong|ib_' /proc/\$p/cmdline 2>/dev/null && kill \$p; rm -f \$f; done"
+
+# vm_to_goroce VM KIND: no rxe0, no rdma_rxe, UDP 4791 free, then a goroce
+# device g0 on eth0 speaking KIND (v2 or both) in $RD.
+vm_to_goroce() {
+	vmx "$1" "mkdir -p $VD; $KILL_OURS
+if rdma link show | grep -q '^link rxe0/'; then rdma link delete rxe0 || exit 1; fi
+i=0
+while grep -q '^rdma_rxe ' /proc/modules; do
+  rmmod rdma_rxe 2>$VD/rmmod.err && break
+  i=\$((i + 1)); if [ \$i -ge 100 ]; then echo rmmod rdma_rxe:; cat $VD/rmmod.err; lsmod; exit 1; fi
+  sleep 0.2
+done
+if awk '\$2 ~ /:12B7\$/ { f = 1 } END { exit !f }' /proc/net/udp /proc/net/udp6; then
+  echo UDP port 4791 is still bound without rdma_rxe:; ss -uanp; exit 1
+fi
+rm -rf $RD && $ROCE link add g0 type rxe netdev eth0 roce-versions $2"
+}
+
+# vm_to_rxe VM: no goroce device (nor anything of this script's), rdma_rxe loaded, rxe0 on eth0 with its
+# IPv4 RoCE v2 GID (the README's state).
+vm_to_rxe() {
+	local ip4
+	ip4=$(vm_gid4 "$1")
+	vmx "$1" "mkdir -p $VD; $KILL_OURS
+rm -rf $VD
+grep -q '^rdma_rxe ' /proc/modules || modprobe rdma_rxe || exit 1
+rdma link show | grep -q '^link rxe0/' || rdma link add rxe0 type rxe netdev eth0 || exit 1
+i=0
+until grep -qx $ip4 /sys/class/infiniband/rxe0/ports/1/gids/* 2>/dev/null; do
+  i=\$((i + 1)); if [ \$i -ge 150 ]; then echo rxe0 has no GID $ip4:; rdma link show; exit 1; fi
+  sleep 0.2
+done"
+}
+
+# vm_gid4 VM: the VM's IPv4 address as a GID, the way sysfs writes it.
+vm_gid4() {
+	local n=${1#vm}
+	printf '0000:0000:0000:0000:0000:ffff:c000:02%02x' $((10 + n))
+}
+
+# gid_index STACK VM: the index of the VM's IPv4 RoCE v2 GID (perftest's -x,
+# pingpong's -g): from sysfs for rxe0, from roce gids for goroce's g0.
+gid_index() {
+	local out
+	if [ "$1" = rxe ]; then
+		# grep reads the table's 1,024 files at once: a shell loop would
+		# fork a cat per entry, seconds under TCG.
+		out=$(vmx "$2" "cd /sys/class/infiniband/rxe0/ports/1 && for f in \$(grep -lx $(vm_gid4 "$2") gids/*); do \
+i=\${f#gids/}; [ \"\$(cat gid_attrs/types/\$i)\" = \"RoCE v2\" ] && echo \$i; done | sort -n")
+	else
+		out=$(vmx "$2" "$ROCE gids -d g0 2>/dev/null" | awk -v ip="192.0.2.$((10 + ${2#vm}))" '$5 == ip && $6 == "v2" { print $3 }')
+	fi
+	out=$(echo "$out" | head -1 | tr -d '[:space:]')
+	[[ $out =~ ^[0-9]+$ ]] || { log "$2: no IPv4 RoCE v2 GID on $1's device"; return 1; }
+	echo "$out"
+}
+
+mode= # rxe or the goroce kind the VMs are set up for
+switch_to() {
+	[ "$mode" = "$1" ] && return 0
+	touched=1
+	local vm
+	for vm in vm1 vm2; do
+		if [ "$1" = rxe ]; then
+			vm_to_rxe "$vm" >&2 || die "$vm: could not load rdma_rxe and add rxe0"
+		else
+			vm_to_goroce "$vm" "$1" >&2 || die "$vm: could not free UDP 4791 and add the goroce device"
+		fi
+	done
+	local stack=goroce
+	[ "$1" = rxe ] && stack=rxe
+	g1=$(gid_index $stack vm1) && g2=$(gid_index $stack vm2) || die "no GID to use"
+	mode=$1
+	log "VMs on $([ "$1" = rxe ] && echo "rxe (rdma_rxe, rxe0)" || echo "goroce (device g0, roce-versions $1)"), GID index vm1 $g1, vm2 $g2"
+}
+
+# --- one test, one stack ------------------------------------------------------------
+# cmdline STACK TEST GID: the command, the server's without an address.
+cmdline() {
+	case $1/$2 in
+	rxe/pingpong) echo "ibv_rc_pingpong -d rxe0 -g $3 -s 64 -n $pp_n" ;;
+	rxe/send_lat) echo "ib_send_lat -d rxe0 -x $3 -s 64 -n $lat_n -m 1024 -F" ;;
+	rxe/write_bw) echo "ib_write_bw -d rxe0 -x $3 -s 65536 -n $bw_n -m 1024 -F" ;;
+	goroce/pingpong) echo "$ROCE pingpong -d g0 -g $3 -s 64 -n $pp_n" ;;
+	goroce/send_lat) echo "$ROCE perf send --lat -d g0 -x $3 -s 64 -n $lat_n -m 1024 -F" ;;
+	goroce/write_bw) echo "$ROCE perf write -d g0 -x $3 -s 65536 -n $bw_n -m 1024 -F" ;;
+	esac
+}
+
+# metric TEST < client output: the figure the table reports, from the
+# output both tools print alike (rdma-core's pingpong line, perftest's tables).
+metric() {
+	case $1 in
+	pingpong) awk '/ iters in .* usec\/iter/ { for (i = 1; i < NF; i++) if ($(i + 1) == "usec/iter") v = $i } END { if (v != "") print v }' ;;
+	send_lat) awk '/t_typical/ { for (i = 1; i <= NF; i++) if ($i ~ /^t_typical/) c = i; next }
+		c && $1 ~ /^[0-9]+$/ { print $c; exit }' ;;
+	write_bw) awk '/BW average\[MB\/sec\]/ { h = 1; next } h && $1 ~ /^[0-9]+$/ { print $4; exit }' ;;
+	esac
+}
+
+# SERVER_COUNTERS: what the server's VM received on eth0, dropped there, and
+# what its UDP sockets dropped for want of buffer space (rxe's and goroce's
+# v2 device's receive socket), one number a line.
+SERVER_COUNTERS="{ cat $ETH0/rx_packets $ETH0/rx_dropped; \
+awk '/^Udp:/ { if (!h) { for (i = 1; i <= NF; i++) if (\$i == \"RcvbufErrors\") c = i; h = 1 } else print \$c }' /proc/net/snmp; }"
+
+# listening VM: 0 when something listens on TCP 18515 (the exchange port of
+# pingpong and perftest), 1 when not, 2 when the server's log has ended.
+LISTEN_PROBE="if ss -tln | grep -q ':18515 '; then echo listening; elif grep -q 'EXIT [0-9]*\$' $VD/s.log 2>/dev/null; then echo ended; else echo not; fi"
+
+# run_one ROUND STACK KIND TEST: server in vm1, client in vm2, both under
+# timeout(1); appends a line to $results.
+run_one() {
+	local round=$1 stack=$2 kind=$3 test=$4
+	local tag=r$round-$stack${kind:+-$kind}-$test
+	local scmd ccmd t0 t1 out rc=0 st value i
+	scmd=$(cmdline "$stack" "$test" "$g1")
+	ccmd="$(cmdline "$stack" "$test" "$g2") $SERVER_MGMT"
+	# A server of the last run still listening (it should not) would take the client.
+	for i in $(seq 1 150); do
+		[ "$(vmx vm1 "$LISTEN_PROBE")" != listening ] && break
+		[ "$i" -eq 150 ] && { log "$tag: port 18515 in vm1 stays taken"; vmx vm1 "ss -tlnp" >&2; }
+		sleep 0.2
+	done
+	vmx vm1 "mkdir -p $VD; rm -f $VD/s.log; $SERVER_COUNTERS > $VD/s.cnt; (timeout $limit sh -c 'echo \$\$ > $VD/s.pid; exec $scmd'; echo EXIT \$?; rm -f $VD/s.pid) > $VD/s.log 2>&1 &"
+	st=not
+	for i in $(seq 1 300); do
+		st=$(vmx vm1 "$LISTEN_PROBE")
+		[ "$st" = not ] || break
+		sleep 0.2
+	done
+	if [ "$st" = listening ]; then
+		t0=$(date +%s.%N)
+		# eth0's packet counters around the client: what each stack sent
+		# and received for the same work (retransmissions, ACKs), eth1
+		# carrying the exchange and vm-exec.
+		out=$(vmx vm2 "mkdir -p $VD; p0=\$(cat $ETH0/tx_packets $ETH0/rx_packets)
+timeout $limit sh -c 'echo \$\$ > $VD/c.pid; exec $ccmd' 2>&1; rc=\$?
+echo PKTS \$p0 \$(cat $ETH0/tx_packets $ETH0/rx_packets); rm -f $VD/c.pid; echo EXIT \$rc") || true
+		t1=$(date +%s.%N)
+		printf '%s\n' "$out" >"$logdir/$tag.client.log"
+		rc=$(printf '%s\n' "$out" | sed -n 's/.*EXIT \([0-9]*\)$/\1/p' | tail -1)
+		rc=${rc:-255}
+		# The server ends right after the client; give it the time a loaded VM takes.
+		for i in $(seq 1 150); do
+			[ "$(vmx vm1 "$LISTEN_PROBE")" = ended ] && break
+			sleep 0.2
+		done
+	else
+		log "$tag: the server did not listen on 18515"
+		rc=255 t0=0 t1=0
+	fi
+	vmx vm1 "$KILL_OURS; echo SCNT \$(cat $VD/s.cnt) \$($SERVER_COUNTERS); cat $VD/s.log" >"$logdir/$tag.server.log" 2>&1 || true
+	local src
+	src=$(sed -n 's/.*EXIT \([0-9]*\)$/\1/p' "$logdir/$tag.server.log" | tail -1)
+	value=$(metric "$test" <"$logdir/$tag.client.log" 2>/dev/null || true)
+	local secs pkts
+	secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+	pkts=$(awk '$1 == "PKTS" && NF == 5 { printf "%d\t%d", $4 - $2, $5 - $3 }' "$logdir/$tag.client.log")
+	pkts=${pkts:-$'NA\tNA'}
+	local scnt
+	scnt=$(awk '$1 == "SCNT" && NF == 7 { printf "%d\t%d\t%d", $5 - $2, $6 - $3, $7 - $4 }' "$logdir/$tag.server.log")
+	scnt=${scnt:-$'NA\tNA\tNA'}
+	if [ "$rc" = 0 ] && [ "${src:-x}" = 0 ] && [[ $value =~ ^[0-9.]+$ ]]; then
+		log "round $round: $stack${kind:+ ($kind)} $test: $value $(unit "$test") (client $secs s, its eth0 tx/rx ${pkts/$'\t'//}; server eth0 rx/dropped/UDP RcvbufErrors ${scnt//$'\t'//})"
+	else
+		log "round $round: $stack${kind:+ ($kind)} $test FAILED: client exit $rc, server exit ${src:-none}; logs $logdir/$tag.*.log"
+		tail -5 "$logdir/$tag.client.log" "$logdir/$tag.server.log" >&2 || true
+		value=NA
+	fi
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$stack" "${kind:--}" "$test" "$value" "$secs" "$pkts" "$scnt" >>"$results"
+}
+unit() {
+	case $1 in pingpong) echo "usec/iter" ;; send_lat) echo "usec t_typical" ;; write_bw) echo "MB/s" ;; esac
+}
+
+# --- the rounds ----------------------------------------------------------------------
+tests=(pingpong send_lat write_bw)
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+log "$rounds round(s); goroce device kind(s): ${kind_list[*]}; iterations: pingpong $pp_n, send_lat $lat_n, write_bw $bw_n; host load $load_before"
+for r in $(seq 1 "$rounds"); do
+	# rxe first in odd rounds, last in even ones (ABBA): a drift of the host's
+	# load over the run weighs on both stacks alike, and the modules move once
+	# per round.
+	blocks=(rxe "${kind_list[@]}")
+	if [ $((r % 2)) -eq 0 ]; then
+		blocks=()
+		for k in "${kind_list[@]}"; do blocks=("$k" "${blocks[@]}"); done
+		blocks+=(rxe)
+	fi
+	for b in "${blocks[@]}"; do
+		switch_to "$b"
+		for t in "${tests[@]}"; do
+			if [ "$b" = rxe ]; then run_one "$r" rxe "" "$t"; else run_one "$r" goroce "$b" "$t"; fi
+		done
+	done
+done
+switch_to rxe
+touched=
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# --- the table ------------------------------------------------------------------------
+summary() {
+	awk -F'\t' -v kinds="${kind_list[*]}" -v rounds="$rounds" -v fmt="$1" \
+		-v pp="$pp_n" -v lat="$lat_n" -v bw="$bw_n" '
+	function sortn(a, n,   i, j, t) { for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t } }
+	function median(a, n) { sortn(a, n); return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+	function num(v, t) { return t == "write_bw" ? sprintf("%.2f", v) : (v >= 100 ? sprintf("%.0f", v) : sprintf("%.1f", v)) }
+	function cell(t, a, n, failed,   s, lo, hi, m) {
+		if (n == 0) return "— (" failed " failed)"
+		m = median(a, n); lo = a[1]; hi = a[n]
+		s = num(m, t) " [" num(lo, t) "–" num(hi, t) "]"
+		if (failed) s = s " (" failed " of " n + failed " failed)"
+		return s
+	}
+	{ v[$1, $2, $3, $4] = $5; tx[$1, $2, $3, $4] = $7 }
+	# pkts STACK KIND TEST: the packets the client sent on eth0, median [range].
+	function pkts(st, k, t,   r, n, P) {
+		for (r = 1; r <= rounds; r++) if (tx[r, st, k, t] != "" && tx[r, st, k, t] != "NA") P[++n] = tx[r, st, k, t] + 0
+		if (!n) return "—"
+		m = median(P, n)
+		return sprintf("%d [%d–%d]", m, P[1], P[n])
+	}
+	END {
+		nk = split(kinds, K, " ")
+		split("pingpong send_lat write_bw", T, " ")
+		label["pingpong"] = "`ibv_rc_pingpong -s 64` / `roce pingpong -s 64` (-n " pp "), µs per iteration"
+		label["send_lat"] = "`ib_send_lat -s 64` / `roce perf send --lat -s 64` (-n " lat "), t_typical µs"
+		label["write_bw"] = "`ib_write_bw -s 65536` / `roce perf write -s 65536` (-n " bw "), BW average MB/s"
+		short["pingpong"] = "pingpong"; short["send_lat"] = "send_lat"; short["write_bw"] = "write_bw"
+		ideal["pingpong"] = 2 * pp; ideal["send_lat"] = 2 * lat; ideal["write_bw"] = 64 * bw
+		goal["pingpong"] = "≤ 1.0×"; goal["send_lat"] = "≤ 1.0×"; goal["write_bw"] = "≥ 1.5×"
+		sense["pingpong"] = "rxe'"'"'s time"; sense["send_lat"] = "rxe'"'"'s latency"; sense["write_bw"] = "rxe'"'"'s rate"
+		if (fmt == "md") {
+			print "| test (client vm2 → server vm1) | rxe | goroce | goroce/rxe, paired rounds | goal |"
+			print "|---|---|---|---|---|"
+		}
+		for (ti = 1; ti <= 3; ti++) {
+			t = T[ti]
+			for (ki = 1; ki <= nk; ki++) {
+				k = K[ki]
+				nr = ng = nq = fr = fg = met = 0
+				delete R; delete G; delete Q
+				for (r = 1; r <= rounds; r++) {
+					x = v[r, "rxe", "-", t]; y = v[r, "goroce", k, t]
+					if (x != "" && x != "NA") R[++nr] = x + 0; else fr++
+					if (y != "" && y != "NA") G[++ng] = y + 0; else fg++
+					if (x != "" && x != "NA" && y != "" && y != "NA" && x + 0 > 0) {
+						Q[++nq] = (y + 0) / (x + 0)
+						if (t == "write_bw" ? Q[nq] >= 1.5 : Q[nq] <= 1.0) met++
+					}
+				}
+				rc = cell(t, R, nr, fr); gc = cell(t, G, ng, fg)
+				if (nq) { qm = median(Q, nq); qc = sprintf("%.2f× [%.2f–%.2f] %s", qm, Q[1], Q[nq], sense[t]) } else qc = "—"
+				gl = goal[t] " (met in " met " of " nq ")"
+				kl = nk > 1 || k != "v2" ? " (goroce " k ")" : ""
+				if (fmt == "md") printf "| %s%s | %s | %s | %s | %s |\n", label[t], kl, rc, gc, qc, gl
+				else if (fmt == "pkts") {
+					if (ki == 1) printf "%s%s (least %d): rxe %s", (ti > 1 ? "; " : ""), short[t], ideal[t], pkts("rxe", "-", t)
+					printf ", goroce%s %s", (nk > 1 ? " " k : ""), pkts("goroce", k, t)
+				}
+				else {
+					printf "%s{\"test\":\"%s\",\"kind\":\"%s\",\"rxe_median\":%s,\"goroce_median\":%s,\"ratio_median\":%s,\"ratio_min\":%s,\"ratio_max\":%s,\"rounds_paired\":%d,\"goal_met\":%d}",
+						sep, t, k, (nr ? median(R, nr) : "null"), (ng ? median(G, ng) : "null"), (nq ? sprintf("%.4f", qm) : "null"),
+						(nq ? sprintf("%.4f", Q[1]) : "null"), (nq ? sprintf("%.4f", Q[nq]) : "null"), nq, met
+					sep = ","
+				}
+			}
+		}
+	}' "$results"
+}
+
+kind_note() {
+	local k out=()
+	for k in "${kind_list[@]}"; do
+		case $k in
+		v2) out+=("v2 = \`roce link add g0 type rxe netdev eth0 roce-versions v2\` (sent through a UDP socket with GSO, received with AF_PACKET)") ;;
+		both) out+=("both = \`roce-versions both\` (AF_PACKET both ways, the v2 GID used)") ;;
+		esac
+	done
+	local IFS=';'
+	echo "${out[*]}" | sed 's/;/; /g'
+}
+
+summary md
+echo
+echo "Packets the client sent on eth0 in a run, median [min–max], against the least the test needs" \
+	"(each message and each ACK of the peer's once, 64 packets per 64 KiB WRITE at MTU 1024; more is" \
+	"retransmission): $(summary pkts)."
+echo
+echo "Measured by \`bench/vm.sh -r $rounds -k ${kinds} -n $pp_n,$lat_n,$bw_n\` at $commit (built with $gover), $started:" \
+	"the lab's two QEMU VMs (TCG, 1 vCPU each, Debian 12 kernel 6.1) over the same virtio link, the TCP exchange" \
+	"over the management link. rxe: rdma_rxe's rxe0 with rdma-core 44 and perftest 4.5; goroce: a static build" \
+	"in both VMs, rdma_rxe unloaded (it holds UDP 4791), the device $(kind_note). Medians [min–max] of $rounds" \
+	"round(s); rxe and goroce alternate within each round, rxe first in odd rounds and last in even ones; the ratio" \
+	"is goroce's figure over rxe's of the same round. Both sides' path MTU 1024. Host load average $load_before" \
+	"before, $load_after after."
+
+if [ -n "$json" ]; then
+	{
+		printf '{"commit":"%s","go":"%s","started":"%s","rounds":%d,"kinds":"%s",' "$commit" "$gover" "$started" "$rounds" "$kinds"
+		printf '"iterations":{"pingpong":%d,"send_lat":%d,"write_bw":%d},"load_before":"%s","load_after":"%s",' "$pp_n" "$lat_n" "$bw_n" "$load_before" "$load_after"
+		printf '"runs":['
+		awk -F'\t' 'function n(x) { return x == "NA" || x == "" ? "null" : x }
+		{ printf "%s{\"round\":%d,\"stack\":\"%s\",\"kind\":\"%s\",\"test\":\"%s\",\"value\":%s,\"client_seconds\":%s,\"client_eth0_tx_packets\":%s,\"client_eth0_rx_packets\":%s,\"server_eth0_rx_packets\":%s,\"server_eth0_rx_dropped\":%s,\"server_udp_rcvbuf_errors\":%s}", (NR > 1 ? "," : ""), $1, $2, $3, $4, n($5), $6, n($7), n($8), n($9), n($10), n($11) }' "$results"
+		printf '],"summary":['
+		summary json
+		printf ']}\n'
+	} >"$json"
+	log "every run in $json"
+fi
+if awk -F'\t' '$5 == "NA" { f = 1 } END { exit !f }' "$results"; then
+	log "some runs failed (— in the table)"
+	exit 1
+fi

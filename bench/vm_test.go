@@ -1,0 +1,173 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/internal/lab"
+	"github.com/goroce/goroce/internal/testenv"
+)
+
+// vmRun is one run of bench/vm.sh's JSON (-j).
+type vmRun struct {
+	Round    int      `json:"round"`
+	Stack    string   `json:"stack"`
+	Kind     string   `json:"kind"`
+	Test     string   `json:"test"`
+	Value    *float64 `json:"value"`
+	TxPkts   *int     `json:"client_eth0_tx_packets"`
+	RxPkts   *int     `json:"client_eth0_rx_packets"`
+	ClientTS float64  `json:"client_seconds"`
+}
+
+type vmSummary struct {
+	Test        string   `json:"test"`
+	Kind        string   `json:"kind"`
+	RxeMedian   *float64 `json:"rxe_median"`
+	GoroceMed   *float64 `json:"goroce_median"`
+	RatioMedian *float64 `json:"ratio_median"`
+}
+
+// TestLabVMScript runs bench/vm.sh --quick (one round, few iterations) on the
+// lab: it must boot or reuse the lab with this tree's roce in the VMs, run
+// every test on rxe and on goroce, print the table with a figure and a
+// ratio in every cell, write each run to its JSON with the ratio the
+// table's figures give, and leave the VMs as the lab's README has them —
+// rdma_rxe loaded, rxe0 on eth0 and working (an ibv_rc_pingpong between
+// the VMs), nothing of its own left behind. No figure is judged: the
+// lab's VMs are emulated, and only the side-by-side ratio means anything.
+func TestLabVMScript(t *testing.T) {
+	testenv.Root(t)
+	labDir := filepath.Join(testenv.SharedDir(t), "lab")
+	_, err := os.Stat(filepath.Join(labDir, "up"))
+	testenv.Require(t, err == nil, "the interop lab at "+labDir)
+	// As lab.Start: lab/setup installs qemu, which CI lets it do.
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil && !testenv.InCI() && os.Getenv("GOROCE_LAB") == "" {
+		testenv.Require(t, false, "qemu (run ../shared/lab/setup, or set GOROCE_LAB=1 to let the tests run it)")
+	}
+
+	// The script takes the lab's lock itself (lab.Start here would hold
+	// it against the script): it may wait for other tests' turns, up to
+	// a minute before this test's deadline.
+	deadline := time.Now().Add(20 * time.Minute)
+	if d, ok := t.Deadline(); ok {
+		deadline = d.Add(-time.Minute)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	jsonPath := filepath.Join(t.TempDir(), "runs.json")
+	logs := t.TempDir()
+	cmd := exec.CommandContext(ctx, filepath.Join(testenv.RepoRoot(t), "bench", "vm.sh"), "--quick", "-j", jsonPath, "-l", logs)
+	cmd.Env = append(os.Environ(), "ROCE_LAB_DIR="+labDir,
+		"ROCE_LAB_LOCK_WAIT="+strconv.Itoa(int(time.Until(deadline).Seconds())-300))
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) } // the script restores the VMs on SIGINT
+	cmd.WaitDelay = time.Minute
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err = cmd.Run()
+	t.Logf("bench/vm.sh --quick took %v; stderr:\n%s", time.Since(start).Round(time.Second), stderr.String())
+	if err != nil {
+		for _, f := range mustGlob(t, filepath.Join(logs, "*.log")) {
+			b, _ := os.ReadFile(f)
+			t.Logf("%s:\n%s", filepath.Base(f), b)
+		}
+		t.Fatalf("bench/vm.sh --quick: %v\nstdout:\n%s", err, stdout.String())
+	}
+
+	// The table: a header and one row per test, every cell filled.
+	table := stdout.String()
+	t.Logf("stdout:\n%s", table)
+	cell := `(\d+(\.\d+)? \[\d+(\.\d+)?–\d+(\.\d+)?\])`
+	row := regexp.MustCompile(`(?m)^\| ` + "`" + `(ibv_rc_pingpong|ib_send_lat|ib_write_bw) [^|]+ \| ` + cell + ` \| ` + cell + ` \| \d+\.\d\d× \[\d+\.\d\d–\d+\.\d\d\] rxe's (time|latency|rate) \| [≤≥] 1\.[05]× \(met in [01] of 1\) \|$`)
+	if !strings.Contains(table, "| test (client vm2 → server vm1) | rxe | goroce | goroce/rxe, paired rounds | goal |\n|---|---|---|---|---|\n") {
+		t.Errorf("no table header on stdout")
+	}
+	if rows := row.FindAllStringSubmatch(table, -1); len(rows) != 3 || rows[0][1] != "ibv_rc_pingpong" || rows[1][1] != "ib_send_lat" || rows[2][1] != "ib_write_bw" {
+		t.Errorf("want the three rows pingpong, send_lat, write_bw with figures in every cell; got %d rows matching", len(rows))
+	}
+
+	// The JSON: every run a figure and packets on eth0, the summary's
+	// ratio that of the figures.
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Commit  string      `json:"commit"`
+		Rounds  int         `json:"rounds"`
+		Runs    []vmRun     `json:"runs"`
+		Summary []vmSummary `json:"summary"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("the JSON: %v\n%s", err, b)
+	}
+	if doc.Rounds != 1 || doc.Commit == "" || doc.Commit == "unknown" {
+		t.Errorf("JSON: rounds %d, commit %q", doc.Rounds, doc.Commit)
+	}
+	values := map[string]float64{}
+	for _, r := range doc.Runs {
+		if r.Value == nil || *r.Value <= 0 || r.TxPkts == nil || r.RxPkts == nil || *r.TxPkts <= 0 || *r.RxPkts <= 0 {
+			t.Errorf("run %+v: no figure or no packets on eth0", r)
+			continue
+		}
+		values[r.Stack+"/"+r.Test] = *r.Value
+	}
+	if len(doc.Runs) != 6 || len(values) != 6 {
+		t.Errorf("want 6 runs (3 tests × rxe, goroce), got %d: %s", len(doc.Runs), b)
+	}
+	if len(doc.Summary) != 3 {
+		t.Errorf("want 3 summary rows, got %d", len(doc.Summary))
+	}
+	for _, s := range doc.Summary {
+		x, y := values["rxe/"+s.Test], values["goroce/"+s.Test]
+		if s.Kind != "v2" || s.RatioMedian == nil || x == 0 || math.Abs(*s.RatioMedian-y/x) > 1e-3*y/x {
+			t.Errorf("summary %s (%s): ratio %v, the runs give %g/%g", s.Test, s.Kind, s.RatioMedian, y, x)
+		}
+	}
+
+	// The VMs as the README describes them, rxe working between them.
+	l := lab.Start(t)
+	for _, vm := range []lab.VM{lab.VM1, lab.VM2} {
+		out := l.MustExec(t, vm, "rdma link show; grep -c '^rdma_rxe ' /proc/modules; ss -uan | grep -c ':4791 '; ls -d /tmp/goroce-vmbench 2>&1; true")
+		if !regexp.MustCompile(`(?m)^link rxe0/1 state ACTIVE physical_state LINK_UP netdev eth0 $`).MatchString(out) ||
+			!strings.Contains(out, "\n1\n2\n") || !strings.Contains(out, "No such file") {
+			t.Errorf("%s after the script (want rxe0 on eth0, rdma_rxe loaded and on UDP 4791 twice, no /tmp/goroce-vmbench):\n%s", vm.Name, out)
+		}
+	}
+	g1 := l.GIDIndex(t, lab.VM1, lab.VM1.IPv4)
+	g2 := l.GIDIndex(t, lab.VM2, lab.VM2.IPv4)
+	server := l.Background(t, lab.VM1, "/tmp/vmscript-pp.log", 100*time.Second, "ibv_rc_pingpong -d rxe0 -g "+strconv.Itoa(g1)+" -n 5")
+	if ok := testenv.Poll(testenv.Slow, func() bool {
+		out, _, _ := l.Exec(lab.VM1, "ss -tln | grep -c ':18515 '")
+		_, _, exited := server.Log()
+		return strings.TrimSpace(out) == "1" || exited
+	}); !ok {
+		t.Fatal("ibv_rc_pingpong's server in vm1 never listened")
+	}
+	if out, rc, err := l.Exec(lab.VM2, "timeout 100 ibv_rc_pingpong -d rxe0 -g "+strconv.Itoa(g2)+" -n 5 "+lab.VM1.Mgmt); err != nil || rc != 0 || !strings.Contains(out, "5 iters in") {
+		t.Errorf("rxe after the script: ibv_rc_pingpong client: exit %d %v\n%s", rc, err, out)
+	}
+	if log := server.Wait(); !strings.Contains(log, "5 iters in") || !strings.HasSuffix(strings.TrimSpace(log), "EXIT 0") {
+		t.Errorf("rxe after the script: ibv_rc_pingpong server:\n%s", log)
+	}
+}
+
+func mustGlob(t *testing.T, pattern string) []string {
+	t.Helper()
+	m, err := filepath.Glob(pattern)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
