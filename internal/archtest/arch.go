@@ -122,7 +122,7 @@ var Table = map[string]rule{
 	"internal/lab":      {9, "host verbs internal/nettest internal/testenv", ""},
 	"internal/archtest": {9, "", ""},
 	"bench": {9, "",
-		"rsocket rdmacm host verbs verbs/verbstest link link/linktest link/udp wire internal/nettest internal/testenv"},
+		"rsocket rdmacm host verbs verbs/verbstest link link/linktest link/udp wire internal/nettest internal/testenv internal/lab"},
 	"bench/cmd/benchtable": {9, "", ""},
 }
 
