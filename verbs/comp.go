@@ -466,7 +466,8 @@ func (q *QP) onNAK(psn wire.PSN, syn wire.Syndrome, out *txBatch) {
 		}
 		return
 	}
-	// A NAK acknowledges every PSN before it (C9-?? §9.7.5.1.2).
+	// A NAK acknowledges every PSN before it, as an ACK does: the completer
+	// retires the WQEs before the NAK's PSN first (rxe_comp.c check_ack).
 	if stuck := q.completeThrough(psn.Add(-1)); stuck {
 		w := q.sq.at(q.sq.head)
 		q.advanceCompPSN(w.firstPSN)

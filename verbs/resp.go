@@ -225,7 +225,7 @@ func (q *QP) receive(p *wire.Packet, a *link.Addr, out *txBatch) {
 		return
 	}
 	if q.typ == RC || q.typ == UC {
-		// Connected QPs take packets from their peer only (IBTA C9-?? path check):
+		// Connected QPs take packets from their peer only (rxe_recv.c check_addr):
 		// the source GID must be the path's destination.
 		if a.SrcGID != q.path.dgid {
 			q.count(RcvdBadQP)
@@ -734,7 +734,9 @@ func (q *QP) rcRequest(p *wire.Packet, out *txBatch) {
 	psn := bth.PSN()
 	switch d := psn.Diff(q.resp.psn); {
 	case d > 0:
-		// A gap: NAK once with the PSN we expect (C9-??, rxe: out_of_seq_request).
+		// A gap: NAK once with the PSN we expect: the AETH's PSN sequence error
+		// syndrome (see wire.Syndrome); rxe_resp.c check_psn, its counter
+		// out_of_seq_request.
 		q.count(OutOfSeqRequest)
 		if !q.resp.nakSent {
 			q.resp.nakSent = true

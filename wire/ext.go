@@ -231,7 +231,7 @@ func FETHWord(sel, placement uint8) uint32 { return uint32(sel&3)<<4 | uint32(pl
 // bits are written as given.
 func AppendFETH(b []byte, w uint32) []byte { return binary.BigEndian.AppendUint32(b, w) }
 
-// AETH is the ACK Extended Transport Header (§9.3.5? Figure 36): an 8-bit
+// AETH is the ACK Extended Transport Header (IBTA Vol 1 §9.3): an 8-bit
 // syndrome and a 24-bit MSN.
 type AETH []byte
 
