@@ -35,7 +35,12 @@ type mwEnv struct {
 
 func newMWEnv(t *testing.T, regionAccess verbs.Access) *mwEnv {
 	t.Helper()
-	p := verbstest.NewPair(t, verbstest.Options{})
+	return newMWEnvOn(t, verbstest.NetV2IPv4, regionAccess)
+}
+
+func newMWEnvOn(t *testing.T, net string, regionAccess verbs.Access) *mwEnv {
+	t.Helper()
+	p := verbstest.NewPair(t, verbstest.Options{Net: net})
 	e := &mwEnv{p: p, data: randBytes(mwLen, 19)}
 	e.target = newCanary(t, p.B.PD, mwRegion, regionAccess)
 	e.src = source(t, p.A.PD, e.data)
@@ -501,5 +506,66 @@ func TestMWKeys(t *testing.T) {
 	}
 	if _, err := p.A.PD.AllocMW(3); !errors.Is(err, syscall.EINVAL) {
 		t.Errorf("AllocMW(3): %v, want EINVAL", err)
+	}
+}
+
+// TestMWBadInput: issue 19's bad input on every network verbstest runs
+// (the fabric's; the veth pair's under TestOverVeth): a WRITE through an
+// unbound window's rkey, through a locally and a remotely invalidated
+// one's, through a type 2 window bound to another QP, and a bind outside
+// the region: each refused as rxe refuses it, and no byte written.
+func TestMWBadInput(t *testing.T) {
+	access := verbs.AccessRemoteWrite
+	for _, net := range verbstest.Networks {
+		t.Run(net+"/unbound", func(t *testing.T) {
+			e := newMWEnvOn(t, net, mwBindAccess)
+			mw := allocMW(t, e.p.B.PD, verbs.MWType2)
+			e.wantRemAccess(t, e.write(t, 1, mw.RKey(), e.target.addr(mwOff), 1000), 1)
+		})
+		for _, remote := range []bool{false, true} {
+			name := "/local-inv"
+			if remote {
+				name = "/remote-inv"
+			}
+			t.Run(net+name, func(t *testing.T) {
+				e := newMWEnvOn(t, net, mwBindAccess)
+				mw := allocMW(t, e.p.B.PD, verbs.MWType2)
+				wantBound(t, bind2(t, e.p.B.QP, e.p.B.CQ, mw, verbs.IncRKey(mw.RKey()), e.info(access)))
+				if wc := e.write(t, 1, mw.RKey(), e.target.addr(mwOff), 8); wc.Status != verbs.WCSuccess {
+					t.Fatalf("WRITE through the bound window: %v", &wc)
+				}
+				written := piece{mwOff, e.data[:8]}
+				if remote {
+					rbuf := newCanary(t, e.p.B.PD, 64, verbs.AccessLocalWrite)
+					mustPostRecv(t, e.p.B.QP, verbs.RecvWR{WRID: 2, SGList: []verbs.SGE{rbuf.mr.SGE(0, 64)}})
+					mustPostSend(t, e.p.A.QP, verbs.SendWR{WRID: 2, Opcode: verbs.WRSendWithInv, Flags: verbs.SendSignaled,
+						SGList: sgl(e.src, 10), InvalidateRKey: mw.RKey()})
+					wantOK(t, e.p.A.CQ, 2, verbs.WCSend)
+					wantOK(t, e.p.B.RCQ, 2, verbs.WCRecv)
+				} else {
+					mustPostSend(t, e.p.B.QP, verbs.SendWR{WRID: 2, Opcode: verbs.WRLocalInv, Flags: verbs.SendSignaled, InvalidateRKey: mw.RKey()})
+					wantOK(t, e.p.B.CQ, 2, verbs.WCLocalInv)
+				}
+				e.wantRemAccess(t, e.write(t, 3, mw.RKey(), e.target.addr(mwOff+8), 2000), 3, written)
+			})
+		}
+		t.Run(net+"/type2-other-qp", func(t *testing.T) {
+			e := newMWEnvOn(t, net, mwBindAccess)
+			_, b := freshRC(t, e.p)
+			mw := allocMW(t, e.p.B.PD, verbs.MWType2)
+			wantBound(t, bind2(t, b.qp, b.cq, mw, verbs.IncRKey(mw.RKey()), e.info(access)))
+			e.wantRemAccess(t, e.write(t, 1, mw.RKey(), e.target.addr(mwOff), 1000), 1)
+		})
+		t.Run(net+"/outside-region", func(t *testing.T) {
+			e := newMWEnvOn(t, net, mwBindAccess)
+			mw := allocMW(t, e.p.B.PD, verbs.MWType2)
+			info := verbs.MWBindInfo{MR: e.target.mr, Addr: e.target.addr(mwRegion - 8), Length: 16, Access: access}
+			want(t, bind2(t, e.p.B.QP, e.p.B.CQ, mw, verbs.IncRKey(mw.RKey()), info), verbs.WCMWBindErr, 78)
+			a, _ := freshRC(t, e.p)
+			mustPostSend(t, a.qp, verbs.SendWR{WRID: 4, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+				SGList: sgl(e.src, 16), RemoteAddr: info.Addr, RKey: mw.RKey()})
+			want(t, poll(t, a.cq), verbs.WCRemAccessErr, 4)
+			e.target.check(t)
+		})
 	}
 }
