@@ -149,7 +149,7 @@ func (q *QP) BindMW(mw *MW, b MWBind) error {
 // send queue (rxe's rxe_do_local_ops): it touches only this device's
 // memory table and sends nothing. A refused bind completes with
 // IBV_WC_MW_BIND_ERR, a refused invalidation with IBV_WC_LOC_QP_OP_ERR, as
-// rxe reports them, and the QP leaves RTS (failSend). It reports whether
+// rxe reports them, and the QP leaves RTS. It reports whether
 // the requester may go on.
 func (q *QP) localOp(w *sendWQE) bool {
 	var err error
@@ -167,7 +167,15 @@ func (q *QP) localOp(w *sendWQE) bool {
 		err = q.dev.mem.Invalidate(q.pd.pd, w.wr.InvalidateRKey)
 	}
 	if err != nil {
-		q.failSend(w, status, w.wr.Opcode.String()+": "+err.Error())
+		detail := w.wr.Opcode.String() + ": " + err.Error()
+		if q.typ == RC {
+			// rxe's requester moves the QP to ERR (rxe_qp_error) and
+			// reports no asynchronous event: the completion is the
+			// report, as for rxe's other local operation errors.
+			q.enterError(int64(q.sq.cur), status, detail)
+		} else {
+			q.failSend(w, status, detail) // UC: SQE, as goroce's other send errors (enterSQE)
+		}
 		return false
 	}
 	q.sq.cur++

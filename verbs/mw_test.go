@@ -338,6 +338,7 @@ func TestMWBindErrors(t *testing.T) {
 			if s := qp.State(); s != verbs.QPSErr {
 				t.Errorf("binding QP in %v after IBV_WC_MW_BIND_ERR, want ERR", s)
 			}
+			noEvent(t, e.p.B.Dev, verbs.EventQPFatal) // rxe reports none: the completion is the report
 			// The window is not usable with the rkey the failed bind
 			// announced (on a fresh connection: B's QP may be in ERR).
 			a, _ := freshRC(t, e.p)
