@@ -5,9 +5,11 @@ package verbs_test
 // access writes no byte.
 
 import (
+	"bytes"
 	"errors"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/verbs/verbstest"
@@ -567,6 +569,44 @@ func TestMWBadInput(t *testing.T) {
 				SGList: sgl(e.src, 16), RemoteAddr: info.Addr, RKey: mw.RKey()})
 			want(t, poll(t, a.cq), verbs.WCRemAccessErr, 4)
 			e.target.check(t)
+		})
+	}
+}
+
+// TestMWBindInSendQueueOrder: a bind posted behind a SEND in one
+// ibv_post_send takes effect after it and completes after it, in order,
+// on RC (the SEND waits for its ACK) and on UC.
+func TestMWBindInSendQueueOrder(t *testing.T) {
+	for _, typ := range []verbs.QPType{verbs.RC, verbs.UC} {
+		t.Run(typ.String(), func(t *testing.T) {
+			p := verbstest.NewPair(t, verbstest.Options{Type: typ})
+			target := newCanary(t, p.B.PD, mwRegion, mwBindAccess)
+			src := source(t, p.B.PD, randBytes(64, 3))
+			rbuf := newCanary(t, p.A.PD, 64, verbs.AccessLocalWrite)
+			mustPostRecv(t, p.A.QP, verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{rbuf.mr.SGE(0, 64)}})
+			mw := allocMW(t, p.B.PD, verbs.MWType2)
+			rkey := verbs.IncRKey(mw.RKey())
+			mustPostSend(t, p.B.QP,
+				verbs.SendWR{WRID: 10, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: sgl(src, 64)},
+				verbs.SendWR{WRID: 11, Opcode: verbs.WRBindMW, Flags: verbs.SendSignaled, MW: mw, RKey: rkey,
+					BindInfo: verbs.MWBindInfo{MR: target.mr, Addr: target.addr(0), Length: 64, Access: verbs.AccessRemoteWrite}})
+			wantOK(t, p.B.CQ, 10, verbs.WCSend)
+			wantOK(t, p.B.CQ, 11, verbs.WCBindMW)
+			wantOK(t, p.A.RCQ, 1, verbs.WCRecv)
+			data := randBytes(32, 4)
+			asrc := source(t, p.A.PD, data)
+			mustPostSend(t, p.A.QP, verbs.SendWR{WRID: 2, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+				SGList: sgl(asrc, 32), RemoteAddr: target.addr(16), RKey: rkey})
+			wantOK(t, p.A.CQ, 2, verbs.WCRDMAWrite)
+			if typ == verbs.UC {
+				// UC completes at send time; the responder's write is
+				// seen once the device has handled it.
+				deadline := time.Now().Add(pollTimeout)
+				for arrived := false; !arrived && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+					p.B.Dev.Observe(func() { arrived = bytes.Equal(target.region()[16:48], data) })
+				}
+			}
+			target.check(t, piece{16, data})
 		})
 	}
 }
