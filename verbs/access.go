@@ -18,9 +18,10 @@ const (
 	AccessRemoteWrite     = mem.RemoteWrite     // peers may RDMA WRITE it; needs AccessLocalWrite
 	AccessRemoteRead      = mem.RemoteRead      // peers may RDMA READ it
 	AccessRemoteAtomic    = mem.RemoteAtomic    // peers may run atomics on it; needs AccessLocalWrite
-	AccessMWBind          = mem.MWBind          // memory windows may be bound to it (goroce has no memory windows)
+	AccessMWBind          = mem.MWBind          // memory windows may be bound to it (PD.AllocMW)
 	AccessFlushGlobal     = mem.FlushGlobal     // peers may FLUSH it to global visibility
 	AccessFlushPersistent = mem.FlushPersistent // peers may FLUSH it to persistence
+	AccessZeroBased       = mem.ZeroBased       // a memory window peers address from 0 (type 2 windows only)
 	AccessRelaxedOrdering = mem.RelaxedOrdering // a hint ibverbs lets a device ignore
 )
 

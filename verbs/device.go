@@ -70,7 +70,7 @@ func openDevice(cfg DeviceConfig, sched bool) (*Device, error) {
 		name:    cfg.Name,
 		link:    cfg.Link,
 		guid:    cfg.GUID,
-		mem:     mem.NewTable(MaxMR),
+		mem:     newMemTable(),
 		gids:    append([]GIDEntry(nil), cfg.GIDs...),
 		qps:     make(map[uint32]*QP),
 		nextQPN: firstQPN,
@@ -278,9 +278,14 @@ func (m *MR) SGE(off, n int) SGE {
 	return SGE{Addr: m.r.IOVA() + uint64(off), Length: uint32(n), LKey: m.r.LKey()}
 }
 
-// Dereg deregisters the region; its keys stop working at once.
+// Dereg deregisters the region; its keys stop working at once. A region
+// with memory windows bound to it is not deregistered: EINVAL, as rxe's
+// rxe_dereg_mr refuses while windows hold it (unbind, invalidate or
+// deallocate them first).
 func (m *MR) Dereg() error {
-	m.pd.dev.mem.Deregister(m.r)
+	if err := m.pd.dev.mem.Deregister(m.r); err != nil {
+		return errorf("dereg_mr", m.pd.dev.name, 0, syscall.EINVAL, "lkey %#x: %v", m.r.LKey(), err)
+	}
 	return nil
 }
 

@@ -2,13 +2,14 @@ package verbs
 
 // A stateful fuzzer of a live device: each input is a sequence of packets
 // (any opcode, PSNs around the expected one, keys and addresses drawn from
-// the QP's own regions, another PD's, a deregistered one's and random
-// ones) into an RC, UC or UD QP in RTS with receives posted. After every
+// the QP's own regions, another PD's, a deregistered one's, memory
+// windows' and random ones) into an RC, UC or UD QP in RTS with receives posted. After every
 // packet it checks what no peer may change:
 //
 //   - no panic;
 //   - no byte changes but in a region that grants remote write (in the
-//     QP's PD) or in a receive of that QP that has not completed;
+//     QP's PD), in a memory window that grants it (to that QP, for a
+//     type 2 window) or in a receive of that QP that has not completed;
 //   - no byte of a receive's buffer changes after the receive completed,
 //     and no receive completes twice;
 //   - no byte of memory a peer may not read (regions without
@@ -87,7 +88,7 @@ const (
 	regAll   = iota // every remote right, the QPs' PD
 	regRO           // REMOTE_READ only
 	regWO           // LOCAL_WRITE|REMOTE_WRITE
-	regLW           // LOCAL_WRITE only
+	regLW           // LOCAL_WRITE|MW_BIND: writable remotely only through the windows (fuzzWindows)
 	regRecv         // the receives' buffers, LOCAL_WRITE
 	regOther        // every right, another PD
 	regStale        // deregistered
@@ -105,6 +106,20 @@ const (
 	fuzzPSN     = 0x400
 	fuzzQKey    = 0x11111111
 	fuzzMaxPkts = 24 // packets per input
+)
+
+// The memory windows, all on regLW and granting REMOTE_WRITE only (the
+// region is secret: what a READ or an atomic's result would send must not
+// be): a type 1 window on its first half, a type 2 window bound through
+// the RC QP on its second half, a type 2 window never bound and a
+// deallocated type 1 window. reset binds the first two again.
+const (
+	mwType1 = iota
+	mwType2
+	mwFree
+	mwGone
+	numMWs
+	mwHalf = 256 // regLW bytes per bound window
 )
 
 type fuzzRegion struct {
@@ -135,6 +150,7 @@ type fuzzHarness struct {
 	arena    []byte
 	pristine []byte
 	regs     [numRegs]fuzzRegion
+	mws      [numMWs]*MW
 	pds      [2]*PD
 	cq       *CQ
 	qps      [3]*QP // RC, UC, UD
@@ -197,7 +213,7 @@ func newFuzzHarness() (*fuzzHarness, error) {
 		}
 	}
 	all := mem.LocalWrite | mem.RemoteWrite | mem.RemoteRead | mem.RemoteAtomic | mem.FlushGlobal | mem.FlushPersistent
-	access := [numRegs]Access{all, mem.RemoteRead, mem.LocalWrite | mem.RemoteWrite, mem.LocalWrite, mem.LocalWrite, all, all}
+	access := [numRegs]Access{all, mem.RemoteRead, mem.LocalWrite | mem.RemoteWrite, mem.LocalWrite | mem.MWBind, mem.LocalWrite, all, all}
 	for i := range h.regs {
 		g := &h.regs[i]
 		pd := h.pds[0]
@@ -210,6 +226,12 @@ func newFuzzHarness() (*fuzzHarness, error) {
 		g.key = g.mr.RKey()
 	}
 	h.regs[regStale].mr.Dereg()
+	for i, typ := range [numMWs]MWType{MWType1, MWType2, MWType2, MWType1} {
+		if h.mws[i], err = h.pds[0].AllocMW(typ); err != nil {
+			return nil, err
+		}
+	}
+	h.mws[mwGone].Dealloc()
 	if h.cq, err = h.dev.CreateCQ(4096); err != nil {
 		return nil, err
 	}
@@ -293,6 +315,34 @@ func (h *fuzzHarness) reset(t testing.TB) {
 			h.recvs[i] = append(h.recvs[i], r)
 		}
 	}
+	h.bindWindows(t)
+}
+
+// bindWindows binds the type 1 window again (a new key) and a fresh type 2
+// window through the RC QP: an input may have invalidated the type 2 one
+// (SEND_WITH_INVALIDATE) or sent the QP to ERR before.
+func (h *fuzzHarness) bindWindows(t testing.TB) {
+	lw := h.regs[regLW]
+	iova := fuzzIOVA + uint64(lw.off)
+	rc := h.qps[0]
+	if err := rc.BindMW(h.mws[mwType1], MWBind{BindInfo: MWBindInfo{MR: lw.mr, Addr: iova, Length: mwHalf, Access: mem.RemoteWrite}}); err != nil {
+		t.Fatal(err)
+	}
+	h.mws[mwType2].Dealloc()
+	var err error
+	if h.mws[mwType2], err = h.pds[0].AllocMW(MWType2); err != nil {
+		t.Fatal(err)
+	}
+	mw := h.mws[mwType2]
+	if err := rc.PostSend(SendWR{Opcode: WRBindMW, MW: mw, RKey: IncRKey(mw.RKey()),
+		BindInfo: MWBindInfo{MR: lw.mr, Addr: iova + mwHalf, Length: mwHalf, Access: mem.RemoteWrite}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{mwType1, mwType2} {
+		if _, _, ok := h.dev.mem.Bounds(h.mws[i].RKey(), false); !ok {
+			t.Fatalf("window %d (rkey %#x) did not bind", i, h.mws[i].RKey())
+		}
+	}
 }
 
 // fuzzSpec is one packet of an input: a fixed record of fuzzRecLen bytes.
@@ -330,10 +380,13 @@ func (h *fuzzHarness) build(qi int, r []byte, b []byte) ([]byte, link.Addr, int)
 	rnd64 := binary.LittleEndian.Uint64(r[8:16])
 	rnd32 := binary.LittleEndian.Uint32(r[16:20])
 	// The key: the QP's regions', another PD's, a deregistered one's,
-	// one a generation off, or random.
+	// one a generation off, random, or a memory window's (on regLW).
 	var reg *fuzzRegion
 	var key uint32
-	switch ks := r[4] % 10; {
+	switch ks := r[4] % (10 + numMWs); {
+	case ks >= 10:
+		reg = &h.regs[regLW]
+		key = h.mws[ks-10].RKey()
 	case ks < numRegs:
 		reg = &h.regs[ks]
 		key = reg.key
@@ -553,6 +606,13 @@ func (h *fuzzHarness) mayChange(qi, i int) bool {
 			return true
 		}
 	}
+	// The windows: the type 1 window's half of regLW to RC and UC, the
+	// type 2 window's half to the RC QP it was bound through.
+	if g := h.regs[regLW]; i >= g.off && i < g.off+2*mwHalf && h.qps[qi].typ != UD {
+		if i < g.off+mwHalf || qi == 0 {
+			return true
+		}
+	}
 	for _, r := range h.recvs[qi] {
 		if i >= r.off && i < r.off+r.n && !r.done {
 			return true
@@ -634,7 +694,7 @@ type rec struct {
 	op      wire.Opcode
 	dpsn    int8  // PSN relative to the expected one
 	flags   uint8 // 1 AckReq, 2 SE, 4 bad P_Key, 8 another QP, 16 another source, 32 bad Q_Key, 64 absolute PSN
-	key     uint8 // 0..6 regions (regAll...), 7 a generation off, 8 RO's key flipped, 9 random
+	key     uint8 // 0..6 regions (regAll...), 7 a generation off, 8 RO's key flipped, 9 random, 10.. windows (10+mwType1...)
 	va      uint8 // 0 start, 1 +small, 2 end-small, 3 end, 4 below, 5 random, 6 +8*small, 7 zero
 	small   uint8
 	dma     uint8 // 0 0, 1 small, 2 pmtu, 3 pmtu+1, 4 region size, 5 2^31, 6 2^32-1, 7 2*pmtu
@@ -706,6 +766,11 @@ func FuzzUCSequence(f *testing.F) {
 		rec{op: uc(wire.OpSendFirst), dpsn: 3, plen: plenMTU},
 		rec{op: uc(wire.OpSendMiddle), plen: plenMTU},
 		rec{op: uc(wire.OpWriteLastWithImmediate), plen: plenSmall, small: 1}))
+	// Memory windows from the UC QP: the type 1 window is usable, the
+	// type 2 one (bound through the RC QP) is not.
+	f.Add(seq(ucOps,
+		rec{op: uc(wire.OpWriteOnly), key: 10 + mwType1, plen: plenSmall, small: 64, dma: 1},
+		rec{op: uc(wire.OpWriteOnly), key: 10 + mwType2, va: 6, small: 32, plen: plenSmall, dma: 1}))
 	f.Fuzz(func(t *testing.T, data []byte) { fuzzSequence(t, 1, data) })
 }
 
@@ -738,6 +803,24 @@ func FuzzRCSequence(f *testing.F) {
 		rec{op: rc(wire.OpSendOnly), plen: plenSmall, small: 100, flags: 1},
 		rec{op: rc(wire.OpWriteFirst), plen: 0, dma: 0},
 		rec{op: rc(wire.OpSendLast), plen: plenSmall, small: 200, flags: 1}))
+	// Memory windows: WRITEs through each (within, across the end, past
+	// it), a READ and an atomic through a write-only window, a
+	// SEND_WITH_INVALIDATE of the type 1 window (refused) and of the type
+	// 2 window, then a WRITE through the invalidated window.
+	f.Add(seq(rcOps,
+		rec{op: rc(wire.OpWriteOnly), key: 10 + mwType1, plen: plenSmall, small: 64, dma: 1, flags: 1},
+		rec{op: rc(wire.OpWriteOnly), key: 10 + mwType2, va: 6, small: 32, plen: plenSmall, dma: 1, flags: 1},
+		rec{op: rc(wire.OpWriteOnly), key: 10 + mwType1, va: 2, small: 8, plen: 5, dma: 1, flags: 1},
+		rec{op: rc(wire.OpWriteOnly), key: 10 + mwFree, plen: plenSmall, small: 16, dma: 1, flags: 1}))
+	f.Add(seq(rcOps,
+		rec{op: rc(wire.OpReadRequest), key: 10 + mwType1, dma: 1, small: 64, flags: 1},
+		rec{op: rc(wire.OpFetchAdd), key: 10 + mwType2, va: 6, small: 32}))
+	f.Add(seq(rcOps,
+		rec{op: rc(wire.OpSendOnlyWithInvalidate), key: 10 + mwType1, plen: plenSmall, small: 8, flags: 1}))
+	f.Add(seq(rcOps,
+		rec{op: rc(wire.OpSendOnlyWithInvalidate), key: 10 + mwType2, plen: plenSmall, small: 8, flags: 1},
+		rec{op: rc(wire.OpWriteOnly), key: 10 + mwType2, va: 6, small: 32, plen: plenSmall, dma: 1, flags: 1},
+		rec{op: rc(wire.OpWriteOnly), key: 10 + mwGone, plen: plenSmall, small: 16, dma: 1, flags: 1}))
 	// Atomics on every region, a misaligned one, and their duplicates.
 	f.Add(seq(rcOps,
 		rec{op: rc(wire.OpFetchAdd), key: regAll, rnd64: 5},

@@ -13,6 +13,7 @@ const (
 	MaxCQ            = 1048576 // max_cq
 	MaxCQE           = 32767   // max_cqe (rxe: (1 << 15) - 1)
 	MaxMR            = 524287  // max_mr
+	MaxMW            = 524287  // max_mw (the lab's rxe: 524287)
 	MaxPD            = 1048576 // max_pd
 	MaxQPRdAtom      = 128     // max_qp_rd_atom
 	MaxQPInitRdAtom  = 128     // max_qp_init_rd_atom

@@ -66,7 +66,7 @@ func DeviceAttrFor(guid uint64) DeviceAttr {
 		FWVer: "0.0.0", NodeGUID: guid, SysImageGUID: guid, MaxMRSize: MaxMRSize, PageSizeCap: PageSizeCap,
 		VendorID: VendorID, MaxQP: MaxQP, MaxQPWR: MaxQPWR, DeviceCapFlags: deviceCapFlags, MaxSGE: MaxSGE,
 		MaxSGERD: MaxSGERD, MaxCQ: MaxCQ, MaxCQE: MaxCQE, MaxMR: MaxMR, MaxPD: MaxPD, MaxQPRdAtom: MaxQPRdAtom,
-		MaxResRdAtom: MaxResRdAtom, MaxQPInitRdAtom: MaxQPInitRdAtom, AtomicCap: AtomicCapHCA, MaxAH: MaxAH,
+		MaxResRdAtom: MaxResRdAtom, MaxQPInitRdAtom: MaxQPInitRdAtom, AtomicCap: AtomicCapHCA, MaxAH: MaxAH, MaxMW: MaxMW,
 		MaxSRQ: MaxSRQ, MaxSRQWR: MaxSRQWR, MaxSRQSGE: MaxSRQSGE, MaxPKeys: 64, LocalCAAckDelay: LocalCAAckDelay,
 		PhysPortCnt: 1, MaxInlineData: MaxInlineData, MaxMsgSize: MaxMsgSize,
 	}

@@ -30,6 +30,8 @@ type sendWQE struct {
 	sport     uint16
 	remoteQPN uint32
 	qkey      uint32
+	// BIND_MW: the window's rkey when the WR was posted (rxe: mw_rkey).
+	mwRKey uint32
 }
 
 // sendQueue holds send WQEs. Indexes grow without bound; slot = index mod
@@ -96,6 +98,8 @@ func (o WROpcode) validFor(t QPType) bool {
 		return t == RC || t == UC
 	case WRSendWithInv, WRRDMARead, WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRFlush, WRAtomicWrite:
 		return t == RC
+	case WRBindMW, WRLocalInv:
+		return t == RC || t == UC // rxe_wr_opcode_info: WR_LOCAL_OP_MASK
 	}
 	return false
 }
@@ -165,6 +169,16 @@ func (q *QP) postOne(wr *SendWR) error {
 		if length != 8 {
 			return bad("ATOMIC_WRITE carries exactly 8 bytes, got %d", length)
 		}
+	case WRBindMW:
+		if wr.MW == nil {
+			return bad("IBV_WR_BIND_MW needs a memory window (bind_mw.mw)")
+		}
+		if wr.MW.pd.dev != q.dev || wr.BindInfo.MR != nil && wr.BindInfo.MR.pd.dev != q.dev {
+			return bad("the memory window or its MR belongs to another device")
+		}
+		length = 0
+	case WRLocalInv:
+		length = 0
 	case WRFlush:
 		if wr.FlushSel > wire.FlushSelWholeMR || wr.FlushPlacement == 0 || wr.FlushPlacement&^3 != 0 {
 			return bad("FLUSH selectivity %d (0 range, 1 whole MR) placement %#x (1 global visibility, 2 persistence)", wr.FlushSel, wr.FlushPlacement)
@@ -200,6 +214,11 @@ func (q *QP) postOne(wr *SendWR) error {
 	switch wr.Opcode {
 	case WRRDMARead, WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRFlush:
 		w.isRdAtom = true
+	case WRBindMW:
+		// The window's rkey becomes the new one now, as rdma-core's
+		// ibv_bind_mw sets ibv_mw.rkey when it posts; the bind checks the
+		// former one when it executes.
+		w.mwRKey = wr.MW.rkey.Swap(wr.RKey)
 	}
 	if ud {
 		w.path, w.remoteQPN = wr.AH.path, wr.RemoteQPN
@@ -275,6 +294,22 @@ func (q *QP) reqRun(out *txBatch) {
 			if rc && w.wr.Flags&SendFence != 0 && q.req.rdAtomic > 0 {
 				break // fence: wait for outstanding READ/ATOMIC to complete
 			}
+		}
+		if w.wr.Opcode == WRBindMW || w.wr.Opcode == WRLocalInv {
+			// A local operation runs once every WQE before it has
+			// completed: then it never sits among WQEs awaiting
+			// acknowledgement (it has no PSN), and a bind or
+			// invalidation takes effect after the accesses posted
+			// before it are done (rxe runs it as soon as the requester
+			// reaches it; waiting is stricter, never looser). The
+			// completer runs the requester again when they complete.
+			if q.sq.head != q.sq.cur {
+				break
+			}
+			if !q.localOp(w) {
+				return
+			}
+			continue
 		}
 		if rc && w.isRdAtom && q.req.off == 0 && q.req.rdAtomic >= max(int(q.attr.MaxRdAtomic), 1) {
 			break

@@ -371,7 +371,7 @@ func (q *QP) emitRead(out *txBatch, it *respItem) bool {
 		var b []byte
 		if n > 0 {
 			var err error
-			b, err = q.dev.mem.Slice(q.pd.pd, it.rkey, false, it.va, n, mem.RemoteRead)
+			b, err = q.dev.mem.SliceRemote(q.pd.pd, q, it.rkey, it.va, n, mem.RemoteRead)
 			if err != nil {
 				q.count(RcvdBadRKey)
 				if it.replay {
@@ -663,7 +663,7 @@ func (q *QP) remoteRange(rkey uint32, va, n uint64, need mem.Access) ([]byte, er
 	if n == 0 {
 		return nil, nil
 	}
-	return q.dev.mem.Slice(q.pd.pd, rkey, false, va, n, need)
+	return q.dev.mem.SliceRemote(q.pd.pd, q, rkey, va, n, need)
 }
 
 // abandonMsg drops the UC message in progress. A receive it took stays

@@ -171,6 +171,8 @@ const (
 	WRRDMARead          WROpcode = 4
 	WRAtomicCmpAndSwp   WROpcode = 5
 	WRAtomicFetchAndAdd WROpcode = 6
+	WRLocalInv          WROpcode = 7 // invalidate InvalidateRKey's type 2 memory window (RC, UC)
+	WRBindMW            WROpcode = 8 // bind a type 2 memory window: MW, RKey, BindInfo (RC, UC)
 	WRSendWithInv       WROpcode = 9
 	WRFlush             WROpcode = 14
 	WRAtomicWrite       WROpcode = 15
@@ -180,7 +182,7 @@ var wrOpcodeNames = map[WROpcode]string{
 	WRRDMAWrite: "IBV_WR_RDMA_WRITE", WRRDMAWriteWithImm: "IBV_WR_RDMA_WRITE_WITH_IMM",
 	WRSend: "IBV_WR_SEND", WRSendWithImm: "IBV_WR_SEND_WITH_IMM", WRRDMARead: "IBV_WR_RDMA_READ",
 	WRAtomicCmpAndSwp: "IBV_WR_ATOMIC_CMP_AND_SWP", WRAtomicFetchAndAdd: "IBV_WR_ATOMIC_FETCH_AND_ADD",
-	WRSendWithInv: "IBV_WR_SEND_WITH_INV", WRFlush: "IBV_WR_FLUSH", WRAtomicWrite: "IBV_WR_ATOMIC_WRITE",
+	WRLocalInv: "IBV_WR_LOCAL_INV", WRBindMW: "IBV_WR_BIND_MW", WRSendWithInv: "IBV_WR_SEND_WITH_INV", WRFlush: "IBV_WR_FLUSH", WRAtomicWrite: "IBV_WR_ATOMIC_WRITE",
 }
 
 func (o WROpcode) String() string {
@@ -204,6 +206,10 @@ func (o WROpcode) wcOpcode() WCOpcode {
 		return WCFlush
 	case WRAtomicWrite:
 		return WCAtomicWrite
+	case WRLocalInv:
+		return WCLocalInv
+	case WRBindMW:
+		return WCBindMW
 	}
 	return WCSend
 }
@@ -233,11 +239,18 @@ type SendWR struct {
 	Flags   SendFlags
 	SGList  []SGE
 	ImmData uint32 // immediate data (WITH_IMM opcodes)
-	// InvalidateRKey is the rkey SEND_WITH_INV asks the responder to invalidate.
+	// InvalidateRKey is the rkey SEND_WITH_INV asks the responder to
+	// invalidate, or the one LOCAL_INV invalidates.
 	InvalidateRKey uint32
 	// RDMA, atomic, FLUSH and ATOMIC_WRITE: the remote address and rkey.
+	// BIND_MW: RKey is the window's new rkey, its low 8 bits the
+	// consumer's key (ibv_send_wr's bind_mw.rkey; IncRKey(MW.RKey())).
 	RemoteAddr uint64
 	RKey       uint32
+	// BIND_MW: the type 2 window to bind and what to bind it to
+	// (bind_mw.mw and bind_mw.bind_info).
+	MW       *MW
+	BindInfo MWBindInfo
 	// Atomics: CompareAdd is the compare value (CMP_AND_SWP) or the addend
 	// (FETCH_AND_ADD); Swap is the swap value.
 	CompareAdd uint64

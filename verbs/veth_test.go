@@ -94,6 +94,7 @@ func TestOverVeth(t *testing.T) {
 		{"Flush", TestFlush},
 		{"AtomicWrite", TestAtomicWrite},
 		{"SendWithInv", TestSendWithInv},
+		{"MWBadInput", TestMWBadInput},
 		{"UD", TestUD},
 		{"SGL", TestSGL},
 		{"GSI", TestGSI},

@@ -131,9 +131,10 @@ type Region struct {
 	valid  bool // guarded by Table.mu; false after Invalidate or Deregister
 	// remoteInv: a SEND_WITH_INVALIDATE may invalidate the region. Only a
 	// fast-registration MR (IB_MR_TYPE_MEM_REG) or a type 2 memory window
-	// may be (IBTA §10.6.5; rxe_invalidate_mr); goroce has neither yet, so
-	// no region sets it.
+	// may be (IBTA §10.6.5; rxe_invalidate_mr); goroce has no
+	// fast-registration MRs, so no region sets it (windows are Window).
 	remoteInv bool
+	windows   int // memory windows bound to it; guarded by Table.mu
 }
 
 func (r *Region) PD() *PD        { return r.pd }
@@ -143,17 +144,23 @@ func (r *Region) IOVA() uint64   { return r.iova }
 func (r *Region) Len() int       { return len(r.buf) }
 func (r *Region) Access() Access { return r.access }
 
-// Table holds a device's protection domains and memory regions.
+// Table holds a device's protection domains, memory regions and memory
+// windows. Regions and windows share one index space (the upper 24 bits of
+// a key), so an rkey names one or the other, as rxe's rkey_is_mw tells
+// them apart by index range.
 type Table struct {
 	mu      sync.RWMutex
 	regions map[uint32]*Region // by index (key >> 8); guarded by mu
+	windows map[uint32]*Window // by index (rkey >> 8); guarded by mu
 	next    uint32             // next index; guarded by mu
 	keygen  *rand.ChaCha8      // the low 8 bits of new keys; guarded by mu
 	pds     uint32             // guarded by mu
 	max     int
+	maxMW   int
 }
 
-// NewTable returns an empty table holding at most max regions.
+// NewTable returns an empty table holding at most max regions and max
+// memory windows (SetMaxWindows changes the latter).
 func NewTable(max int) *Table {
 	// The key bits are random, as rxe's (rxe_mr_init takes them from
 	// get_random_bytes through rxe_get_next_key): keys that count up
@@ -162,8 +169,34 @@ func NewTable(max int) *Table {
 	// system's random source makes each draw cheap.
 	var seed [32]byte
 	crand.Read(seed[:])
-	return &Table{regions: make(map[uint32]*Region), next: 1, max: max, keygen: rand.NewChaCha8(seed)}
+	return &Table{regions: make(map[uint32]*Region), windows: make(map[uint32]*Window), next: 1, max: max,
+		maxMW: max, keygen: rand.NewChaCha8(seed)}
 }
+
+// SetMaxWindows sets how many memory windows the table holds at most.
+func (t *Table) SetMaxWindows(n int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.maxMW = n
+}
+
+// nextIndex returns a free index for a new region or window. Called with
+// mu held.
+func (t *Table) nextIndex() uint32 {
+	for t.regions[t.next] != nil || t.windows[t.next] != nil || t.next == 0 || t.next >= 1<<24 {
+		t.next++
+		if t.next >= 1<<24 {
+			t.next = 1
+		}
+	}
+	idx := t.next
+	t.next++
+	return idx
+}
+
+// newKey returns a key of index idx with random low 8 bits. Called with
+// mu held.
+func (t *Table) newKey(idx uint32) uint32 { return idx<<8 | uint32(t.keygen.Uint64()&0xff) }
 
 // AllocPD returns a new protection domain.
 func (t *Table) AllocPD() *PD {
@@ -192,28 +225,30 @@ func (t *Table) Register(pd *PD, buf []byte, iova uint64, access Access) (*Regio
 	if len(t.regions) >= t.max {
 		return nil, ErrTooMany
 	}
-	for t.regions[t.next] != nil || t.next == 0 || t.next >= 1<<24 {
-		t.next++
-		if t.next >= 1<<24 {
-			t.next = 1
-		}
-	}
-	idx := t.next
-	t.next++
-	key := idx<<8 | uint32(t.keygen.Uint64()&0xff)
+	key := t.newKey(t.nextIndex())
 	r := &Region{pd: pd, buf: buf, iova: iova, access: access, lkey: key, rkey: key, valid: true}
-	t.regions[idx] = r
+	t.regions[key>>8] = r
 	return r, nil
 }
 
-// Deregister removes r; its keys stop working at once.
-func (t *Table) Deregister(r *Region) {
+// ErrWindowsBound: a region with memory windows bound to it cannot be
+// deregistered (rxe_dereg_mr: EINVAL while num_mw > 0); the windows must
+// be invalidated, unbound or deallocated first.
+var ErrWindowsBound = errors.New("memory windows are bound to the region")
+
+// Deregister removes r; its keys stop working at once. A region with
+// windows bound to it stays registered (ErrWindowsBound).
+func (t *Table) Deregister(r *Region) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if r.windows > 0 {
+		return fmt.Errorf("%w (%d of them)", ErrWindowsBound, r.windows)
+	}
 	if t.regions[r.lkey>>8] == r {
 		delete(t.regions, r.lkey>>8)
 	}
 	r.valid = false
+	return nil
 }
 
 // Invalidate makes the region with rkey unusable (SEND_WITH_INVALIDATE,
@@ -222,9 +257,17 @@ func (t *Table) Deregister(r *Region) {
 // (ErrNotInvalidatable), as rxe_invalidate_mr refuses any MR whose type is
 // not IB_MR_TYPE_MEM_REG. Otherwise a peer could revoke, with one packet,
 // a region the application never offered for invalidation.
+//
+// A key naming a memory window invalidates the window (rxe_invalidate_mw):
+// only a bound type 2 window may be, which returns to the free state; a
+// type 1 window is refused (o10-37.2.26; ErrNotInvalidatable), as are a
+// free or deallocated one and a stale key (ErrBadKey).
 func (t *Table) Invalidate(pd *PD, rkey uint32) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if w := t.windows[rkey>>8]; w != nil {
+		return w.invalidate(pd, rkey)
+	}
 	r := t.regions[rkey>>8]
 	if r == nil || r.rkey != rkey || !r.valid {
 		return &KeyError{Err: ErrBadKey, Key: rkey}
@@ -245,6 +288,12 @@ func (t *Table) Invalidate(pd *PD, rkey uint32) error {
 func (t *Table) Bounds(key uint32, local bool) (iova, length uint64, ok bool) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
+	if w := t.windows[key>>8]; w != nil && !local {
+		if w.rkey != key || w.state != windowBound {
+			return 0, 0, false
+		}
+		return w.base(), w.length, true
+	}
 	r := t.regions[key>>8]
 	if r == nil || !r.valid || local && r.lkey != key || !local && r.rkey != key {
 		return 0, 0, false
@@ -257,7 +306,60 @@ func (t *Table) Bounds(key uint32, local bool) (iova, length uint64, ok bool) {
 // that range of the region's memory. A zero-length range needs only a valid
 // key (IBTA §9.4.1.1: a zero-length RDMA WRITE or READ checks no key at all;
 // the caller skips the call then).
+//
+// An rkey may name a memory window instead (SliceRemote).
 func (t *Table) Slice(pd *PD, key uint32, local bool, addr, length uint64, need Access) ([]byte, error) {
+	if !local {
+		return t.SliceRemote(pd, nil, key, addr, length, need)
+	}
+	return t.slice(pd, key, local, addr, length, need)
+}
+
+// SliceRemote is Slice for an rkey a peer sent to qp, a QP of pd (any
+// value that identifies it; nil for none). The rkey may name a region or a
+// memory window: a window must be bound, of pd, grant need and cover the
+// range; a type 2 window must have been bound through qp (rxe_lookup_mw's
+// mw->qp check, IBTA C10-71); then the window's region must still be
+// valid and cover the range. A region's own remote access flags do not
+// matter then: granting remote access through windows is what MW_BIND
+// lets the region's owner do.
+func (t *Table) SliceRemote(pd *PD, qp any, key uint32, addr, length uint64, need Access) ([]byte, error) {
+	t.mu.RLock()
+	w := t.windows[key>>8]
+	if w == nil {
+		t.mu.RUnlock()
+		return t.slice(pd, key, false, addr, length, need)
+	}
+	defer t.mu.RUnlock()
+	fail := func(err error) ([]byte, error) {
+		return nil, &KeyError{Err: err, Key: key, Addr: addr, Length: length, Need: need}
+	}
+	switch {
+	case w.rkey != key || w.state != windowBound:
+		return fail(ErrBadKey)
+	case w.pd != pd:
+		return fail(ErrBadPD)
+	case w.typ == 2 && w.qp != qp:
+		return fail(ErrWindowQP)
+	case w.access&need != need:
+		return fail(ErrAccess)
+	}
+	// The window's range, in the addresses the peer uses: [addr, addr+len)
+	// of the region, or [0, len) for a zero-based window.
+	base := w.base()
+	if addr < base || length > w.length || addr-base > w.length-length {
+		return fail(ErrRange)
+	}
+	r := w.mr
+	iova := w.addr + (addr - base)
+	if !r.valid || iova < r.iova || length > uint64(len(r.buf)) || iova-r.iova > uint64(len(r.buf))-length {
+		return fail(ErrRange)
+	}
+	off := iova - r.iova
+	return r.buf[off : off+length : off+length], nil
+}
+
+func (t *Table) slice(pd *PD, key uint32, local bool, addr, length uint64, need Access) ([]byte, error) {
 	t.mu.RLock()
 	r := t.regions[key>>8]
 	ok := r != nil && r.valid && (local && r.lkey == key || !local && r.rkey == key)
