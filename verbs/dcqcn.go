@@ -162,6 +162,7 @@ type dcqcnRP struct {
 	tNext   time.Time // next rate increase timer expiry
 	aNext   time.Time // next alpha decay: K after the last CNP or decay
 	lastCut time.Time
+	cut     bool // lastCut is set
 	bucket  tokenBucket
 }
 
@@ -174,6 +175,18 @@ func newDCQCNRP(p RPParams, lineMbps uint32) *dcqcnRP {
 	r.rc, r.rt = r.line, r.line
 	r.alpha = float64(p.InitialAlphaValue) / 1023
 	return r
+}
+
+// reconfigure applies new parameters to a reaction point; its state
+// stays, its rates within the new line rate.
+func (r *dcqcnRP) reconfigure(p RPParams, lineMbps uint32) {
+	n := newDCQCNRP(p, lineMbps)
+	r.p, r.line = n.p, n.line
+	if r.stage == RPIdle {
+		r.rc, r.rt = r.line, r.line
+		return
+	}
+	r.rc, r.rt = min(r.rc, r.line), min(r.rt, r.line)
 }
 
 func us(n uint32) time.Duration { return time.Duration(n) * time.Microsecond }
@@ -260,7 +273,8 @@ func (r *dcqcnRP) OnCNP(now time.Time) bool {
 	if r.stage != RPIdle {
 		r.advance(now)
 	}
-	if r.stage != RPIdle && now.Sub(r.lastCut) < us(r.p.RateReduceMonitorPeriod) {
+	// The period holds between any two cuts, a recovery in between or not.
+	if r.cut && now.Sub(r.lastCut) < us(r.p.RateReduceMonitorPeriod) {
 		return false
 	}
 	first := r.stage == RPIdle
@@ -283,7 +297,7 @@ func (r *dcqcnRP) OnCNP(now time.Time) bool {
 	r.rc = max(r.rc, float64(r.p.MinRate))
 	r.t, r.bc, r.bytes = 0, 0, 0
 	r.tNext = now.Add(us(r.p.TimeReset))
-	r.lastCut = now
+	r.lastCut, r.cut = now, true
 	r.stage = RPFastRecovery
 	if first {
 		r.bucket.tokens = 0
