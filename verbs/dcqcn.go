@@ -252,15 +252,17 @@ func (r *dcqcnRP) increase(at time.Time) {
 	r.setRate(at)
 }
 
-// recovered returns the reaction point to line rate: no pacing, no timers
-// until the next CNP.
+// recovered returns the reaction point to line rate: no timers until the
+// next CNP.
 func (r *dcqcnRP) recovered() {
 	r.stage = RPIdle
 	r.rc, r.rt = r.line, r.line
 	r.t, r.bc, r.bytes = 0, 0, 0
 }
 
+// setRate sets the bucket to R_C.
 func (r *dcqcnRP) setRate(now time.Time) {
+	r.startBucket(now)
 	r.bucket.refill(now)
 	r.bucket.bytesPerSec = r.rc * 1e6 / 8
 	r.bucket.burst = max(r.bucket.bytesPerSec/1000, minBurst)
@@ -282,7 +284,6 @@ func (r *dcqcnRP) OnCNP(now time.Time) bool {
 		// A flow at line rate starts its timers, and alpha at
 		// initial_alpha_value, on its first CNP.
 		r.alpha = float64(r.p.InitialAlphaValue) / 1023
-		r.bucket = tokenBucket{last: now}
 	}
 	// The cut (the paper, §3.1): R_T ← R_C, R_C ← R_C(1 − α/2), then
 	// α ← (1−g)α + g. rpg_min_dec_fac bounds the cut.
@@ -299,20 +300,27 @@ func (r *dcqcnRP) OnCNP(now time.Time) bool {
 	r.tNext = now.Add(us(r.p.TimeReset))
 	r.lastCut, r.cut = now, true
 	r.stage = RPFastRecovery
-	if first {
-		r.bucket.tokens = 0
-	}
 	r.setRate(now)
+	// Tokens saved at the old rate would let the flow go on at it after
+	// the cut: the new rate starts with an empty bucket (or a debt).
+	r.bucket.tokens = min(r.bucket.tokens, 0)
 	return true
 }
 
-// Delay implements Pacer: nothing while idle, else the token bucket's wait
-// at R_C.
+// startBucket starts the token bucket, full, at the first packet or CNP.
+func (r *dcqcnRP) startBucket(now time.Time) {
+	if r.bucket.last.IsZero() {
+		r.bucket = tokenBucket{bytesPerSec: r.rc * 1e6 / 8, last: now}
+		r.bucket.burst = max(r.bucket.bytesPerSec/1000, minBurst)
+		r.bucket.tokens = r.bucket.burst
+	}
+}
+
+// Delay implements Pacer: the token bucket's wait at R_C, the line rate
+// while idle (a hardware port's rate; LineRate's).
 func (r *dcqcnRP) Delay(now time.Time) time.Duration {
 	r.advance(now)
-	if r.stage == RPIdle {
-		return 0
-	}
+	r.startBucket(now)
 	return r.bucket.Delay(now)
 }
 
@@ -320,10 +328,11 @@ func (r *dcqcnRP) Delay(now time.Time) time.Duration {
 // bytes the byte counter expires and the rate increases.
 func (r *dcqcnRP) Sent(now time.Time, n int) {
 	r.advance(now)
+	r.startBucket(now)
+	r.bucket.Sent(now, n)
 	if r.stage == RPIdle {
 		return
 	}
-	r.bucket.Sent(now, n)
 	r.bytes += uint64(n)
 	for r.stage != RPIdle && r.bytes >= uint64(r.p.ByteReset) {
 		r.bytes -= uint64(r.p.ByteReset)

@@ -284,6 +284,20 @@ func TestDCQCNPaces(t *testing.T) {
 	}
 }
 
+// TestDCQCNIdlePacesAtLineRate: before its first CNP an RP paces at the
+// line rate (a hardware port's serialization): a full bucket of 1 ms, then
+// the rate.
+func TestDCQCNIdlePacesAtLineRate(t *testing.T) {
+	r := newDCQCNRP(testParams(), 80) // 10 MB/s: the bucket holds 10 000 bytes
+	if d := r.Delay(at(0)); d != 0 {
+		t.Fatalf("Delay %v with a full bucket", d)
+	}
+	r.Sent(at(0), 10_000)
+	if d := r.Delay(at(0)); d != 100*time.Nanosecond || r.stage != RPIdle {
+		t.Fatalf("Delay %v (stage %v) after the bucket's 10 000 bytes, want 100ns, idle", d, r.stage)
+	}
+}
+
 func TestRPParamsValidate(t *testing.T) {
 	p := DefaultRPParams()
 	if err := p.Validate(); err != nil {

@@ -44,7 +44,8 @@ type ECNConfig struct {
 	// (the default; 0 means it) or ECNECT1.
 	ECT uint8
 	// LineRate is the port's rate in Mb/s for DCQCN: the rate a QP sends
-	// at before its first CNP, and rpg_max_rate 0's meaning. Zero means
+	// at (paced, as a hardware port's serialization) before its first CNP
+	// and once recovered, and rpg_max_rate 0's meaning. Zero means
 	// RateLimitMaxKbps (100 Gb/s): a soft device has no fixed speed.
 	LineRate uint32
 	NP       NPParams
@@ -177,4 +178,20 @@ func (q *QP) onCE(c *ECNConfig, a *link.Addr, out *txBatch) {
 	pk.Addr.TrafficClass = c.NP.CNPDSCP << 2 // Not-ECT
 	q.counters[SentPkts].Add(1)
 	q.count(NPCNPSent)
+}
+
+// CongestionRate returns the QP's current DCQCN rate in Mb/s and whether
+// DCQCN holds it below the port's line rate (false: the QP has had no CNP,
+// or has recovered, or the port's RP is off).
+func (q *QP) CongestionRate() (mbps float64, limited bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.cc == nil {
+		return 0, false
+	}
+	q.cc.advance(time.Now())
+	if q.cc.stage == RPIdle {
+		return q.cc.line, false
+	}
+	return q.cc.rc, true
 }

@@ -138,8 +138,8 @@ type QP struct {
 	rnrTimer  *time.Timer // guarded by mu
 	pacer     Pacer       // guarded by mu: nil, or the rate limit's (or SetPacer's)
 	paceTimer *time.Timer // guarded by mu
-	// cc is the QP's DCQCN reaction point, made at its first CNP while the
-	// port's RP is enabled, under configuration ccCfg; npLast is when the
+	// cc is the QP's DCQCN reaction point, made at its first packet or CNP
+	// while the port's RP is enabled, under configuration ccCfg; npLast is when the
 	// notification point last sent the peer a CNP, if npSent (all guarded
 	// by mu; ecn.go).
 	cc     *dcqcnRP
