@@ -434,7 +434,7 @@ func (d *Device) dispatch(pk *link.Packet, p *wire.Packet, out *txBatch) {
 		if c == nil {
 			c = &defaultECN
 		}
-		q.onCE(c, &pk.Addr, out)
+		q.onCE(c, p, &pk.Addr, out)
 	}
 	q.receive(p, &pk.Addr, out)
 }

@@ -153,14 +153,37 @@ func (q *QP) onCNP(a *link.Addr) {
 
 // onCE is the notification point's half: a RoCE v2 packet marked
 // Congestion Experienced (np_ecn_marked_roce_packets) makes this QP send
-// its peer QP a CNP, at most one per min_time_between_cnps
-// (np_cnp_sent). Connected QPs only: a UD QP's CE marks are counted.
-func (q *QP) onCE(c *ECNConfig, a *link.Addr, out *txBatch) {
+// the QP that sent it a CNP, at most one per min_time_between_cnps
+// (np_cnp_sent): a connected QP's peer, or a UD datagram's source QP (its
+// DETH) at the address it came from.
+func (q *QP) onCE(c *ECNConfig, p *wire.Packet, a *link.Addr, out *txBatch) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.count(NPECNMarkedRoCEPackets)
-	if !c.NPEnable || q.typ != RC && q.typ != UC || q.state < QPSRTR || q.state == QPSErr || a.SrcGID != q.path.dgid {
+	if !c.NPEnable || q.state < QPSRTR || q.state == QPSErr {
 		return
+	}
+	var (
+		dqpn uint32
+		to   link.Addr
+	)
+	switch q.typ {
+	case RC, UC:
+		if a.SrcGID != q.path.dgid {
+			return
+		}
+		dqpn, to = q.attr.DestQPN, addrOf(&q.path, q.sport)
+	case UD:
+		// Only a datagram of this QP's transport names its source QP (the
+		// responder drops any other, rcvd_bad_opcode).
+		deth := p.DETH()
+		if deth == nil || p.Opcode().Transport() != wire.TransportUD {
+			return
+		}
+		dqpn = deth.SrcQP()
+		to = link.Addr{Version: a.Version, SrcGID: a.DstGID, DstGID: a.SrcGID, UDPSrcPort: q.sport}
+	default:
+		return // QP1's MADs: no congestion control
 	}
 	now := time.Now()
 	if q.npSent && now.Sub(q.npLast) < time.Duration(c.NP.MinTimeBetweenCNPs)*time.Microsecond {
@@ -171,10 +194,10 @@ func (q *QP) onCE(c *ECNConfig, a *link.Addr, out *txBatch) {
 	// QP the QP that sent the marked packet, PSN 0; then 16 reserved
 	// bytes and the ICRC, which the link fills.
 	f := wire.PacketFields{BTH: wire.BTHFields{Opcode: wire.OpcodeCNP, PKey: wire.DefaultPKey,
-		DestQP: q.attr.DestQPN, BECN: true}}
+		DestQP: dqpn, BECN: true}}
 	pk := out.next()
 	finish(pk, appendHeaders(pk.Buf, &f, 0))
-	pk.Addr = addrOf(&q.path, q.sport)
+	pk.Addr = to
 	pk.Addr.TrafficClass = c.NP.CNPDSCP << 2 // Not-ECT
 	q.counters[SentPkts].Add(1)
 	q.count(NPCNPSent)

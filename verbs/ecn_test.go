@@ -6,15 +6,18 @@ package verbs_test
 
 import (
 	"errors"
+	"net/netip"
 	"strings"
 	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/fabric"
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/verbs/verbstest"
+	"github.com/goroce/goroce/wire"
 )
 
 func setECN(t *testing.T, d *verbs.Device, np, rp bool, tune func(*verbs.ECNConfig)) {
@@ -173,4 +176,65 @@ func TestSetECNInvalid(t *testing.T) {
 	if c := p.A.Dev.ECN(1); c.NPEnable || c.RPEnable {
 		t.Error("a rejected configuration was applied")
 	}
+}
+
+// TestDCQCNUD: the notification point answers a UD datagram marked CE
+// with a CNP to the source QP its DETH names, at the address it came
+// from; that QP's reaction point cuts its rate.
+func TestDCQCNUD(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := verbstest.NewPair(t, verbstest.Options{Type: verbs.UD})
+		p.B.Port.SetBottleneck(bottleneck)
+		setECN(t, p.A.Dev, false, true, func(c *verbs.ECNConfig) { c.LineRate = 1000 })
+		setECN(t, p.B.Dev, true, false, nil)
+		src := source(t, p.A.PD, make([]byte, 1000))
+		for i := range 200 {
+			mustPostSend(t, p.A.QP, udTo(t, p, verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: sgl(src, 1000)}))
+			wantOK(t, p.A.CQ, uint64(i), verbs.WCSend)
+		}
+		time.Sleep(time.Second) // virtual: the bottleneck's queue drains
+		a, b := p.A.Dev.Counters(), p.B.Dev.Counters()
+		if counterOf(b, "np_cnp_sent") == 0 || counterOf(a, "rp_cnp_handled") == 0 ||
+			counterOf(a, "rp_cnp_handled")+counterOf(a, "rp_cnp_ignored") != counterOf(b, "np_cnp_sent") {
+			t.Errorf("B: %s; A: %s", nonzeroCounters(b), nonzeroCounters(a))
+		}
+	})
+}
+
+// TestHostileCNP: a CNP whose source is not the QP's peer is ignored
+// (rp_cnp_ignored) and cuts nothing; one from the peer's address cuts the
+// rate, as on hardware (a CNP carries no credential beyond its path).
+func TestHostileCNP(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := verbstest.NewPair(t, verbstest.Options{})
+		setECN(t, p.A.Dev, false, true, func(c *verbs.ECNConfig) { c.LineRate = 1000 })
+		stranger := netip.MustParseAddr("::ffff:192.0.2.66")
+		port, err := p.Fabric.AddPort(fabric.PortConfig{GIDs: []netip.Addr{stranger}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cnp := func(from netip.Addr) {
+			f := wire.PacketFields{BTH: wire.BTHFields{Opcode: wire.OpcodeCNP, PKey: wire.DefaultPKey, DestQP: p.A.QP.Num(), BECN: true}}
+			buf := f.AppendTransport(make([]byte, port.Headroom(), link.MaxFrameSize))
+			buf = append(buf, 0, 0, 0, 0)
+			pk := link.Packet{Buf: buf, Off: port.Headroom(), Len: len(buf) - port.Headroom(),
+				Addr: link.Addr{Version: wire.RoCEv2, SrcGID: from, DstGID: p.A.GID.GID}}
+			if _, err := port.Send([]link.Packet{pk}); err != nil {
+				t.Fatal(err)
+			}
+			synctest.Wait()
+		}
+		a := p.A.Dev.Counters()
+		cnp(stranger)
+		if h, i := counterOf(a, "rp_cnp_handled"), counterOf(a, "rp_cnp_ignored"); h != 0 || i != 1 {
+			t.Fatalf("stranger's CNP: handled %d, ignored %d", h, i)
+		}
+		if _, limited := p.A.QP.CongestionRate(); limited {
+			t.Fatal("a stranger's CNP cut the rate")
+		}
+		cnp(p.B.GID.GID)
+		if rate, limited := p.A.QP.CongestionRate(); !limited || rate >= 1000 || counterOf(a, "rp_cnp_handled") != 1 {
+			t.Fatalf("peer's CNP: rate %v limited %v, %s", rate, limited, nonzeroCounters(a))
+		}
+	})
 }
