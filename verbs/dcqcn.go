@@ -184,9 +184,12 @@ func (r *dcqcnRP) reconfigure(p RPParams, lineMbps uint32) {
 	r.p, r.line = n.p, n.line
 	if r.stage == RPIdle {
 		r.rc, r.rt = r.line, r.line
-		return
+	} else {
+		r.rc, r.rt = min(r.rc, r.line), min(r.rt, r.line)
 	}
-	r.rc, r.rt = min(r.rc, r.line), min(r.rt, r.line)
+	if !r.bucket.last.IsZero() {
+		r.setRate(r.bucket.last) // the bucket paces at the new R_C from now on
+	}
 }
 
 func us(n uint32) time.Duration { return time.Duration(n) * time.Microsecond }
@@ -218,7 +221,7 @@ func (r *dcqcnRP) advance(now time.Time) {
 	// The rate increase timer: every T, one more expiry and one increase.
 	for n := 0; r.stage != RPIdle && !now.Before(r.tNext); n++ {
 		if n >= maxCatchUp {
-			r.recovered()
+			r.recovered(now)
 			break
 		}
 		at := r.tNext
@@ -246,18 +249,19 @@ func (r *dcqcnRP) increase(at time.Time) {
 	r.rt = min(r.rt, r.line)
 	r.rc = (r.rt + r.rc) / 2
 	if r.rc >= r.line*(1-1e-9) {
-		r.recovered()
+		r.recovered(at)
 		return
 	}
 	r.setRate(at)
 }
 
-// recovered returns the reaction point to line rate: no timers until the
-// next CNP.
-func (r *dcqcnRP) recovered() {
+// recovered returns the reaction point to line rate at time at: no timers
+// until the next CNP.
+func (r *dcqcnRP) recovered(at time.Time) {
 	r.stage = RPIdle
 	r.rc, r.rt = r.line, r.line
 	r.t, r.bc, r.bytes = 0, 0, 0
+	r.setRate(at)
 }
 
 // setRate sets the bucket to R_C.

@@ -252,13 +252,13 @@ func TestDCQCNRecovers(t *testing.T) {
 		}
 		r.Delay(at(float64(i) * 300))
 	}
-	if r.Delay(at(1e6)) != 0 || r.rc != 1000 {
-		t.Fatal("recovered RP paces")
+	if r.Delay(at(1e6)) != 0 || r.rc != 1000 || r.bucket.bytesPerSec != 1000e6/8 {
+		t.Fatalf("recovered RP: R_C %v, bucket at %v B/s", r.rc, r.bucket.bytesPerSec)
 	}
 	r.OnCNP(at(2e6))
 	r.Delay(at(2e6 + 3600e6))
-	if r.stage != RPIdle || r.alpha != 0 && r.alpha > 1e-9 {
-		t.Fatalf("after an hour: stage %v alpha %v", r.stage, r.alpha)
+	if r.stage != RPIdle || r.alpha != 0 && r.alpha > 1e-9 || r.bucket.bytesPerSec != 1000e6/8 {
+		t.Fatalf("after an hour: stage %v alpha %v bucket at %v B/s", r.stage, r.alpha, r.bucket.bytesPerSec)
 	}
 }
 
@@ -295,6 +295,29 @@ func TestDCQCNIdlePacesAtLineRate(t *testing.T) {
 	r.Sent(at(0), 10_000)
 	if d := r.Delay(at(0)); d != 100*time.Nanosecond || r.stage != RPIdle {
 		t.Fatalf("Delay %v (stage %v) after the bucket's 10 000 bytes, want 100ns, idle", d, r.stage)
+	}
+}
+
+// TestDCQCNReconfigure: new parameters keep a cut RP's state within the
+// new line rate, and an idle RP at it.
+func TestDCQCNReconfigure(t *testing.T) {
+	r := newDCQCNRP(testParams(), 1000)
+	r.OnCNP(at(0))
+	rc, stage := r.rc, r.stage
+	p := testParams()
+	p.MaxRate = 300
+	r.reconfigure(p, 1000)
+	if r.line != 300 || r.rt != 300 || r.rc != min(rc, 300) || r.stage != stage {
+		t.Fatalf("line %v R_T %v R_C %v stage %v after rpg_max_rate 300", r.line, r.rt, r.rc, r.stage)
+	}
+	if r.bucket.bytesPerSec != r.rc*1e6/8 {
+		t.Fatalf("bucket at %v B/s, R_C %v Mb/s", r.bucket.bytesPerSec, r.rc)
+	}
+	r = newDCQCNRP(testParams(), 1000)
+	r.Delay(at(0))
+	r.reconfigure(testParams(), 2000)
+	if r.rc != 2000 || r.rt != 2000 || r.stage != RPIdle || r.bucket.bytesPerSec != 2000e6/8 {
+		t.Fatalf("idle RP on a 2000 Mb/s line: R_C %v R_T %v bucket %v B/s", r.rc, r.rt, r.bucket.bytesPerSec)
 	}
 }
 
