@@ -46,6 +46,11 @@ const (
 	RcvdBadLength           // rcvd_bad_length: requests refused for a payload or DMA length (UC: dropped)
 	AsyncEventsDropped      // async_events_dropped: events the full async event queue could not hold
 	RetransPkts             // retrans_pkts: packets sent again
+	// DCQCN's, named as mlx5 names them (ecn.go).
+	NPCNPSent              // np_cnp_sent: CNPs the notification point sent
+	NPECNMarkedRoCEPackets // np_ecn_marked_roce_packets: RoCE v2 packets received marked CE
+	RPCNPHandled           // rp_cnp_handled: CNPs that cut a QP's rate
+	RPCNPIgnored           // rp_cnp_ignored: CNPs received and ignored (RP off, QP not sending, within rate_reduce_monitor_period)
 	numCounters
 )
 
@@ -59,6 +64,7 @@ var CounterNames = [numCounters]string{
 	"rcvd_bad_opcode", "rcvd_no_recv_wqe",
 	"duplicate_request_dropped", "rcvd_bad_op_seq", "rcvd_bad_rkey", "rcvd_bad_length", "async_events_dropped",
 	"retrans_pkts",
+	"np_cnp_sent", "np_ecn_marked_roce_packets", "rp_cnp_handled", "rp_cnp_ignored",
 }
 
 func (c Counter) String() string { return CounterNames[c] }

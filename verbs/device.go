@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/goroce/goroce/internal/mem"
@@ -34,9 +35,10 @@ type Device struct {
 	activeMTU MTU
 	mem       *mem.Table
 	events    eventQueue
-	counters  Counters   // port 1's
-	atomicMu  sync.Mutex // makes responder atomics atomic across QPs (rxe: atomic_ops_lock)
-	txPool    sync.Pool  // of *[]byte, link.MaxFrameSize each
+	counters  Counters                  // port 1's
+	ecn       atomic.Pointer[ECNConfig] // port 1's congestion control; nil: the defaults (off)
+	atomicMu  sync.Mutex                // makes responder atomics atomic across QPs (rxe: atomic_ops_lock)
+	txPool    sync.Pool                 // of *[]byte, link.MaxFrameSize each
 
 	mu      sync.RWMutex
 	gids    []GIDEntry     // guarded by mu
@@ -426,6 +428,18 @@ func (d *Device) dispatch(pk *link.Packet, p *wire.Packet, out *txBatch) {
 	if q == nil {
 		d.counters[RcvdBadQP].Add(1)
 		return
+	}
+	if p.Opcode() == wire.OpcodeCNP {
+		q.onCNP(&pk.Addr) // DCQCN's reaction point (ecn.go)
+		return
+	}
+	if pk.Addr.TrafficClass&3 == ECNCE && pk.Addr.Version == wire.RoCEv2 {
+		// DCQCN's notification point (ecn.go).
+		c := d.ecn.Load()
+		if c == nil {
+			c = &defaultECN
+		}
+		q.onCE(c, p, &pk.Addr, out)
 	}
 	q.receive(p, &pk.Addr, out)
 }

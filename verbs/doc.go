@@ -37,4 +37,21 @@
 // device's one receive goroutine, or from the QP's retransmit and RNR timers.
 // No goroutine is started per packet or per work request. Every method may
 // be called from any goroutine.
+//
+// # Congestion control
+//
+// Device.SetECN turns on DCQCN, the congestion control of hardware RoCE
+// (dcqcn.go, ecn.go): the notification point answers RoCE v2 packets that a
+// switch marked ECN Congestion Experienced with CNPs (BTH opcode 0x81) to
+// the sending QP, and the reaction point marks the QP's request packets
+// ECN-capable and cuts its rate on each CNP, then raises it again by timer
+// and byte counter, pacing through the same hook as the rate limit. Both
+// are off by default, and then nothing on the wire changes. Enable them
+// when RoCE v2 crosses a routed, shared bottleneck whose queue marks ECN
+// (switches with RED/ECN, a router with nft's "ip ecn set ce"): the NP on
+// receivers, the RP on senders, as mlx5 ports do. On a direct link or a
+// queue that does not mark they change nothing but the ECN bits. Counters:
+// np_cnp_sent, np_ecn_marked_roce_packets, rp_cnp_handled, rp_cnp_ignored
+// (mlx5's names). What Linux rxe peers make of goroce's CNPs is not yet
+// checked in the lab (issue 16 item 7).
 package verbs

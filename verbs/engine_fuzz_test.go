@@ -189,6 +189,13 @@ func newFuzzHarness() (*fuzzHarness, error) {
 		return nil, err
 	}
 	h.out.dev = h.dev
+	// DCQCN on, both halves, so that CE marks make CNPs and CNPs (any
+	// opcode may be drawn, 0x81 among them) reach the reaction point.
+	ecn := DefaultECNConfig()
+	ecn.NPEnable, ecn.RPEnable = true, true
+	if err := h.dev.SetECN(1, ecn); err != nil {
+		return nil, err
+	}
 	n := fuzzGuard
 	for i := range h.regs {
 		h.regs[i] = fuzzRegion{off: n, n: regSizes[i], secret: i != regAll && i != regRO}
@@ -491,6 +498,9 @@ func (h *fuzzHarness) build(qi int, r []byte, b []byte) ([]byte, link.Addr, int)
 	a := link.Addr{Version: wire.RoCEv2, SrcGID: h.peer, DstGID: h.local, UDPSrcPort: 4791, HopLimit: 64}
 	if flags&0x10 != 0 {
 		a.SrcGID = netip.MustParseAddr("::ffff:192.0.2.66")
+	}
+	if flags&0x80 != 0 {
+		a.TrafficClass = ECNCE // a switch marked it: the device's DCQCN notification point answers
 	}
 	return b, a, dqi
 }

@@ -101,12 +101,24 @@ func (q *QP) SetPacer(p Pacer) {
 }
 
 // paced reports whether the pacer holds the requester back now; if so it
-// arms the timer that resumes it. Called with q.mu held.
+// arms the timer that resumes it. The rate limit's pacer and the DCQCN
+// reaction point (dcqcn.go) both hold it back. Called with q.mu held.
 func (q *QP) paced() bool {
-	if q.pacer == nil {
+	var cc *dcqcnRP
+	if c := q.dev.ecn.Load(); q.cc != nil || c != nil && c.RPEnable && q.typ != GSI {
+		cc = q.ccFor(c) // made now, or the port's RP may be off now, or reconfigured
+	}
+	if q.pacer == nil && cc == nil {
 		return false
 	}
-	d := q.pacer.Delay(time.Now())
+	now := time.Now()
+	var d time.Duration
+	if q.pacer != nil {
+		d = q.pacer.Delay(now)
+	}
+	if cc != nil {
+		d = max(d, cc.Delay(now))
+	}
 	if d <= 0 {
 		return false
 	}

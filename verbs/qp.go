@@ -138,6 +138,14 @@ type QP struct {
 	rnrTimer  *time.Timer // guarded by mu
 	pacer     Pacer       // guarded by mu: nil, or the rate limit's (or SetPacer's)
 	paceTimer *time.Timer // guarded by mu
+	// cc is the QP's DCQCN reaction point, made at its first packet or CNP
+	// while the port's RP is enabled, under configuration ccCfg; npLast is when the
+	// notification point last sent the peer a CNP, if npSent (all guarded
+	// by mu; ecn.go).
+	cc     *dcqcnRP
+	ccCfg  *ECNConfig
+	npLast time.Time
+	npSent bool
 	// reqBatch is the transmit batch holding the requester's packets not
 	// yet sent, if any; reqDeferred: a requester run found it held by
 	// another goroutine's batch, which runs it again on release (both

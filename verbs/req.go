@@ -505,11 +505,15 @@ func (q *QP) sendPacket(w *sendWQE, out *txBatch) (done, ok bool) {
 	if q.pacer != nil {
 		q.pacer.Sent(time.Now(), pk.Len)
 	}
+	if q.cc != nil {
+		q.cc.Sent(time.Now(), pk.Len)
+	}
 	if t == wire.TransportUD {
 		pk.Addr = addrOf(&w.path, w.sport)
 	} else {
 		pk.Addr = addrOf(&q.path, q.sport)
 	}
+	q.markECT(&pk.Addr)
 	retrans := q.req.sentAny && !q.req.psn.After(q.req.maxSent) // maxSent is meaningless before the first packet
 	if retrans {
 		q.count(RetransPkts)

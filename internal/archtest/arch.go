@@ -83,7 +83,8 @@ var Table = map[string]rule{
 	"internal/mem": {2, "", ""},
 	"verbs": {3, "internal/mem link wire",
 		// TestOverVeth runs the test bodies over the real links; never host.
-		"verbs/verbstest link/fabric link/linktest link/udp link/afpacket internal/nettest internal/testenv"},
+		// link/pcap records a run for tshark to judge (ecn_tshark_test.go).
+		"verbs/verbstest link/fabric link/linktest link/pcap link/udp link/afpacket internal/nettest internal/testenv"},
 	"verbs/verbstest": {3, "verbs link/fabric", ""},
 
 	// 4: the host's soft devices (the only package that joins the engine

@@ -10,6 +10,7 @@ package fabric
 
 import (
 	"container/heap"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -61,6 +62,35 @@ type FaultStats struct {
 	// QueueFull counts frames dropped because the destination port's
 	// receive queue was full (a NIC ring overflow).
 	QueueFull atomic.Uint64
+	// Marked and TailDropped count what the bottleneck toward this port
+	// (PortConfig.Bottleneck) did: frames marked ECN Congestion
+	// Experienced, and frames dropped because its queue was full.
+	Marked      atomic.Uint64
+	TailDropped atomic.Uint64
+}
+
+// Bottleneck is the switch's egress queue toward a port, a model of a
+// congested hop in virtual time: frames switched to the port leave it one
+// after the other at Rate, so a frame waits for the bytes queued ahead of
+// it. A frame that finds MarkBytes or more queued ahead is marked ECN
+// Congestion Experienced if it is ECN-capable (ECT(0) or ECT(1); RFC 3168
+// §5): step marking at one threshold, as DCTCP's switches do (RED with
+// Kmin = Kmax and Pmax = 1, Zhu et al. SIGCOMM 2015 §5). A frame that
+// would make the queue exceed LimitBytes is dropped (tail drop). RoCE v1
+// frames have no IP ECN field and are never marked. The model is
+// deterministic: the same sends at the same (virtual) times give the same
+// marks, drops and departures.
+type Bottleneck struct {
+	Rate       uint64 // bits per second; zero: no bottleneck
+	MarkBytes  int    // zero: no marking
+	LimitBytes int    // zero: 1 MiB
+}
+
+func (b *Bottleneck) validate() error {
+	if b.MarkBytes < 0 || b.LimitBytes < 0 {
+		return errors.New("fabric: negative bottleneck queue size")
+	}
+	return nil
 }
 
 // PortConfig configures a port.
@@ -75,6 +105,8 @@ type PortConfig struct {
 	Seed      uint64 // seeds the fault generator (with the port number)
 	QueueLen  int    // receive queue length in frames; zero means 4096
 	BatchSize int    // zero means 64
+	// Bottleneck is the egress queue toward this port; zero: none.
+	Bottleneck Bottleneck
 }
 
 // Fabric is an in-memory switch.
@@ -125,6 +157,9 @@ func (f *Fabric) AddPort(cfg PortConfig) (*Port, error) {
 	if err := cfg.Faults.validate(); err != nil {
 		return nil, err
 	}
+	if err := cfg.Bottleneck.validate(); err != nil {
+		return nil, err
+	}
 	if cfg.MTU == 0 {
 		cfg.MTU = 4096 + 64
 	}
@@ -154,6 +189,7 @@ func (f *Fabric) AddPort(cfg PortConfig) (*Port, error) {
 		queue:  make(chan *frame, cfg.QueueLen),
 		closed: make(chan struct{}),
 		rng:    rand.New(rand.NewPCG(cfg.Seed, uint64(n))),
+		bn:     cfg.Bottleneck,
 	}
 	f.ports = append(f.ports, p)
 	for _, g := range cfg.GIDs {
@@ -176,13 +212,25 @@ func (f *Fabric) putFrame(fr *frame) {
 	f.pool.Put(fr)
 }
 
-// deliver puts fr on its destination's queue, or drops it.
+// deliver puts fr on its destination's queue, or drops it; a frame that
+// arrives at a port's bottleneck first waits its turn there.
 func (f *Fabric) deliver(fr *frame) {
 	dst, src := fr.dst, fr.src
 	if dst.isClosed() {
 		f.putFrame(fr)
 		return
 	}
+	if !fr.queued {
+		if d, ok := dst.enqueue(fr); !ok {
+			f.putFrame(fr)
+			return
+		} else if d > 0 {
+			fr.queued = true
+			f.sched.add(d, fr)
+			return
+		}
+	}
+	fr.queued = false
 	select {
 	case dst.queue <- fr:
 	default:
@@ -194,6 +242,93 @@ func (f *Fabric) deliver(fr *frame) {
 type frame struct {
 	buf      []byte
 	src, dst *Port
+	queued   bool // it has passed dst's bottleneck
+}
+
+// enqueue puts fr in p's bottleneck queue: it returns how long fr takes to
+// leave it (waiting behind the queued bytes, then its own serialization),
+// or false if the queue is full and fr is dropped.
+func (p *Port) enqueue(fr *frame) (time.Duration, bool) {
+	p.bnMu.Lock()
+	defer p.bnMu.Unlock()
+	if p.bn.Rate == 0 {
+		return 0, true
+	}
+	now := time.Now()
+	var ahead time.Duration
+	if p.busyUntil.After(now) {
+		ahead = p.busyUntil.Sub(now)
+	}
+	queued := int(uint64(ahead) * p.bn.Rate / 8 / uint64(time.Second))
+	limit := p.bn.LimitBytes
+	if limit == 0 {
+		limit = 1 << 20
+	}
+	if queued+len(fr.buf) > limit {
+		p.faults.TailDropped.Add(1)
+		return 0, false
+	}
+	if p.bn.MarkBytes > 0 && queued >= p.bn.MarkBytes && markCE(fr.buf) {
+		p.faults.Marked.Add(1)
+	}
+	tx := time.Duration(uint64(len(fr.buf)) * 8 * uint64(time.Second) / p.bn.Rate)
+	p.busyUntil = now.Add(ahead + tx)
+	return ahead + tx, true
+}
+
+// markCE sets ECN Congestion Experienced in a RoCE v2 frame that is
+// ECN-capable, and reports whether it did. The ICRC masks the IPv4 TOS
+// and the IPv6 traffic class (IBTA RoCEv2 Annex A17.4.5.1), so it stays
+// valid; the IPv4 header checksum is recomputed.
+func markCE(b []byte) bool {
+	if len(b) < wire.EthernetLen {
+		return false
+	}
+	off := wire.EthernetLen
+	et := binary.BigEndian.Uint16(b[12:])
+	if et == 0x8100 {
+		if len(b) < wire.EthernetLen+wire.VLANTagLen {
+			return false
+		}
+		off += wire.VLANTagLen
+		et = binary.BigEndian.Uint16(b[16:])
+	}
+	switch et {
+	case 0x0800:
+		if len(b) < off+wire.IPv4MinLen {
+			return false
+		}
+		hl := int(b[off]&0xF) * 4
+		if hl < wire.IPv4MinLen || len(b) < off+hl {
+			return false
+		}
+		ip := wire.IPv4(b[off : off+hl])
+		if ip.ECN() == 0 {
+			return false
+		}
+		ip.SetTOS(ip.TOS() | 3)
+		ip.SetChecksum(ip.ComputeChecksum())
+		return true
+	case 0x86DD:
+		if len(b) < off+wire.IPv6Len || (b[off+1]>>4)&3 == 0 {
+			return false
+		}
+		b[off+1] |= 0x30 // the traffic class's low two bits: ECN
+		return true
+	}
+	return false
+}
+
+// SetBottleneck changes the bottleneck toward p; frames already queued
+// keep their departure times.
+func (p *Port) SetBottleneck(b Bottleneck) error {
+	if err := b.validate(); err != nil {
+		return err
+	}
+	p.bnMu.Lock()
+	p.bn = b
+	p.bnMu.Unlock()
+	return nil
 }
 
 // Port is one port of the fabric; it implements link.Link.
@@ -212,6 +347,10 @@ type Port struct {
 
 	rxMu  sync.Mutex  // serializes Recv
 	rxPkt wire.Packet // guarded by rxMu
+
+	bnMu      sync.Mutex
+	bn        Bottleneck // guarded by bnMu
+	busyUntil time.Time  // guarded by bnMu: when the bottleneck's queue empties
 }
 
 var _ link.Link = (*Port)(nil)

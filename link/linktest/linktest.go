@@ -30,6 +30,7 @@ func Run(t *testing.T, mk MakePair) {
 	t.Run("RoundTrip", func(t *testing.T) { testRoundTrip(t, mk(t)) })
 	t.Run("Batch", func(t *testing.T) { testBatch(t, mk(t)) })
 	t.Run("CloseUnblocksRecv", func(t *testing.T) { testClose(t, mk(t)) })
+	t.Run("ECN", func(t *testing.T) { testECN(t, mk(t)) })
 }
 
 // NewBuffers returns n packets with buffers of capacity link.MaxFrameSize.
@@ -138,6 +139,54 @@ func testBatch(t *testing.T, p Pair) {
 	}
 	if s := p.B.Stats(); s.RxPackets.Load() < n {
 		t.Errorf("B counted %d received packets, want ≥ %d", s.RxPackets.Load(), n)
+	}
+}
+
+// testECN: the IP ECN bits (RFC 3168 §5) a packet is sent with arrive as
+// sent, each packet's own, in batches that mix codepoints among runs of
+// one (which a UDP link may send as one GSO message and receive as one GRO
+// batch: Linux merges only datagrams of one TOS or traffic class, so a
+// batch's one control message speaks for all of them) — what DCQCN's ECT
+// marking and its notification point's CE detection rely on.
+func testECN(t *testing.T, p Pair) {
+	defer p.A.Close()
+	defer p.B.Close()
+	const dscp = 26 << 2
+	var ecns []uint8
+	for _, run := range []struct {
+		ecn uint8
+		n   int
+	}{{2, 8}, {3, 1}, {2, 8}, {1, 3}, {0, 4}, {3, 5}, {2, 1}} {
+		for range run.n {
+			ecns = append(ecns, run.ecn)
+		}
+	}
+	payload := bytes.Repeat([]byte{0xec}, 1000)
+	var batch []link.Packet
+	for i, e := range ecns {
+		pk := TransportPacket(p.A.Headroom(), 0x11, wire.PSN(i), payload)
+		pk.Addr = addr(p, true)
+		pk.Addr.TrafficClass = dscp | e
+		batch = append(batch, pk)
+		if len(batch) == p.A.BatchSize() || i == len(ecns)-1 {
+			if k, err := p.A.Send(batch); err != nil || k != len(batch) {
+				t.Fatalf("Send batch = %d, %v", k, err)
+			}
+			batch = batch[:0]
+		}
+	}
+	for i, g := range recvN(t, p.B, len(ecns)) {
+		var w wire.Packet
+		if err := w.ParseTransport(g.Transport(), p.Version); err != nil {
+			t.Fatal(err)
+		}
+		psn := int(w.BTH().PSN())
+		if psn >= len(ecns) {
+			t.Fatalf("packet %d: PSN %d", i, psn)
+		}
+		if want := dscp | ecns[psn]; g.Addr.TrafficClass != want {
+			t.Errorf("PSN %d: traffic class %#x, want %#x (ECN %d)", psn, g.Addr.TrafficClass, want, ecns[psn])
+		}
 	}
 }
 

@@ -550,3 +550,50 @@ func BenchmarkJSON(b *testing.B) {
 		buf = p.AppendJSON(buf[:0], "bench.pcap")
 	}
 }
+
+// TestDCQCNPackets: a CNP as goroce's notification point sends it (BECN,
+// PSN 0, DSCP 48, Not-ECT; RoCE v2 Annex A17.9.3) and a request the
+// switch marked CE decode with their names and a valid ICRC: the ICRC
+// masks the ECN bits a switch changes (the TOS) and BECN.
+func TestDCQCNPackets(t *testing.T) {
+	cnp := v2Fields(wire.OpcodeCNP)
+	cnp.BTH = wire.BTHFields{Opcode: wire.OpcodeCNP, PKey: wire.DefaultPKey, DestQP: 0x12, BECN: true}
+	cnp.IPv4.TOS = 48 << 2
+	ce := v2Fields(wire.OpcodeRCSendOnly)
+	ce.IPv4.TOS = 26<<2 | 2
+	ceData := frame(t, ce)
+	ceData[wire.EthernetLen+1] |= 3 // a switch marks CE on the way: the TOS changes, the ICRC does not
+	ip := wire.IPv4(ceData[wire.EthernetLen : wire.EthernetLen+wire.IPv4MinLen])
+	ip.SetChecksum(ip.ComputeChecksum())
+	for _, tc := range []struct {
+		name string
+		data []byte
+		line []string
+		verb []string
+	}{
+		{"CNP", frame(t, cnp), []string{"CNP", "BECN"}, []string{"Differentiated Services Codepoint: 48", "Explicit Congestion Notification: 0 (Not-ECT)", "BECN: True", "CNP reserved"}},
+		{"CE", ceData, []string{"RC_SEND_ONLY"}, []string{"Explicit Congestion Notification: 3 (CE)"}},
+	} {
+		var (
+			d dissect.Decoder
+			p dissect.Packet
+		)
+		if err := d.Decode(pcap.Frame{Number: 1, Data: tc.data, OrigLen: len(tc.data)}, &p); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if probs := p.Problems(); len(probs) != 0 || !p.ICRCOK() {
+			t.Errorf("%s: problems %q, ICRC ok %v", tc.name, probs, p.ICRCOK())
+		}
+		s, v := p.Summary(), string(p.AppendVerbose(nil))
+		for _, w := range tc.line {
+			if !strings.Contains(s, w) {
+				t.Errorf("%s: summary %q lacks %q", tc.name, s, w)
+			}
+		}
+		for _, w := range tc.verb {
+			if !strings.Contains(v, w) {
+				t.Errorf("%s: -V lacks %q:\n%s", tc.name, w, v)
+			}
+		}
+	}
+}
