@@ -1,0 +1,101 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/goroce/goroce/internal/testenv"
+)
+
+// runExe runs the roce executable exe with args and returns its exit
+// status and stderr.
+func runExe(t *testing.T, exe string, args ...string) (int, string) {
+	t.Helper()
+	var stderr bytes.Buffer
+	cmd := exec.Command(exe, args...)
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("%s %s: %v", exe, strings.Join(args, " "), err)
+	}
+	return cmd.ProcessState.ExitCode(), stderr.String()
+}
+
+// TestRundirNotWritableSaysFix is the tutorial's first step as a user
+// without root who did not set GOROCE_RUNDIR: `roce link add` failed with
+// "Permission denied: mkdir /run/goroce" and no word of what to do. It now
+// says to run as root or give a runtime directory the user can create,
+// and still exits 1.
+func TestRundirNotWritableSaysFix(t *testing.T) {
+	testenv.Root(t)
+	setpriv, err := exec.LookPath("setpriv")
+	testenv.Require(t, err == nil, "setpriv (util-linux)")
+	// The test binary, where nobody can run it (go test's build directory
+	// is root's alone).
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := os.MkdirTemp("", "goroce-tutorial-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(bin) })
+	os.Chmod(bin, 0o755) // root's, which nobody can read but not write
+	b, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	test := filepath.Join(bin, "roce.test")
+	if err := os.WriteFile(test, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rundir := filepath.Join(bin, "run")
+	var stderr bytes.Buffer
+	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
+		test, "--rundir", rundir, "link", "add", "rxe0", "type", "rxe", "netdev", "lo", "roce-versions", "v2")
+	cmd.Env = []string{"GOROCE_TEST_ROCE=1", "GORACE=atexit_sleep_ms=0", "PATH=/usr/bin:/bin"}
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatal(err)
+	}
+	if code := cmd.ProcessState.ExitCode(); code != exitError {
+		t.Errorf("exit %d, want %d\nstderr: %s", code, exitError, stderr.String())
+	}
+	for _, want := range []string{"Permission denied: mkdir " + rundir,
+		"run as root, or pass --rundir DIR or set GOROCE_RUNDIR to a directory this user can create"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr %q lacks %q", stderr.String(), want)
+		}
+	}
+	if n := strings.Count(stderr.String(), "\n"); n != 1 {
+		t.Errorf("stderr has %d lines, want 1: %q", n, stderr.String())
+	}
+}
+
+// TestPerfBadGIDIndexSaysFix: `roce perf write -x 9` on a device with
+// fewer GIDs said "GID index 9: the port has 2 GIDs", naming neither the
+// flag nor where to find a valid index.
+func TestPerfBadGIDIndexSaysFix(t *testing.T) {
+	exe := roceExecutable(t)
+	dir := t.TempDir()
+	if code, stderr := runExe(t, exe, "--rundir", dir, "link", "add", "rxe0", "type", "rxe", "netdev", "lo", "roce-versions", "v2"); code != 0 {
+		t.Fatalf("link add: exit %d: %s", code, stderr)
+	}
+	code, stderr := runExe(t, exe, "--rundir", dir, "perf", "write", "-x", "9", "-p", freePort(t), "127.0.0.1")
+	if code != exitError {
+		t.Errorf("exit %d, want %d\nstderr: %s", code, exitError, stderr)
+	}
+	if !regexp.MustCompile(`-x 9: no such GID index: the port has \d+ GIDs, 0 to \d+ \(roce gids shows which to use\)`).MatchString(stderr) {
+		t.Errorf("stderr %q does not name the flag, the valid indexes and roce gids", stderr)
+	}
+}
