@@ -69,6 +69,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return exitError
 }
 
+// argsWithFix is usageArgs that also says how to write the command: a
+// newcomer's `roce ping -c 198.18.0.2` got cobra's "unknown command
+// "198.18.0.2" for "roce ping"", which names neither the problem (the
+// command takes its address as a flag) nor the fix.
+func argsWithFix(v cobra.PositionalArgs, fix string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		err := v(cmd, args)
+		if err == nil {
+			return nil
+		}
+		msg := err.Error()
+		if !cmd.HasSubCommands() && strings.HasPrefix(msg, "unknown command ") {
+			msg = fmt.Sprintf("%s takes no arguments, and was given %q", cmd.CommandPath(), strings.Join(args, " "))
+		}
+		return usageError{fmt.Errorf("%s: %s", msg, fix)}
+	}
+}
+
 // unknownCommand rejects `roce foo` as a usage error, with cobra's suggestions.
 func unknownCommand(cmd *cobra.Command, args []string) error {
 	if len(args) == 0 {

@@ -99,3 +99,43 @@ func TestPerfBadGIDIndexSaysFix(t *testing.T) {
 		t.Errorf("stderr %q does not name the flag, the valid indexes and roce gids", stderr)
 	}
 }
+
+// TestStrayArgumentSaysFix: the newcomer's `roce ping -c 198.18.0.2` (the
+// address without -a), `roce mode rxe0` (the device without -d) and
+// `roce configfs mount` (no directory) got cobra's "unknown command
+// "198.18.0.2" for "roce ping"" or "accepts 1 arg(s), received 0". Each
+// now says what is wrong and how the command is written, on stderr, and
+// exits 2 with nothing on stdout.
+func TestStrayArgumentSaysFix(t *testing.T) {
+	exe := roceExecutable(t)
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"ping", "-c", "198.18.0.2"}, `roce ping takes no arguments, and was given "198.18.0.2": the address goes with -a: roce ping -s -a ADDR (server), roce ping -c -a ADDR (client)`},
+		{[]string{"mode", "rxe0"}, `roce mode takes no arguments, and was given "rxe0": the device goes with -d: roce mode -d DEV`},
+		{[]string{"tos", "rxe0", "106"}, `roce tos takes no arguments, and was given "rxe0 106": the device goes with -d: roce tos -d DEV`},
+		{[]string{"capture", "rxe0"}, `roce capture takes no arguments, and was given "rxe0": the device goes with -d and the file with -w`},
+		{[]string{"configfs", "mount"}, `accepts 1 arg(s), received 0: name the directory to serve the tree in: roce configfs mount DIR`},
+	} {
+		var stdout, stderr bytes.Buffer
+		cmd := exec.Command(exe, append([]string{"--rundir", dir}, tc.args...)...)
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatal(err)
+		}
+		line := strings.Join(tc.args, " ")
+		if code := cmd.ProcessState.ExitCode(); code != exitUsage {
+			t.Errorf("roce %s: exit %d, want %d", line, code, exitUsage)
+		}
+		if stdout.Len() != 0 {
+			t.Errorf("roce %s: stdout %q", line, stdout.String())
+		}
+		if !strings.Contains(stderr.String(), "roce: "+tc.want) {
+			t.Errorf("roce %s: stderr %q lacks %q", line, stderr.String(), tc.want)
+		}
+	}
+}
