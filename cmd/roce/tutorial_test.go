@@ -139,3 +139,36 @@ func TestStrayArgumentSaysFix(t *testing.T) {
 		}
 	}
 }
+
+// TestNoServerSaysFix: the tutorial's client started before its server
+// (or with another -p) got only "Couldn't connect to ADDR:PORT: ...
+// connection refused", and `pingpong --ud` with a size over the MTU only
+// "Requested size larger than port MTU (N)". Both keep rdma-core's words
+// first and now say what to do; both exit 1.
+func TestNoServerSaysFix(t *testing.T) {
+	exe := roceExecutable(t)
+	dir := t.TempDir()
+	if code, stderr := runExe(t, exe, "--rundir", dir, "link", "add", "rxe0", "type", "rxe", "netdev", "lo", "roce-versions", "v2"); code != 0 {
+		t.Fatalf("link add: exit %d: %s", code, stderr)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"pingpong", "-g", "1", "-p", freePort(t), "127.0.0.1"},
+			`^roce: Couldn't connect to 127\.0\.0\.1:\d+: .*connection refused: no server listens there: start it first \(roce pingpong -g N, without an address, on that host\) with the same -p\n$`},
+		{[]string{"perf", "write", "-p", freePort(t), "127.0.0.1"},
+			`^roce: Couldn't connect to 127\.0\.0\.1:\d+: .*connection refused: no server listens there: start it first \(the same roce perf test, without an address, on that host\) with the same -p\n$`},
+		{[]string{"pingpong", "--ud", "-g", "1", "-s", "8192", "-p", freePort(t)},
+			`^roce: Requested size larger than port MTU \((\d+)\): pass -s (\d+) or less \(UD sends one packet per message\)\n$`},
+	} {
+		code, stderr := runExe(t, exe, append([]string{"--rundir", dir}, tc.args...)...)
+		line := strings.Join(tc.args, " ")
+		if code != exitError {
+			t.Errorf("roce %s: exit %d, want %d\nstderr: %s", line, code, exitError, stderr)
+		}
+		if !regexp.MustCompile(tc.want).MatchString(stderr) {
+			t.Errorf("roce %s: stderr %q does not match %s", line, stderr, tc.want)
+		}
+	}
+}
