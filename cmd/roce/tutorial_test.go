@@ -34,11 +34,57 @@ func runExe(t *testing.T, exe string, args ...string) (int, string) {
 // says to run as root or give a runtime directory the user can create,
 // and still exits 1.
 func TestRundirNotWritableSaysFix(t *testing.T) {
+	bin, nobody := asNobody(t)
+	rundir := filepath.Join(bin, "run")
+	code, stderr := nobody("--rundir", rundir, "link", "add", "rxe0", "type", "rxe", "netdev", "lo", "roce-versions", "v2")
+	if code != exitError {
+		t.Errorf("exit %d, want %d\nstderr: %s", code, exitError, stderr)
+	}
+	for _, want := range []string{"Permission denied: mkdir " + rundir,
+		"run as root, or pass --rundir DIR or set GOROCE_RUNDIR to a directory this user can create"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr %q lacks %q", stderr, want)
+		}
+	}
+	if n := strings.Count(stderr, "\n"); n != 1 {
+		t.Errorf("stderr has %d lines, want 1: %q", n, stderr)
+	}
+}
+
+// TestV1WithoutRootSaysFix: the tutorial's default device (roce-versions
+// both) run by a user without root said "run as root" and nothing of the
+// other way, the "Without root" section's RoCE v2 device.
+func TestV1WithoutRootSaysFix(t *testing.T) {
+	_, nobody := asNobody(t)
+	tmp, err := os.MkdirTemp("", "goroce-tutorial-tmp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	os.Chmod(tmp, 0o1777)
+	rundir := filepath.Join(tmp, "run")
+	if code, stderr := nobody("--rundir", rundir, "link", "add", "rxe0", "type", "rxe", "netdev", "lo"); code != 0 {
+		t.Fatalf("link add: exit %d: %s", code, stderr)
+	}
+	code, stderr := nobody("--rundir", rundir, "pingpong", "-g", "1", "-p", freePort(t), "127.0.0.1")
+	if code != exitError {
+		t.Errorf("exit %d, want %d\nstderr: %s", code, exitError, stderr)
+	}
+	want := "needs raw Ethernet (AF_PACKET): run as root, or without root use a RoCE v2 device (roce link add NAME type rxe netdev lo roce-versions v2)"
+	if !strings.Contains(stderr, want) {
+		t.Errorf("stderr %q lacks %q", stderr, want)
+	}
+}
+
+// asNobody copies the test binary where nobody can run it (go test's
+// build directory is root's alone) and returns that root-owned directory
+// and a function that runs roce as nobody, without capabilities, and
+// returns its exit status and stderr.
+func asNobody(t *testing.T) (string, func(args ...string) (int, string)) {
+	t.Helper()
 	testenv.Root(t)
 	setpriv, err := exec.LookPath("setpriv")
 	testenv.Require(t, err == nil, "setpriv (util-linux)")
-	// The test binary, where nobody can run it (go test's build directory
-	// is root's alone).
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -57,28 +103,18 @@ func TestRundirNotWritableSaysFix(t *testing.T) {
 	if err := os.WriteFile(test, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	rundir := filepath.Join(bin, "run")
-	var stderr bytes.Buffer
-	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
-		test, "--rundir", rundir, "link", "add", "rxe0", "type", "rxe", "netdev", "lo", "roce-versions", "v2")
-	cmd.Env = []string{"GOROCE_TEST_ROCE=1", "GORACE=atexit_sleep_ms=0", "PATH=/usr/bin:/bin"}
-	cmd.Stderr = &stderr
-	err = cmd.Run()
-	var ee *exec.ExitError
-	if err != nil && !errors.As(err, &ee) {
-		t.Fatal(err)
-	}
-	if code := cmd.ProcessState.ExitCode(); code != exitError {
-		t.Errorf("exit %d, want %d\nstderr: %s", code, exitError, stderr.String())
-	}
-	for _, want := range []string{"Permission denied: mkdir " + rundir,
-		"run as root, or pass --rundir DIR or set GOROCE_RUNDIR to a directory this user can create"} {
-		if !strings.Contains(stderr.String(), want) {
-			t.Errorf("stderr %q lacks %q", stderr.String(), want)
+	return bin, func(args ...string) (int, string) {
+		t.Helper()
+		var stderr bytes.Buffer
+		cmd := exec.Command(setpriv, append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", test}, args...)...)
+		cmd.Env = []string{"GOROCE_TEST_ROCE=1", "GORACE=atexit_sleep_ms=0", "PATH=/usr/bin:/bin", "HOME=/nonexistent"}
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatal(err)
 		}
-	}
-	if n := strings.Count(stderr.String(), "\n"); n != 1 {
-		t.Errorf("stderr has %d lines, want 1: %q", n, stderr.String())
+		return cmd.ProcessState.ExitCode(), stderr.String()
 	}
 }
 
