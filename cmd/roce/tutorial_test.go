@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/goroce/goroce/internal/nettest"
 	"github.com/goroce/goroce/internal/testenv"
 )
 
@@ -122,12 +123,8 @@ func asNobody(t *testing.T) (string, func(args ...string) (int, string)) {
 // fewer GIDs said "GID index 9: the port has 2 GIDs", naming neither the
 // flag nor where to find a valid index.
 func TestPerfBadGIDIndexSaysFix(t *testing.T) {
-	exe := roceExecutable(t)
-	dir := t.TempDir()
-	if code, stderr := runExe(t, exe, "--rundir", dir, "link", "add", "rxe0", "type", "rxe", "netdev", "lo", "roce-versions", "v2"); code != 0 {
-		t.Fatalf("link add: exit %d: %s", code, stderr)
-	}
-	code, stderr := runExe(t, exe, "--rundir", dir, "perf", "write", "-x", "9", "-p", freePort(t), "127.0.0.1")
+	_, b, roceA := tutorialHosts(t)
+	code, stderr := roceA("perf", "write", "-x", "9", b.IPv4.String())
 	if code != exitError {
 		t.Errorf("exit %d, want %d\nstderr: %s", code, exitError, stderr)
 	}
@@ -182,23 +179,20 @@ func TestStrayArgumentSaysFix(t *testing.T) {
 // "Requested size larger than port MTU (N)". Both keep rdma-core's words
 // first and now say what to do; both exit 1.
 func TestNoServerSaysFix(t *testing.T) {
-	exe := roceExecutable(t)
-	dir := t.TempDir()
-	if code, stderr := runExe(t, exe, "--rundir", dir, "link", "add", "rxe0", "type", "rxe", "netdev", "lo", "roce-versions", "v2"); code != 0 {
-		t.Fatalf("link add: exit %d: %s", code, stderr)
-	}
+	_, b, roceA := tutorialHosts(t)
+	peer := regexp.QuoteMeta(b.IPv4.String())
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"pingpong", "-g", "1", "-p", freePort(t), "127.0.0.1"},
-			`^roce: Couldn't connect to 127\.0\.0\.1:\d+: .*connection refused: no server listens there: start it first \(roce pingpong -g N, without an address, on that host\) with the same -p\n$`},
-		{[]string{"perf", "write", "-p", freePort(t), "127.0.0.1"},
-			`^roce: Couldn't connect to 127\.0\.0\.1:\d+: .*connection refused: no server listens there: start it first \(the same roce perf test, without an address, on that host\) with the same -p\n$`},
-		{[]string{"pingpong", "--ud", "-g", "1", "-s", "8192", "-p", freePort(t)},
+		{[]string{"pingpong", "-g", "1", b.IPv4.String()},
+			`^roce: Couldn't connect to ` + peer + `:\d+: .*connection refused: no server listens there: start it first \(roce pingpong -g N, without an address, on that host\) with the same -p\n$`},
+		{[]string{"perf", "write", b.IPv4.String()},
+			`^roce: Couldn't connect to ` + peer + `:\d+: .*connection refused: no server listens there: start it first \(the same roce perf test, without an address, on that host\) with the same -p\n$`},
+		{[]string{"pingpong", "--ud", "-g", "1", "-s", "2048"},
 			`^roce: Requested size larger than port MTU \((\d+)\): pass -s (\d+) or less \(UD sends one packet per message\)\n$`},
 	} {
-		code, stderr := runExe(t, exe, append([]string{"--rundir", dir}, tc.args...)...)
+		code, stderr := roceA(tc.args...)
 		line := strings.Join(tc.args, " ")
 		if code != exitError {
 			t.Errorf("roce %s: exit %d, want %d\nstderr: %s", line, code, exitError, stderr)
@@ -207,4 +201,23 @@ func TestNoServerSaysFix(t *testing.T) {
 			t.Errorf("roce %s: stderr %q does not match %s", line, stderr, tc.want)
 		}
 	}
+}
+
+// tutorialHosts is the tutorial's "On one machine": two namespaces joined
+// by a veth (1500-byte MTU: the active MTU is 1024), a RoCE v2 device on
+// A's end, and nothing running on B. It returns A, B and a function that
+// runs the roce executable in A's namespace with A's runtime directory.
+func tutorialHosts(t *testing.T) (a, b *nettest.Host, roceA func(args ...string) (int, string)) {
+	t.Helper()
+	a, b = nettest.VethPair(t, nettest.Options{})
+	exe := roceExecutable(t)
+	dir := t.TempDir()
+	roceA = func(args ...string) (int, string) {
+		t.Helper()
+		return runExe(t, "ip", append([]string{"netns", "exec", a.NSName, exe, "--rundir", dir}, args...)...)
+	}
+	if code, stderr := roceA("link", "add", "rxe0", "type", "rxe", "netdev", a.Ifname, "roce-versions", "v2"); code != 0 {
+		t.Fatalf("link add: exit %d: %s", code, stderr)
+	}
+	return a, b, roceA
 }
