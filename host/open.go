@@ -150,7 +150,8 @@ func Open(name string, o Options) (*Device, error) {
 		case def.Versions.V1():
 			if !root {
 				return &verbs.Error{Op: "open", Device: name, Err: syscall.EPERM,
-					Detail: fmt.Sprintf("device %s speaks RoCE v1, which needs raw Ethernet (AF_PACKET): run as root", name)}
+					Detail: fmt.Sprintf("device %s speaks RoCE v1, which needs raw Ethernet (AF_PACKET): run as root, "+
+						"or without root use a RoCE v2 device (roce link add NAME type rxe netdev %s roce-versions v2)", name, nd.Name)}
 			}
 			raw, err := afpacket.New(afpacket.Config{Ifindex: nd.Index, MAC: nd.MAC, GIDs: d.gids.Addrs(), V2: def.Versions.V2(),
 				Resolver: res, OnForeign: d.foreignLogger(o.Logf)})

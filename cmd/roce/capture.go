@@ -43,7 +43,7 @@ Frames are rebuilt from what the device sends and receives, as --pcap's
 are: MAC addresses are derived from the GIDs and the ICRC is recomputed.`,
 		Example: `  roce capture -d rxe0 -w rxe0.pcap
   roce capture -d rxe0 -w - -c 100 | tshark -r -`,
-		Args: usageArgs(cobra.NoArgs),
+		Args: argsWithFix(cobra.NoArgs, "the device goes with -d and the file with -w: roce capture -d DEV -w FILE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if dev == "" {
 				return usageError{errors.New("-d DEV is required")}

@@ -49,7 +49,7 @@ Procedures written for Linux work with DIR for /sys/kernel/config:`,
   cat /tmp/config/rdma_cm/rxe0/ports/1/default_roce_mode     # RoCE v2
   echo 106 > /tmp/config/rdma_cm/rxe0/ports/1/default_roce_tos
   rmdir /tmp/config/rdma_cm/rxe0                             # the values stay`,
-		Args: usageArgs(cobra.ExactArgs(1)),
+		Args: argsWithFix(cobra.ExactArgs(1), "name the directory to serve the tree in: roce configfs mount DIR"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return configfsMount(cmd, args[0])
 		},

@@ -40,6 +40,7 @@ type errnoError struct {
 	op     string // e.g. "link add rxe1"
 	errno  syscall.Errno
 	detail string
+	cause  error // the error explained, when there was one: errors.As still finds its *os.PathError
 }
 
 func (e *errnoError) Error() string {
@@ -50,7 +51,12 @@ func (e *errnoError) Error() string {
 	return s
 }
 
-func (e *errnoError) Unwrap() error { return e.errno }
+func (e *errnoError) Unwrap() []error {
+	if e.cause == nil {
+		return []error{e.errno}
+	}
+	return []error{e.errno, e.cause}
+}
 
 // strerror is the C library's message for an errno ("No such device").
 func strerror(e syscall.Errno) string {
@@ -69,7 +75,7 @@ func opError(op string, err error) error {
 	if !ok {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	return &errnoError{op: op, errno: errno, detail: detail}
+	return &errnoError{op: op, errno: errno, detail: detail, cause: err}
 }
 
 // explain returns the errno err carries and what it says besides, read
@@ -114,6 +120,8 @@ func explain(err error) (errno syscall.Errno, detail string, ok bool) {
 			var x syscall.Errno
 			errors.As(e, &x) // EPERM
 			return x, strings.Join(parts, ": "), x != 0
+		case *errnoError:
+			return 0, "", false // already told: the caller shows it whole
 		case interface{ Unwrap() []error }:
 			var found syscall.Errno
 			for _, m := range e.Unwrap() {

@@ -83,7 +83,7 @@ systemd it says what to run at boot.
 		Example: `  roce mode -d rxe0           # RoCE v2
   roce mode -d rxe0 -p 1 -m 1 # use RoCE v1 for new rdma_cm connections
   roce mode -d mlx5_0 -m 1 --persist   # the kernel's device, also after reboots`,
-		Args: usageArgs(cobra.NoArgs),
+		Args: argsWithFix(cobra.NoArgs, "the device goes with -d: roce mode -d DEV [-p PORT] [-m 1|2]"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := p.check("mode"); err != nil {
 				return err
@@ -174,7 +174,7 @@ cma_roce_tos does, and takes --persist, as roce mode does (see roce mode
 --help).`,
 		Example: `  roce tos -d rxe0            # 0
   roce tos -d rxe0 -t 106     # DSCP 26 (AF31), ECT(0)`,
-		Args: usageArgs(cobra.NoArgs),
+		Args: argsWithFix(cobra.NoArgs, "the device goes with -d: roce tos -d DEV [-p PORT] [-t TOS]"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := p.check("tos"); err != nil {
 				return err

@@ -37,7 +37,7 @@ failed connection says why, in words, after rping's own message.`,
 		Example: `  roce ping -s -a 192.0.2.1 -v           # server
   roce ping -c -a 192.0.2.1 -C 3 -v -V     # client: 3 pings, checked
   roce ping -c -a fd00:c0:2::11 -S 4096 -C 10`,
-		Args: usageArgs(cobra.NoArgs),
+		Args: argsWithFix(cobra.NoArgs, "the address goes with -a: roce ping -s -a ADDR (server), roce ping -c -a ADDR (client)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if server == client {
 				return usageError{errors.New("choose one of -s (server) and -c (client)")}

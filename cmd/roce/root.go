@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -58,13 +60,31 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintf(stderr, "roce: %s\n", oneLine(err.Error()))
+	fmt.Fprintf(stderr, "roce: %s%s\n", oneLine(err.Error()), rundirHint(cmd, err))
 	var ue usageError
 	if errors.As(err, &ue) {
 		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		return exitUsage
 	}
 	return exitError
+}
+
+// argsWithFix is usageArgs that also says how to write the command: a
+// newcomer's `roce ping -c 198.18.0.2` got cobra's "unknown command
+// "198.18.0.2" for "roce ping"", which names neither the problem (the
+// command takes its address as a flag) nor the fix.
+func argsWithFix(v cobra.PositionalArgs, fix string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		err := v(cmd, args)
+		if err == nil {
+			return nil
+		}
+		msg := err.Error()
+		if !cmd.HasSubCommands() && strings.HasPrefix(msg, "unknown command ") {
+			msg = fmt.Sprintf("%s takes no arguments, and was given %q", cmd.CommandPath(), strings.Join(args, " "))
+		}
+		return usageError{fmt.Errorf("%s: %s", msg, fix)}
+	}
 }
 
 // unknownCommand rejects `roce foo` as a usage error, with cobra's suggestions.
@@ -159,4 +179,24 @@ func version() string {
 		}
 	}
 	return fmt.Sprintf("%s%s (%s %s/%s)", v, rev, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+// rundirHint names the fix when err is a permission refused on the runtime
+// directory (or a path inside it): a user without root meets it first as
+// "mkdir /run/goroce: permission denied", which says what failed but not
+// what to do. Empty for any other error.
+func rundirHint(cmd *cobra.Command, err error) string {
+	if cmd == nil || !errors.Is(err, fs.ErrPermission) {
+		return ""
+	}
+	var pe *os.PathError
+	if !errors.As(err, &pe) {
+		return ""
+	}
+	dir := filepath.Clean(rundirOf(cmd))
+	rel, rerr := filepath.Rel(dir, filepath.Clean(pe.Path))
+	if rerr != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return ""
+	}
+	return fmt.Sprintf(" (the runtime directory %s is not this user's: run as root, or pass --rundir DIR or set GOROCE_RUNDIR to a directory this user can create)", dir)
 }

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -143,6 +144,12 @@ func dialComm(ctx context.Context, dial func(context.Context, string, string) (n
 	}
 	conn, err := dial(ctx, "tcp", net.JoinHostPort(server, strconv.Itoa(port)))
 	if err != nil {
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			// perftest's words, then the fix: the server side runs
+			// first, on the same -p.
+			return nil, fmt.Errorf("Couldn't connect to %s:%d: %w: no server listens there: start it first "+
+				"(the same roce perf test, without an address, on that host) with the same -p", server, port, err)
+		}
 		return nil, fmt.Errorf("Couldn't connect to %s:%d: %w", server, port, err)
 	}
 	return newComm(ctx, conn, true), nil

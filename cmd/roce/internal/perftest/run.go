@@ -323,7 +323,7 @@ func (r *run) pickGID() error {
 	gids := r.dev.GIDs()
 	if r.GIDIndex >= 0 {
 		if r.GIDIndex >= len(gids) || !gids[r.GIDIndex].GID.IsValid() {
-			return fmt.Errorf("GID index %d: the port has %d GIDs", r.GIDIndex, len(gids))
+			return fmt.Errorf("-x %d: no such GID index: the port has %d GIDs, 0 to %d (roce gids shows which to use)", r.GIDIndex, len(gids), len(gids)-1)
 		}
 		r.gidIndex = r.GIDIndex
 		return nil

@@ -2,10 +2,12 @@ package pingpong
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"strconv"
+	"syscall"
 	"time"
 )
 
@@ -18,6 +20,12 @@ func clientExchange(ctx context.Context, dial func(context.Context, string, stri
 	}
 	conn, err := dial(ctx, "tcp", net.JoinHostPort(server, strconv.Itoa(port)))
 	if err != nil {
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			// rdma-core's words, then what a newcomer needs: the server
+			// side runs first, on the same -p.
+			return Dest{}, fmt.Errorf("Couldn't connect to %s:%d: %w: no server listens there: start it first "+
+				"(roce pingpong -g N, without an address, on that host) with the same -p", server, port, err)
+		}
 		return Dest{}, fmt.Errorf("Couldn't connect to %s:%d: %w", server, port, err)
 	}
 	defer conn.Close()

@@ -194,7 +194,7 @@ func run(ctx context.Context, dev *verbs.Device, c Config, prog *progress) error
 			return err
 		}
 		if mtu := pa.ActiveMTU.Bytes(); c.Size > mtu {
-			return fmt.Errorf("Requested size larger than port MTU (%d)", mtu)
+			return fmt.Errorf("Requested size larger than port MTU (%d): pass -s %d or less (UD sends one packet per message)", mtu, mtu)
 		}
 	}
 	bufLen := c.Size
