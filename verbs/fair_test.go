@@ -197,8 +197,13 @@ func TestReadFairness(t *testing.T) {
 			// lower than with two: a goroutine serving turns keeps Go's
 			// scheduler from polling the network, which then happens every
 			// 10 ms, sysmon's period; see sched.go.)
-			if ops < 5 {
-				t.Errorf("%d legitimate operations completed while the READ was answered, want ≥ 5", ops)
+			// Two is the bound that is an order of events and not a speed:
+			// the one posted with the READ request, and one posted after it
+			// completed, both before the READ's last response. A loaded
+			// machine (CI under -race beside other packages) once got 2
+			// where a quiet one gets hundreds; the figure is in BENCHMARKS.
+			if ops < 2 {
+				t.Errorf("%d legitimate operations completed while the READ was answered, want ≥ 2", ops)
 			}
 			t.Logf("%d legitimate operations completed while 16,384 READ responses went out", ops)
 		})
