@@ -22,9 +22,19 @@ import (
 // rp_rate_to_set_on_first_cnp, rp_dce_tcp_g, rp_dce_tcp_rtt,
 // rp_rate_reduce_monitor_period, rp_initial_alpha_value,
 // np_min_time_between_cnps, np_cnp_dscp, np_cnp_prio). The firmware keeps
-// the defaults, so cong.c does not show them; those below are MLNX_OFED's
-// documented ones, and where the mlx5 firmware's meaning of a field is not
-// public (dce_tcp_g, dce_tcp_rtt) goroce gives it the paper's.
+// the defaults, so cong.c does not show them. NVIDIA's "DCQCN CC
+// Parameters" table (DOCA SDK documentation, ConnectX-4 and later)
+// documents these, and goroce's defaults are its values: dce_tcp_g 1019
+// (alpha ← (g/1024)·alpha + (1024−g) with a CNP in the period,
+// (g/1024)·alpha without: g is the weight the old alpha keeps),
+// initial_alpha_value 1023, rate_to_set_on_first_cnp 0, rpg_min_dec_fac
+// 50, rpg_min_rate 1, rate_reduce_monitor_period 4. One differs on
+// purpose: that table's dce_tcp_rtt is 1 µs, a hardware timer; goroce's
+// is the paper's K, 55 µs, since a software pacer's timers are coarser
+// than that. The rate increase parameters' defaults (rpg_time_reset,
+// rpg_byte_reset, rpg_threshold, rpg_ai_rate, rpg_hai_rate) were not in
+// the part of that table available here: they are the values commonly
+// quoted for MLNX_OFED, unverified.
 
 // RPParams are the reaction point's parameters (MLNX_OFED ecn/roce_rp).
 type RPParams struct {
@@ -54,11 +64,12 @@ type RPParams struct {
 	// flow at line rate gets on its first CNP; 0 cuts as any CNP does.
 	RateToSetOnFirstCNP uint32
 	// DCETCPG is dce_tcp_g: the gain of alpha's moving average, as
-	// 1024·(1−g) (the weight the old alpha keeps): 1019 gives g = 5/1024,
-	// next to the paper's 1/256. Default 1019.
+	// 1024·(1−g) (the weight the old alpha keeps, as NVIDIA's formula
+	// has it): 1019 gives g = 5/1024, next to the paper's 1/256. Default
+	// 1019.
 	DCETCPG uint32
 	// DCETCPRTT is dce_tcp_rtt: alpha's update period, in µs (the paper's
-	// K). Default 55, the paper's.
+	// K). Default 55, the paper's (NVIDIA's hardware default is 1).
 	DCETCPRTT uint32
 	// RateReduceMonitorPeriod is rate_reduce_monitor_period, in µs: a CNP
 	// that arrives sooner than this after the last cut is ignored
