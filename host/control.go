@@ -53,6 +53,8 @@ const (
 	OpCounters  = "counters"
 	OpResources = "resources"
 	OpCapture   = "capture"
+	// OpECN makes the owner apply the config tree's ECN settings (ecn.go).
+	OpECN = "ecn"
 )
 
 // ErrNotRunning is wrapped by the control client's errors when no process
@@ -487,8 +489,14 @@ func (d *Device) serveControl(conn *net.UnixConn) {
 		enc.Encode(controlReply{Resources: d.ResourceReport()})
 	case OpCapture:
 		d.serveCapture(conn, br, enc)
+	case OpECN:
+		if err := d.loadECN(); err != nil {
+			enc.Encode(controlReply{Error: err.Error(), Errno: errnoOf(err)})
+			return
+		}
+		enc.Encode(controlReply{})
 	default:
-		enc.Encode(controlReply{Error: fmt.Sprintf("unknown request %q (want %s, %s or %s)", req.Op, OpCounters, OpResources, OpCapture), Errno: syscall.EINVAL})
+		enc.Encode(controlReply{Error: fmt.Sprintf("unknown request %q (want %s, %s, %s or %s)", req.Op, OpCounters, OpResources, OpCapture, OpECN), Errno: syscall.EINVAL})
 	}
 }
 
@@ -777,3 +785,12 @@ func (s *CaptureStream) SetReadDeadline(t time.Time) error { return s.conn.SetRe
 func (s *CaptureStream) Close() error { return s.conn.Close() }
 
 var _ link.Link = (*tap)(nil)
+
+// errnoOf is err's errno for a control reply: the one it wraps, else EIO.
+func errnoOf(err error) syscall.Errno {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno
+	}
+	return syscall.EIO
+}
