@@ -132,6 +132,12 @@ type QPResource struct {
 	RQPSN   uint32 `json:"rq_psn"`
 	PDN     uint32 `json:"pdn"`
 	PathMTU int    `json:"path_mtu,omitempty"` // bytes; 0 before RTR
+	// DCQCNRate is the QP's current DCQCN rate in Mb/s
+	// (verbs.QP.CongestionRate) while the port's reaction point is on
+	// (roce ecn … rp enable 1), else nil; DCQCNLimited says whether a CNP
+	// holds it below the line rate.
+	DCQCNRate    *float64 `json:"dcqcn_rate_mbps,omitempty"`
+	DCQCNLimited bool     `json:"dcqcn_limited,omitempty"`
 }
 
 // CMID is one RDMA CM identifier, as `rdma res show cm_id` prints it.
@@ -316,11 +322,25 @@ func foreignLine(dev string, f afpacket.Foreign) string {
 // ResourceReport returns the device's QPs and CM IDs.
 func (d *Device) ResourceReport() *ResourceReport {
 	r := &ResourceReport{Device: d.Def.Name, Owner: self(), QPs: []QPResource{}, CMIDs: []CMID{}}
+	ecn := d.Device.ECN(1)
 	for _, q := range d.Device.QPs() {
 		in := q.Info()
-		r.QPs = append(r.QPs, QPResource{Port: 1, LQPN: in.QPN, RQPN: in.DestQPN, Type: in.Type.String(),
+		qr := QPResource{Port: 1, LQPN: in.QPN, RQPN: in.DestQPN, Type: in.Type.String(),
 			State: in.State.String(), SQPSN: uint32(in.SQPSN), RQPSN: uint32(in.RQPSN), PDN: in.PDN,
-			PathMTU: in.PathMTU.Bytes()})
+			PathMTU: in.PathMTU.Bytes()}
+		if ecn.RPEnable && in.Type != verbs.GSI {
+			// A QP that has sent nothing since the RP was enabled has no
+			// DCQCN state yet: it sends at the line rate.
+			rate, limited := q.CongestionRate()
+			if rate == 0 && !limited {
+				rate = float64(ecn.LineRate)
+				if rate == 0 {
+					rate = maxRate
+				}
+			}
+			qr.DCQCNRate, qr.DCQCNLimited = &rate, limited
+		}
+		r.QPs = append(r.QPs, qr)
 	}
 	d.ctl.mu.Lock()
 	srcs := make([]func() []CMID, 0, len(d.ctl.sources))
