@@ -38,8 +38,10 @@ and the reaction point (rp, roce_rp: mark request packets ECN-capable and
 cut the rate on CNPs, by DCQCN).
 
 Without a point it lists every setting, one "roce_np/NAME VALUE" or
-"roce_rp/NAME VALUE" line each, as grep . roce_np/* roce_rp/* shows sysfs;
-with a point, that point's; with a parameter, its value alone. With a
+"roce_rp/NAME VALUE" line each, NAME the sysfs file's (NVIDIA's documentation
+has the parameters directly under roce_np/ and roce_rp/ in places, under
+their params/ in others); with a point, that point's; with a parameter, its
+value alone. With a
 value it sets the parameter first and prints it. enable is the port's for
 all priorities (MLNX_OFED's enable/<prio>): a goroce port has one queue.
 
