@@ -53,6 +53,8 @@ const (
 	OpCounters  = "counters"
 	OpResources = "resources"
 	OpCapture   = "capture"
+	// OpECN makes the owner apply the config tree's ECN settings (ecn.go).
+	OpECN = "ecn"
 )
 
 // ErrNotRunning is wrapped by the control client's errors when no process
@@ -130,6 +132,12 @@ type QPResource struct {
 	RQPSN   uint32 `json:"rq_psn"`
 	PDN     uint32 `json:"pdn"`
 	PathMTU int    `json:"path_mtu,omitempty"` // bytes; 0 before RTR
+	// DCQCNRate is the QP's current DCQCN rate in Mb/s
+	// (verbs.QP.CongestionRate) while the port's reaction point is on
+	// (roce ecn … rp enable 1), else nil; DCQCNLimited says whether a CNP
+	// holds it below the line rate.
+	DCQCNRate    *float64 `json:"dcqcn_rate_mbps,omitempty"`
+	DCQCNLimited bool     `json:"dcqcn_limited,omitempty"`
 }
 
 // CMID is one RDMA CM identifier, as `rdma res show cm_id` prints it.
@@ -314,11 +322,25 @@ func foreignLine(dev string, f afpacket.Foreign) string {
 // ResourceReport returns the device's QPs and CM IDs.
 func (d *Device) ResourceReport() *ResourceReport {
 	r := &ResourceReport{Device: d.Def.Name, Owner: self(), QPs: []QPResource{}, CMIDs: []CMID{}}
+	ecn := d.Device.ECN(1)
 	for _, q := range d.Device.QPs() {
 		in := q.Info()
-		r.QPs = append(r.QPs, QPResource{Port: 1, LQPN: in.QPN, RQPN: in.DestQPN, Type: in.Type.String(),
+		qr := QPResource{Port: 1, LQPN: in.QPN, RQPN: in.DestQPN, Type: in.Type.String(),
 			State: in.State.String(), SQPSN: uint32(in.SQPSN), RQPSN: uint32(in.RQPSN), PDN: in.PDN,
-			PathMTU: in.PathMTU.Bytes()})
+			PathMTU: in.PathMTU.Bytes()}
+		if ecn.RPEnable && in.Type != verbs.GSI {
+			// A QP that has sent nothing since the RP was enabled has no
+			// DCQCN state yet: it sends at the line rate.
+			rate, limited := q.CongestionRate()
+			if rate == 0 && !limited {
+				rate = float64(ecn.LineRate)
+				if rate == 0 {
+					rate = maxRate
+				}
+			}
+			qr.DCQCNRate, qr.DCQCNLimited = &rate, limited
+		}
+		r.QPs = append(r.QPs, qr)
 	}
 	d.ctl.mu.Lock()
 	srcs := make([]func() []CMID, 0, len(d.ctl.sources))
@@ -487,8 +509,14 @@ func (d *Device) serveControl(conn *net.UnixConn) {
 		enc.Encode(controlReply{Resources: d.ResourceReport()})
 	case OpCapture:
 		d.serveCapture(conn, br, enc)
+	case OpECN:
+		if err := d.loadECN(); err != nil {
+			enc.Encode(controlReply{Error: err.Error(), Errno: errnoOf(err)})
+			return
+		}
+		enc.Encode(controlReply{})
 	default:
-		enc.Encode(controlReply{Error: fmt.Sprintf("unknown request %q (want %s, %s or %s)", req.Op, OpCounters, OpResources, OpCapture), Errno: syscall.EINVAL})
+		enc.Encode(controlReply{Error: fmt.Sprintf("unknown request %q (want %s, %s, %s or %s)", req.Op, OpCounters, OpResources, OpCapture, OpECN), Errno: syscall.EINVAL})
 	}
 }
 
@@ -777,3 +805,12 @@ func (s *CaptureStream) SetReadDeadline(t time.Time) error { return s.conn.SetRe
 func (s *CaptureStream) Close() error { return s.conn.Close() }
 
 var _ link.Link = (*tap)(nil)
+
+// errnoOf is err's errno for a control reply: the one it wraps, else EIO.
+func errnoOf(err error) syscall.Errno {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno
+	}
+	return syscall.EIO
+}

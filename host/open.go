@@ -210,6 +210,13 @@ func Open(name string, o Options) (*Device, error) {
 	d.mu.Lock()
 	d.Device = dev
 	d.mu.Unlock()
+	// The port's congestion control as `roce ecn` left it in the config
+	// tree (ecn.go); a state file that does not hold settings fails the
+	// open rather than run the port with settings nobody chose.
+	if err := d.loadECN(); err != nil {
+		dev.Close()
+		return fail(&verbs.Error{Op: "open", Device: name, Detail: "ECN settings", Err: err})
+	}
 	if err := d.startControl(); err != nil {
 		dev.Close()
 		return fail(&verbs.Error{Op: "open", Device: name, Err: err})

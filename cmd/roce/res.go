@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/spf13/cobra"
 
@@ -12,19 +13,24 @@ import (
 )
 
 func newResCmd() *cobra.Command {
-	var jsonOut bool
+	var jsonOut, details bool
 	cmd := &cobra.Command{
-		Use:   "res [show] [qp|cm_id] [DEV[/PORT]] [-j]",
+		Use:   "res [show] [qp|cm_id] [DEV[/PORT]] [-j] [-d]",
 		Short: "QPs and RDMA CM IDs of running devices, as rdma res show prints them",
 		Long: `res shows the resources of the devices processes are running, as iproute2's
 'rdma res show' does: without a type, one summary line per device; 'qp' one
 line per QP (local and remote QPN, type, state, receive and send PSNs, PD,
-and the process that owns it); 'cm_id' one line per RDMA CM ID.
+and the process that owns it); 'cm_id' one line per RDMA CM ID. With -d, a
+QP's line also shows its path MTU and, while the port's congestion control
+reaction point is on (roce ecn -d DEV rp enable 1), dcqcn-rate: its current
+DCQCN rate in Mb/s, and dcqcn-limited yes when a CNP holds it below the line
+rate.
 
 A device nobody runs has no resources: it is skipped with a note on stderr.`,
 		Example: `  roce res
   roce res show qp
   roce res show qp rxe0
+  roce res show qp -d         # with each QP's DCQCN rate
   roce res show cm_id -j`,
 		Args: usageArgs(cobra.MaximumNArgs(3)),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -39,14 +45,15 @@ A device nobody runs has no resources: it is skipped with a note on stderr.`,
 			if err != nil {
 				return err
 			}
-			return resShow(cmd, kind, name, jsonOut)
+			return resShow(cmd, kind, name, jsonOut, details)
 		},
 	}
 	cmd.Flags().BoolVarP(&jsonOut, "json", "j", false, "JSON output, as rdma -j prints it")
+	cmd.Flags().BoolVarP(&details, "details", "d", false, "details, as rdma -d prints them: a QP's path MTU and DCQCN rate")
 	return cmd
 }
 
-func resShow(cmd *cobra.Command, kind, name string, jsonOut bool) error {
+func resShow(cmd *cobra.Command, kind, name string, jsonOut, details bool) error {
 	reg, dir := registryOf(cmd)
 	defs, err := devicesOf(reg, dir, "res show", name)
 	if err != nil {
@@ -86,7 +93,7 @@ func resShow(cmd *cobra.Command, kind, name string, jsonOut bool) error {
 			}
 		case "qp":
 			for _, q := range rep.QPs {
-				emit(qpResRow(rep, q))
+				emit(qpResRow(rep, q, details))
 			}
 		case "cm_id":
 			for _, c := range rep.CMIDs {
@@ -102,7 +109,9 @@ func resShow(cmd *cobra.Command, kind, name string, jsonOut bool) error {
 
 // qpResRow is rdma res show qp's line; connected QPs show their peer and
 // receive PSN, datagram QPs only the send PSN (as the kernel prints them).
-func qpResRow(rep *host.ResourceReport, q host.QPResource) jsonRow {
+// With details it adds the path MTU and, while the port's RP is on, the
+// QP's DCQCN rate.
+func qpResRow(rep *host.ResourceReport, q host.QPResource, details bool) jsonRow {
 	r := jsonRow{{"ifname", rep.Device}, {"port", q.Port}, {"lqpn", q.LQPN}}
 	connected := q.Type == "RC" || q.Type == "UC"
 	if connected {
@@ -116,7 +125,20 @@ func qpResRow(rep *host.ResourceReport, q host.QPResource) jsonRow {
 	if connected {
 		r = append(r, kv{"path-mig-state", "MIGRATED"})
 	}
-	return append(r, kv{"pdn", q.PDN}, kv{"pid", rep.Owner.PID}, kv{"comm", rep.Owner.Comm})
+	r = append(r, kv{"pdn", q.PDN})
+	if details {
+		if q.PathMTU != 0 {
+			r = append(r, kv{"path-mtu", q.PathMTU})
+		}
+		if q.DCQCNRate != nil {
+			limited := "no"
+			if q.DCQCNLimited {
+				limited = "yes"
+			}
+			r = append(r, kv{"dcqcn-rate", math.Round(*q.DCQCNRate*10) / 10}, kv{"dcqcn-limited", limited})
+		}
+	}
+	return append(r, kv{"pid", rep.Owner.PID}, kv{"comm", rep.Owner.Comm})
 }
 
 func cmIDRow(rep *host.ResourceReport, c host.CMID) jsonRow {

@@ -145,7 +145,7 @@ completed; a second Ctrl-C exits at once.`,
 	root.SetFlagErrorFunc(flagParseError)
 	root.PersistentFlags().String("rundir", host.RunDir(),
 		"runtime `DIR`: the device registry and what running devices publish ($GOROCE_RUNDIR sets the default)")
-	root.AddCommand(newDecodeCmd(), newDemoCmd(), newLinkCmd(), newDevCmd(), newDevicesCmd(), newGIDsCmd(), newPingpongCmd(), newPingCmd(), newModeCmd(), newTOSCmd(), newConfigfsCmd())
+	root.AddCommand(newDecodeCmd(), newDemoCmd(), newLinkCmd(), newDevCmd(), newDevicesCmd(), newGIDsCmd(), newPingpongCmd(), newPingCmd(), newModeCmd(), newTOSCmd(), newECNCmd(), newConfigfsCmd())
 	root.AddCommand(newStatCmd(), newResCmd(), newCaptureCmd(), newMetricsCmd())
 	root.AddCommand(newPerfCmd(), newProbeCmd())
 	root.AddCommand(newRstreamCmd(), newRcopyCmd())
