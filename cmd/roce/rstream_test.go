@@ -163,8 +163,11 @@ func TestRstreamVeth(t *testing.T) {
 
 	// A server (of the default tests, two connections) ends on SIGTERM
 	// while it waits.
+	// Once its device answers on the control socket the process is past
+	// its start, signal handling included (a fixed 300 ms was not, on a
+	// loaded CI machine: SIGTERM's default action killed it).
 	srv = startRoce(t, b, dir, bin, "rstream")
-	time.Sleep(300 * time.Millisecond)
+	waitRunning(t, dir, "rxeB")
 	srv.cmd.Process.Signal(syscall.SIGTERM)
 	if code := srv.wait(t, 30*time.Second); code != 143 || !strings.HasSuffix(srv.stderr.String(), "roce: rstream: interrupted by SIGTERM after 0 tests\n") {
 		t.Errorf("rstream server after SIGTERM: exit %d, want 143 and the interruption reported\n%s", code, srv.stderr.String())
