@@ -118,14 +118,48 @@ type Stats struct {
 	TxBadAddress    atomic.Uint64 // Addr unusable (version/GID family mismatch)
 }
 
-// Snapshot returns the counters by name (rxe-style snake_case names).
+// CounterInfo names one of a link's counters and says what it counts: the
+// one place its name and meaning are written, for Snapshot, roce stat and
+// the metrics exporter.
+type CounterInfo struct {
+	Name string // rxe-style snake_case
+	Help string // what it counts, a phrase without a final period
+	// Drop is the cause a drop is filed under in the exporter's
+	// goroce_port_drops_total{cause}, set for the drops that roce stat
+	// prints after the engine's counters; "" for the others, including the
+	// drops the engine counts again as rcvd_bad_icrc and rcvd_bad_header.
+	Drop string
+}
+
+// StatInfo describes one field of Stats.
+type StatInfo struct {
+	CounterInfo
+	get func(*Stats) *atomic.Uint64
+}
+
+// StatTable describes every field of Stats, in the order the link's
+// counters are listed.
+var StatTable = []StatInfo{
+	{CounterInfo{"tx_packets", "packets handed to the network", ""}, func(s *Stats) *atomic.Uint64 { return &s.TxPackets }},
+	{CounterInfo{"rx_packets", "packets delivered to the engine", ""}, func(s *Stats) *atomic.Uint64 { return &s.RxPackets }},
+	{CounterInfo{"tx_bytes", "bytes handed to the network", ""}, func(s *Stats) *atomic.Uint64 { return &s.TxBytes }},
+	{CounterInfo{"rx_bytes", "bytes delivered to the engine", ""}, func(s *Stats) *atomic.Uint64 { return &s.RxBytes }},
+	{CounterInfo{"rx_drop_bad_icrc", "packets dropped on receive: ICRC mismatch", ""}, func(s *Stats) *atomic.Uint64 { return &s.RxBadICRC }},
+	{CounterInfo{"rx_drop_malformed", "packets dropped on receive: a header failed to parse", ""}, func(s *Stats) *atomic.Uint64 { return &s.RxMalformed }},
+	{CounterInfo{"rx_drop_not_for_us", "RoCE packets dropped on receive: to a GID this port does not own", "not_for_us"}, func(s *Stats) *atomic.Uint64 { return &s.RxNotForUs }},
+	{CounterInfo{"rx_drop_kernel_refused", "packets the kernel dropped while handing them over (the sender's retransmission recovers them)", "kernel_refused"}, func(s *Stats) *atomic.Uint64 { return &s.RxKernelRefused }},
+	{CounterInfo{"tx_drop_no_route", "packets not sent: no path to the destination GID", "tx_no_route"}, func(s *Stats) *atomic.Uint64 { return &s.TxNoRoute }},
+	{CounterInfo{"tx_drop_bad_address", "packets not sent: the address was unusable (RoCE version and GID family mismatch)", "tx_bad_address"}, func(s *Stats) *atomic.Uint64 { return &s.TxBadAddress }},
+}
+
+// Get returns the counter of s that i describes.
+func (i StatInfo) Get(s *Stats) uint64 { return i.get(s).Load() }
+
+// Snapshot returns the counters by name (StatTable's names).
 func (s *Stats) Snapshot() map[string]uint64 {
-	return map[string]uint64{
-		"tx_packets": s.TxPackets.Load(), "rx_packets": s.RxPackets.Load(),
-		"tx_bytes": s.TxBytes.Load(), "rx_bytes": s.RxBytes.Load(),
-		"rx_drop_bad_icrc": s.RxBadICRC.Load(), "rx_drop_malformed": s.RxMalformed.Load(),
-		"rx_drop_not_for_us": s.RxNotForUs.Load(), "rx_drop_kernel_refused": s.RxKernelRefused.Load(),
-		"tx_drop_no_route":    s.TxNoRoute.Load(),
-		"tx_drop_bad_address": s.TxBadAddress.Load(),
+	m := make(map[string]uint64, len(StatTable))
+	for _, i := range StatTable {
+		m[i.Name] = i.Get(s)
 	}
+	return m
 }

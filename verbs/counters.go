@@ -54,18 +54,65 @@ const (
 	numCounters
 )
 
-// CounterNames are the counters' names, indexed by Counter: rxe's first, in
-// the order `rdma statistic show` prints them.
-var CounterNames = [numCounters]string{
-	"sent_pkts", "rcvd_pkts", "duplicate_request", "out_of_seq_request", "rcvd_rnr_err",
-	"send_rnr_err", "rcvd_seq_err", "ack_deferred", "retry_exceeded_err", "retry_rnr_exceeded_err",
-	"completer_retry_err", "send_err", "link_downed", "rdma_sends", "rdma_recvs",
-	"rcvd_bad_icrc", "rcvd_bad_header", "rcvd_bad_qp", "rcvd_bad_pkey", "rcvd_bad_qkey",
-	"rcvd_bad_opcode", "rcvd_no_recv_wqe",
-	"duplicate_request_dropped", "rcvd_bad_op_seq", "rcvd_bad_rkey", "rcvd_bad_length", "async_events_dropped",
-	"retrans_pkts",
-	"np_cnp_sent", "np_ecn_marked_roce_packets", "rp_cnp_handled", "rp_cnp_ignored",
+// CounterInfo names one counter and says what it counts: the one place a
+// counter's name and meaning are written, for roce stat, the metrics
+// exporter and anything else that lists counters.
+type CounterInfo struct {
+	Name string // as rxe's hw_counters and `rdma statistic show` name it
+	// Rxe is set for the counters Linux rxe has too
+	// (drivers/infiniband/sw/rxe/rxe_hw_counters.c); the others are goroce's.
+	Rxe  bool
+	Help string // what it counts, a phrase without a final period
+	// Drop is the cause a dropped-packet counter is filed under in the
+	// exporter's goroce_port_drops_total{cause}; "" for the others.
+	Drop string
 }
+
+// CounterTable describes every counter, indexed by Counter: rxe's first, in
+// the order `rdma statistic show` prints them, then goroce's.
+var CounterTable = [numCounters]CounterInfo{
+	SentPkts:                {"sent_pkts", true, "packets sent", ""},
+	RcvdPkts:                {"rcvd_pkts", true, "packets received", ""},
+	DuplicateRequest:        {"duplicate_request", true, "duplicate requests received (answered again, not executed again)", ""},
+	OutOfSeqRequest:         {"out_of_seq_request", true, "requests received with a PSN ahead of the expected one (answered with a sequence-error NAK)", "out_of_seq_request"},
+	RcvdRNRErr:              {"rcvd_rnr_err", true, "RNR NAKs received: the peer had no receive posted", ""},
+	SendRNRErr:              {"send_rnr_err", true, "RNR NAKs sent: this port had no receive posted", ""},
+	RcvdSeqErr:              {"rcvd_seq_err", true, "sequence-error NAKs received", ""},
+	AckDeferred:             {"ack_deferred", true, "ACKs the responder deferred", ""},
+	RetryExceededErr:        {"retry_exceeded_err", true, "work requests that failed after retry_cnt retransmissions", ""},
+	RetryRNRExceededErr:     {"retry_rnr_exceeded_err", true, "work requests that failed after rnr_retry RNR retries", ""},
+	CompleterRetryErr:       {"completer_retry_err", true, "retransmissions the completer started (a timeout or a NAK)", ""},
+	SendErr:                 {"send_err", true, "work requests the requester failed", ""},
+	LinkDowned:              {"link_downed", true, "times the link went down", ""},
+	RDMASends:               {"rdma_sends", true, "SEND work requests completed", ""},
+	RDMARecvs:               {"rdma_recvs", true, "SEND messages received", ""},
+	RcvdBadICRC:             {"rcvd_bad_icrc", false, "packets dropped: their ICRC was wrong", "bad_icrc"},
+	RcvdBadHeader:           {"rcvd_bad_header", false, "packets dropped: malformed transport headers", "bad_header"},
+	RcvdBadQP:               {"rcvd_bad_qp", false, "packets dropped: no such QP, or the QP was not ready", "bad_qp"},
+	RcvdBadPKey:             {"rcvd_bad_pkey", false, "packets dropped: a P_Key the port does not have", "bad_pkey"},
+	RcvdBadQKey:             {"rcvd_bad_qkey", false, "UD packets dropped: a Q_Key the QP does not have", "bad_qkey"},
+	RcvdBadOpcode:           {"rcvd_bad_opcode", false, "packets dropped: an opcode not valid for the QP's type", "bad_opcode"},
+	RcvdNoRecvWQE:           {"rcvd_no_recv_wqe", false, "UD and UC messages dropped: no receive was posted", "no_recv_wqe"},
+	DuplicateRequestDropped: {"duplicate_request_dropped", false, "duplicate READ, ATOMIC or FLUSH requests dropped: they repeat no request this QP executed (a probe for keys, not a retry)", "duplicate_request_dropped"},
+	RcvdBadOpSeq:            {"rcvd_bad_op_seq", false, "UC packets dropped: an opcode out of sequence (a MIDDLE or LAST that continues no message of its kind)", "bad_op_seq"},
+	RcvdBadRKey:             {"rcvd_bad_rkey", false, "UC RDMA WRITEs dropped: the rkey, range or access did not allow them", "bad_rkey"},
+	RcvdBadLength:           {"rcvd_bad_length", false, "UC packets dropped: a payload length the message does not allow", "bad_length"},
+	AsyncEventsDropped:      {"async_events_dropped", false, "asynchronous events dropped because the device's event queue was full", ""},
+	RetransPkts:             {"retrans_pkts", false, "packets the requesters sent again (go-back-N and timeouts)", ""},
+	NPCNPSent:               {"np_cnp_sent", false, "CNPs the DCQCN notification point sent (mlx5's name)", ""},
+	NPECNMarkedRoCEPackets:  {"np_ecn_marked_roce_packets", false, "RoCE v2 packets received marked ECN Congestion Experienced (mlx5's name)", ""},
+	RPCNPHandled:            {"rp_cnp_handled", false, "CNPs that cut a QP's rate at the DCQCN reaction point (mlx5's name)", ""},
+	RPCNPIgnored:            {"rp_cnp_ignored", false, "CNPs received and ignored by the DCQCN reaction point (mlx5's name)", ""},
+}
+
+// CounterNames are the counters' names, indexed by Counter (CounterTable's
+// names).
+var CounterNames = func() (n [numCounters]string) {
+	for i, c := range CounterTable {
+		n[i] = c.Name
+	}
+	return n
+}()
 
 func (c Counter) String() string { return CounterNames[c] }
 

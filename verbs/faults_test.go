@@ -15,7 +15,6 @@ import (
 	"hash/crc32"
 	"math"
 	"math/rand/v2"
-	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -270,7 +269,7 @@ func runRCMix(t *testing.T, fl fabric.Faults, seed uint64, total, window int) {
 	defer cancel()
 	var sent atomic.Uint64
 	budget := uint64(m.maxPkts) * rcRetransBudget
-	p := newFaultPair(t, verbstest.Options{
+	p := verbstest.NewPair(t, verbstest.Options{
 		Type: verbs.RC, Net: verbstest.NetV2IPv4, FaultsA: fl, FaultsB: fl, Seed: seed, MTU: mtu,
 		Cap:      verbs.QPCap{MaxSendWR: window, MaxRecvWR: 4096, MaxSendSGE: 1, MaxRecvSGE: 1},
 		CQE:      8192,
@@ -280,8 +279,9 @@ func runRCMix(t *testing.T, fl fabric.Faults, seed uint64, total, window int) {
 			// time, and a timer only fires once every goroutine is idle.
 			rts.Timeout = 8
 		},
-	}, func(_ int, port *fabric.Port) link.Link {
-		return &budgetLink{Link: port, sent: &sent, limit: budget, cancel: cancel}
+		Wrap: func(_ int, port link.Link) link.Link {
+			return &budgetLink{Link: port, sent: &sent, limit: budget, cancel: cancel}
+		},
 	})
 	if m.nSend > 4096 {
 		t.Fatalf("workload has %d SENDs, more than max_recv_wr", m.nSend)
@@ -809,44 +809,6 @@ func (d *dropLink) count() int {
 // firstPSN is the sq_psn and rq_psn verbstest connects with.
 const firstPSN = wire.PSN(0x1000)
 
-// newFaultPair is verbstest.NewPair (o's fields must all be set: no
-// defaults here) whose devices send through wrap(side, port): a decorator
-// that can lose chosen packets or count them.
-func newFaultPair(t *testing.T, o verbstest.Options, wrap func(side int, port *fabric.Port) link.Link) *verbstest.Pair {
-	t.Helper()
-	p := &verbstest.Pair{Fabric: fabric.New(), Opts: o}
-	t.Cleanup(p.Close)
-	gids := verbstest.GIDs(o.Net)
-	for i, s := range []*verbstest.Side{&p.A, &p.B} {
-		port, err := p.Fabric.AddPort(fabric.PortConfig{Name: fmt.Sprintf("fab%d", i), GIDs: []netip.Addr{gids[i].GID},
-			Faults: [2]fabric.Faults{o.FaultsA, o.FaultsB}[i], Seed: o.Seed*2 + uint64(i)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Port, s.GID = port, gids[i]
-		if s.Dev, err = verbs.Open(verbs.DeviceConfig{Name: fmt.Sprintf("rxe%d", i), Link: wrap(i, port), MAC: port.MAC(),
-			GIDs: []verbs.GIDEntry{gids[i]}}); err != nil {
-			t.Fatal(err)
-		}
-		if s.PD, err = s.Dev.AllocPD(); err != nil {
-			t.Fatal(err)
-		}
-		if s.CQ, err = s.Dev.CreateCQ(o.CQE); err != nil {
-			t.Fatal(err)
-		}
-		if s.RCQ, err = s.Dev.CreateCQ(o.CQE); err != nil {
-			t.Fatal(err)
-		}
-		if s.QP, err = s.PD.CreateQP(verbs.QPInitAttr{Type: o.Type, SendCQ: s.CQ, RecvCQ: s.RCQ, Cap: o.Cap}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := p.Connect(); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 // newDropPair is an RC pair whose sides lose the packets dropA and dropB
 // select, with the local ACK timeout at 4.096 µs × 2^8 ≈ 1 ms.
 func newDropPair(t *testing.T, mtu verbs.MTU, dropA, dropB dropFunc) (p *verbstest.Pair, a, b *dropLink) {
@@ -856,10 +818,11 @@ func newDropPair(t *testing.T, mtu verbs.MTU, dropA, dropB dropFunc) (p *verbste
 		QPAccess: verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic,
 		Tune:     func(rtr, rts *verbs.QPAttr) { rts.Timeout = 8 }}
 	var links [2]*dropLink
-	p = newFaultPair(t, o, func(i int, port *fabric.Port) link.Link {
+	o.Wrap = func(i int, port link.Link) link.Link {
 		links[i] = &dropLink{Link: port, drop: [2]dropFunc{dropA, dropB}[i], sent: map[uint64]int{}}
 		return links[i]
-	})
+	}
+	p = verbstest.NewPair(t, o)
 	return p, links[0], links[1]
 }
 

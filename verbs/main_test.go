@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/netip"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,7 +16,6 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/link"
-	"github.com/goroce/goroce/link/fabric"
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/verbs/verbstest"
 	"github.com/goroce/goroce/wire"
@@ -291,75 +289,23 @@ func wantDetail(t testing.TB, wc verbs.WC, subs ...string) {
 	}
 }
 
-// pairConfig builds a pair like verbstest.NewPair, with control over the
-// fabric ports' MTU and the links the devices use (wrap may return a
-// decorator of the port).
+// pairConfig is verbstest.Options with the fabric ports' MTU and the links
+// the devices use (wrap may return a decorator of the port) set apart.
 type pairConfig struct {
 	verbstest.Options
 	PortMTU int
 	Wrap    func(side int, l link.Link) link.Link
 }
 
+// buildPair is verbstest.NewPair with 1024 CQEs by default.
 func buildPair(t testing.TB, c pairConfig) *verbstest.Pair {
 	t.Helper()
 	o := c.Options
-	if o.Type == 0 {
-		o.Type = verbs.RC
-	}
-	if o.Net == "" {
-		o.Net = verbstest.NetV2IPv4
-	}
-	if o.MTU == 0 {
-		o.MTU = verbs.MTU1024
-	}
-	if o.Cap == (verbs.QPCap{}) {
-		o.Cap = verbs.QPCap{MaxSendWR: 1024, MaxRecvWR: 1024, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}
-	}
 	if o.CQE == 0 {
 		o.CQE = 1024
 	}
-	if o.QPAccess == 0 {
-		o.QPAccess = allRemote
-		if o.Type == verbs.UC {
-			o.QPAccess = verbs.AccessLocalWrite | verbs.AccessRemoteWrite
-		}
-	}
-	p := &verbstest.Pair{Fabric: fabric.New(), Opts: o}
-	gids := verbstest.GIDs(o.Net)
-	for i, s := range []*verbstest.Side{&p.A, &p.B} {
-		port, err := p.Fabric.AddPort(fabric.PortConfig{Name: fmt.Sprintf("fab%d", i), GIDs: []netip.Addr{gids[i].GID}, MTU: c.PortMTU})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var l link.Link = port
-		if c.Wrap != nil {
-			l = c.Wrap(i, port)
-		}
-		s.Port, s.GID = port, gids[i]
-		if s.Dev, err = verbs.Open(verbs.DeviceConfig{Name: fmt.Sprintf("rxe%d", i), Link: l, MAC: port.MAC(),
-			GIDs: []verbs.GIDEntry{gids[i]}}); err != nil {
-			t.Fatal(err)
-		}
-		if s.PD, err = s.Dev.AllocPD(); err != nil {
-			t.Fatal(err)
-		}
-		if s.CQ, err = s.Dev.CreateCQ(o.CQE); err != nil {
-			t.Fatal(err)
-		}
-		if s.RCQ, err = s.Dev.CreateCQ(o.CQE); err != nil {
-			t.Fatal(err)
-		}
-		if s.QP, err = s.PD.CreateQP(verbs.QPInitAttr{Type: o.Type, SendCQ: s.CQ, RecvCQ: s.RCQ, Cap: o.Cap}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(p.Close)
-	if !o.NoConnect {
-		if err := p.Connect(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return p
+	o.PortMTU, o.Wrap = c.PortMTU, c.Wrap
+	return verbstest.NewPair(t, o)
 }
 
 // sniffLink records the BTH of every transport packet a device receives.

@@ -12,7 +12,6 @@ import (
 	"testing/synctest"
 
 	"github.com/goroce/goroce/link"
-	"github.com/goroce/goroce/link/fabric"
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/verbs/verbstest"
 	"github.com/goroce/goroce/wire"
@@ -33,14 +32,14 @@ func overCommitted(t *testing.T, maxRdAtomic, maxDest uint8, dropA, dropB dropFu
 			rts.MaxRdAtomic, rts.RetryCnt = maxRdAtomic, 7
 		}}
 	var links [2]*dropLink
-	p := newFaultPair(t, o, func(i int, port *fabric.Port) link.Link {
-		var l link.Link = port
+	o.Wrap = func(i int, l link.Link) link.Link {
 		if i == 1 && wrapB != nil {
 			l = wrapB(l)
 		}
 		links[i] = &dropLink{Link: l, drop: [2]dropFunc{dropA, dropB}[i], sent: map[uint64]int{}}
 		return links[i]
-	})
+	}
+	p := verbstest.NewPair(t, o)
 	return p, links
 }
 

@@ -95,30 +95,18 @@ const (
 	WCRecvRDMAWithImm WCOpcode = 129
 )
 
+// wcOpcodeNames are the opcodes' names as rdma-core's verbs.h spells them.
+var wcOpcodeNames = map[WCOpcode]string{
+	WCSend: "IBV_WC_SEND", WCRDMAWrite: "IBV_WC_RDMA_WRITE", WCRDMARead: "IBV_WC_RDMA_READ",
+	WCCompSwap: "IBV_WC_COMP_SWAP", WCFetchAdd: "IBV_WC_FETCH_ADD", WCBindMW: "IBV_WC_BIND_MW",
+	WCLocalInv: "IBV_WC_LOCAL_INV", WCAtomicWrite: "IBV_WC_ATOMIC_WRITE", WCFlush: "IBV_WC_FLUSH",
+	WCRecv: "IBV_WC_RECV", WCRecvRDMAWithImm: "IBV_WC_RECV_RDMA_WITH_IMM",
+}
+
+// String returns the ibverbs name, e.g. "IBV_WC_RDMA_READ".
 func (o WCOpcode) String() string {
-	switch o {
-	case WCSend:
-		return "IBV_WC_SEND"
-	case WCRDMAWrite:
-		return "IBV_WC_RDMA_WRITE"
-	case WCRDMARead:
-		return "IBV_WC_RDMA_READ"
-	case WCCompSwap:
-		return "IBV_WC_COMP_SWAP"
-	case WCFetchAdd:
-		return "IBV_WC_FETCH_ADD"
-	case WCBindMW:
-		return "IBV_WC_BIND_MW"
-	case WCLocalInv:
-		return "IBV_WC_LOCAL_INV"
-	case WCAtomicWrite:
-		return "IBV_WC_ATOMIC_WRITE"
-	case WCFlush:
-		return "IBV_WC_FLUSH"
-	case WCRecv:
-		return "IBV_WC_RECV"
-	case WCRecvRDMAWithImm:
-		return "IBV_WC_RECV_RDMA_WITH_IMM"
+	if n, ok := wcOpcodeNames[o]; ok {
+		return n
 	}
 	return fmt.Sprintf("IBV_WC_OPCODE(%d)", uint8(o))
 }

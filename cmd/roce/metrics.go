@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/goroce/goroce/host"
+	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/afpacket"
 	"github.com/goroce/goroce/verbs"
 )
@@ -123,88 +124,44 @@ var (
 )
 
 // dropCauses maps the counters and link counters that count drops to the
-// cause label they get. v1Only marks a link counter only a v1-only port
-// has: the other devices do not export it.
-var dropCauses = []struct {
+// cause label they get (the tables' Drop). v1Only marks a link counter only
+// a v1-only port has: the other devices do not export it.
+var dropCauses = func() (d []dropCause) {
+	for _, c := range verbs.CounterTable {
+		if c.Drop != "" {
+			d = append(d, dropCause{counter: c.Name, cause: c.Drop})
+		}
+	}
+	for _, c := range link.StatTable {
+		if c.Drop != "" {
+			d = append(d, dropCause{link: c.Name, cause: c.Drop})
+		}
+	}
+	for _, c := range afpacket.CounterTable { // RoCE v2 to a v1-only port
+		if c.Drop != "" {
+			d = append(d, dropCause{link: c.Name, cause: c.Drop, v1Only: true})
+		}
+	}
+	return d
+}()
+
+type dropCause struct {
 	counter, link, cause string
 	v1Only               bool
-}{
-	{counter: "rcvd_bad_icrc", cause: "bad_icrc"},
-	{counter: "rcvd_bad_header", cause: "bad_header"},
-	{counter: "rcvd_bad_qp", cause: "bad_qp"},
-	{counter: "rcvd_bad_pkey", cause: "bad_pkey"},
-	{counter: "rcvd_bad_qkey", cause: "bad_qkey"},
-	{counter: "rcvd_bad_opcode", cause: "bad_opcode"},
-	{counter: "rcvd_no_recv_wqe", cause: "no_recv_wqe"},
-	{counter: "out_of_seq_request", cause: "out_of_seq_request"},
-	{counter: "rcvd_bad_op_seq", cause: "bad_op_seq"},
-	{counter: "rcvd_bad_rkey", cause: "bad_rkey"},
-	{counter: "rcvd_bad_length", cause: "bad_length"},
-	{counter: "duplicate_request_dropped", cause: "duplicate_request_dropped"},
-	{link: "rx_drop_not_for_us", cause: "not_for_us"},
-	{link: "rx_drop_kernel_refused", cause: "kernel_refused"},
-	{link: "tx_drop_no_route", cause: "tx_no_route"},
-	{link: "tx_drop_bad_address", cause: "tx_bad_address"},
-	{link: afpacket.CounterV2OnV1, cause: "v2_on_v1_port", v1Only: true}, // RoCE v2 to a v1-only port
-}
-
-// counterHelp says what each transport counter counts. The first are
-// rxe's (drivers/infiniband/sw/rxe/rxe_hw_counters.c), named as its
-// hw_counters and rdma statistic show name them; the others are goroce's.
-var counterHelp = map[string]struct {
-	rxe  bool
-	what string
-}{
-	"sent_pkts":                  {true, "packets sent"},
-	"rcvd_pkts":                  {true, "packets received"},
-	"duplicate_request":          {true, "duplicate requests received (answered again, not executed again)"},
-	"out_of_seq_request":         {true, "requests received with a PSN ahead of the expected one (answered with a sequence-error NAK)"},
-	"rcvd_rnr_err":               {true, "RNR NAKs received: the peer had no receive posted"},
-	"send_rnr_err":               {true, "RNR NAKs sent: this port had no receive posted"},
-	"rcvd_seq_err":               {true, "sequence-error NAKs received"},
-	"ack_deferred":               {true, "ACKs the responder deferred"},
-	"retry_exceeded_err":         {true, "work requests that failed after retry_cnt retransmissions"},
-	"retry_rnr_exceeded_err":     {true, "work requests that failed after rnr_retry RNR retries"},
-	"completer_retry_err":        {true, "retransmissions the completer started (a timeout or a NAK)"},
-	"send_err":                   {true, "work requests the requester failed"},
-	"link_downed":                {true, "times the link went down"},
-	"rdma_sends":                 {true, "SEND work requests completed"},
-	"rdma_recvs":                 {true, "SEND messages received"},
-	"rcvd_bad_icrc":              {false, "packets dropped: their ICRC was wrong"},
-	"rcvd_bad_header":            {false, "packets dropped: malformed transport headers"},
-	"rcvd_bad_qp":                {false, "packets dropped: no such QP, or the QP was not ready"},
-	"rcvd_bad_pkey":              {false, "packets dropped: a P_Key the port does not have"},
-	"rcvd_bad_qkey":              {false, "UD packets dropped: a Q_Key the QP does not have"},
-	"rcvd_bad_opcode":            {false, "packets dropped: an opcode not valid for the QP's type"},
-	"rcvd_no_recv_wqe":           {false, "UD and UC messages dropped: no receive was posted"},
-	"duplicate_request_dropped":  {false, "duplicate READ, ATOMIC or FLUSH requests dropped: they repeat no request this QP executed (a probe for keys, not a retry)"},
-	"rcvd_bad_op_seq":            {false, "UC packets dropped: an opcode out of sequence (a MIDDLE or LAST that continues no message of its kind)"},
-	"rcvd_bad_rkey":              {false, "UC RDMA WRITEs dropped: the rkey, range or access did not allow them"},
-	"rcvd_bad_length":            {false, "UC packets dropped: a payload length the message does not allow"},
-	"async_events_dropped":       {false, "asynchronous events dropped because the device's event queue was full"},
-	"retrans_pkts":               {false, "packets the requesters sent again (go-back-N and timeouts)"},
-	"np_cnp_sent":                {false, "CNPs the DCQCN notification point sent (mlx5's name)"},
-	"np_ecn_marked_roce_packets": {false, "RoCE v2 packets received marked ECN Congestion Experienced (mlx5's name)"},
-	"rp_cnp_handled":             {false, "CNPs that cut a QP's rate at the DCQCN reaction point (mlx5's name)"},
-	"rp_cnp_ignored":             {false, "CNPs received and ignored by the DCQCN reaction point (mlx5's name)"},
 }
 
 // portDescs has one counter family per transport counter, named after it:
-// goroce_port_sent_pkts_total ... Each HELP says whether rxe has the
-// counter or only goroce does.
+// goroce_port_sent_pkts_total ... Each HELP says what it counts
+// (verbs.CounterTable) and whether rxe (drivers/infiniband/sw/rxe/
+// rxe_hw_counters.c) has the counter or only goroce does.
 func portDescs() map[string]*prometheus.Desc {
-	m := make(map[string]*prometheus.Desc, len(verbs.CounterNames))
-	for _, n := range verbs.CounterNames {
-		h, ok := counterHelp[n]
-		help := "goroce's " + n + " counter"
-		switch {
-		case !ok:
-		case h.rxe:
-			help = "The port's " + n + " counter, as rxe's hw_counters name it: " + h.what + "."
-		default:
-			help = "goroce's " + n + " counter (rxe has none; roce stat shows it): " + h.what + "."
+	m := make(map[string]*prometheus.Desc, len(verbs.CounterTable))
+	for _, c := range verbs.CounterTable {
+		help := "goroce's " + c.Name + " counter (rxe has none; roce stat shows it): " + c.Help + "."
+		if c.Rxe {
+			help = "The port's " + c.Name + " counter, as rxe's hw_counters name it: " + c.Help + "."
 		}
-		m[n] = prometheus.NewDesc("goroce_port_"+n+"_total", help, labelsPort, nil)
+		m[c.Name] = prometheus.NewDesc("goroce_port_"+c.Name+"_total", help, labelsPort, nil)
 	}
 	return m
 }

@@ -15,16 +15,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/goroce/goroce/host"
+	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/afpacket"
 	"github.com/goroce/goroce/verbs"
 )
 
 // controlTimeout bounds one request to a device's owner.
 const controlTimeout = 10 * time.Second
-
-// linkCounterNames are the link's counters `roce stat` prints after the
-// port's: goroce's drops by cause that the link, not the engine, counts.
-var linkCounterNames = []string{"rx_drop_not_for_us", "rx_drop_kernel_refused", "tx_drop_no_route", "tx_drop_bad_address"}
 
 // parseDevPort splits rdma's DEV[/PORT] (port 1 is the only one).
 func parseDevPort(arg string) (string, error) {
@@ -237,19 +234,24 @@ func writeJSONRows(w io.Writer, rows []jsonRow) error {
 }
 
 // counterKVs are a counter set in rdma's order: rxe's names first, then
-// goroce's (verbs.CounterNames), then the link's drops.
+// goroce's (verbs.CounterTable), then the link's drops by cause that the
+// link, not the engine, counts (link.StatTable's and afpacket's with a Drop).
 func counterKVs(c, l map[string]uint64) []kv {
 	var out []kv
 	for _, n := range verbs.CounterNames {
 		out = append(out, kv{n, c[n]})
 	}
 	if l != nil {
-		for _, n := range linkCounterNames {
-			out = append(out, kv{n, l[n]})
+		for _, c := range link.StatTable {
+			if c.Drop != "" {
+				out = append(out, kv{c.Name, l[c.Name]})
+			}
 		}
 		// A v1-only port's RoCE v2 drops, on the devices that have them.
-		if v, ok := l[afpacket.CounterV2OnV1]; ok {
-			out = append(out, kv{afpacket.CounterV2OnV1, v})
+		for _, c := range afpacket.CounterTable {
+			if v, ok := l[c.Name]; ok && c.Drop != "" {
+				out = append(out, kv{c.Name, v})
+			}
 		}
 	}
 	return out

@@ -101,7 +101,7 @@ func TestV1OnlyServerLogsV2Request(t *testing.T) {
 			t.Errorf("roce stat -j rxeB: %s %v, want > 0", afpacket.CounterV2OnV1, v)
 		}
 	} else {
-		t.Logf("roce stat does not print %s (cmd/roce/stat.go's linkCounterNames lists the link counters it shows)", afpacket.CounterV2OnV1)
+		t.Logf("roce stat does not print %s (it shows the link counters whose table entry, link.StatTable or afpacket.CounterTable, has a Drop cause)", afpacket.CounterV2OnV1)
 	}
 	t.Logf("roce stat -j rxeB: %s", stdout)
 	t.Logf("rxeB's link counters: %s %d, %s %d, %s %d", afpacket.CounterV2OnV1, rep.Link[afpacket.CounterV2OnV1],

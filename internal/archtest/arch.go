@@ -85,7 +85,7 @@ var Table = map[string]rule{
 		// TestOverVeth runs the test bodies over the real links; never host.
 		// link/pcap records a run for tshark to judge (ecn_tshark_test.go).
 		"verbs/verbstest link/fabric link/linktest link/pcap link/udp link/afpacket internal/nettest internal/testenv"},
-	"verbs/verbstest": {3, "verbs link/fabric", ""},
+	"verbs/verbstest": {3, "verbs link link/fabric", ""},
 
 	// 4: the host's soft devices (the only package that joins the engine
 	// to real I/O) and the kernel's devices, beside each other.

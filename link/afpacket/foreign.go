@@ -22,6 +22,14 @@ const (
 	CounterV2OtherOnV1 = "rcvd_v2_other_on_v1_port"
 )
 
+// CounterTable describes the counters Counters returns, in order. Only the
+// total is a drop cause of its own; the other two split it by kind.
+var CounterTable = []link.CounterInfo{
+	{Name: CounterV2OnV1, Help: "RoCE v2 packets to this port's addresses that a v1-only port dropped", Drop: "v2_on_v1_port"},
+	{Name: CounterV2CMOnV1, Help: "of those, CM MADs to QP1"},
+	{Name: CounterV2OtherOnV1, Help: "of those, data and ACKs of QPs whose peer addresses this port with a RoCE v2 GID"},
+}
+
 // foreignStats counts the RoCE v2 packets a v1-only link drops.
 type foreignStats struct {
 	cm, other atomic.Uint64

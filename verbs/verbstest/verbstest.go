@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/fabric"
 	"github.com/goroce/goroce/verbs"
 )
@@ -60,6 +61,13 @@ type Options struct {
 	QPAccess verbs.Access
 	// NoConnect leaves the QPs in RESET.
 	NoConnect bool
+	// PortMTU is the fabric ports' MTU (fabric.PortConfig.MTU); 0 is the
+	// fabric's default. Fabric only.
+	PortMTU int
+	// Wrap, when set, gives the link side 0 (A) or 1 (B) opens its device
+	// on: a decorator of port (one that loses, counts or records packets).
+	// Fabric only.
+	Wrap func(side int, port link.Link) link.Link
 }
 
 // defaults fills in the documented defaults of zero fields.
@@ -162,12 +170,16 @@ func NewPair(t testing.TB, o Options) *Pair {
 				fa = o.FaultsB
 			}
 			port, err := p.Fabric.AddPort(fabric.PortConfig{Name: fmt.Sprintf("fab%d", i), GIDs: []netip.Addr{gids[i].GID},
-				Faults: fa, Seed: o.Seed*2 + uint64(i)})
+				Faults: fa, Seed: o.Seed*2 + uint64(i), MTU: o.PortMTU})
 			if err != nil {
 				t.Fatal(err)
 			}
 			s.Port, s.GID = port, gids[i]
-			s.Dev, err = verbs.Open(verbs.DeviceConfig{Name: fmt.Sprintf("rxe%d", i), Link: port, MAC: port.MAC(),
+			var l link.Link = port
+			if o.Wrap != nil {
+				l = o.Wrap(i, port)
+			}
+			s.Dev, err = verbs.Open(verbs.DeviceConfig{Name: fmt.Sprintf("rxe%d", i), Link: l, MAC: port.MAC(),
 				GIDs: []verbs.GIDEntry{gids[i]}})
 			if err != nil {
 				t.Fatal(err)
