@@ -27,12 +27,8 @@ const attrECN = "ecn"
 // by name; empty when none is. ENODEV for a device not in the registry,
 // EINVAL for a port it lacks, EIO for a state file that holds no settings.
 func (t *Tree) ECN(dev string, port int) (map[string]uint32, error) {
-	n := node{kind: kindAttr, path: attrPath(dev, port, attrECN), dev: dev, port: port, attr: attrECN}
-	def, err := t.device("get", n)
+	n, def, err := t.portDevice("get", dev, port, attrECN)
 	if err != nil {
-		return nil, err
-	}
-	if err := t.portOf("get", n); err != nil {
 		return nil, err
 	}
 	m, err := t.loadECN(def)
@@ -46,27 +42,16 @@ func (t *Tree) ECN(dev string, port int) (map[string]uint32, error) {
 // gets the stored settings and changes them in place; when f returns an
 // error nothing is stored and UpdateECN returns it as f made it.
 func (t *Tree) UpdateECN(dev string, port int, f func(map[string]uint32) error) error {
-	n := node{kind: kindAttr, path: attrPath(dev, port, attrECN), dev: dev, port: port, attr: attrECN}
-	unlock, err := t.lock()
-	if err != nil {
-		return t.fail("set", n, err, "")
-	}
-	defer unlock()
-	def, err := t.device("set", n)
-	if err != nil {
-		return err
-	}
-	if err := t.portOf("set", n); err != nil {
-		return err
-	}
-	m, err := t.loadECN(def)
-	if err != nil {
-		return t.fail("set", n, err, "")
-	}
-	if err := f(m); err != nil {
-		return err
-	}
-	return t.store("set", n, def, FormatECN(m))
+	return t.setPort(dev, port, attrECN, func(n node, def Device) error {
+		m, err := t.loadECN(def)
+		if err != nil {
+			return t.fail("set", n, err, "")
+		}
+		if err := f(m); err != nil {
+			return err
+		}
+		return t.store("set", n, def, FormatECN(m))
+	})
 }
 
 func (t *Tree) loadECN(def Device) (map[string]uint32, error) {

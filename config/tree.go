@@ -519,6 +519,38 @@ func (t *Tree) writeAttr(dev string, port int, attr string, data []byte) error {
 	return t.WriteFile(attrPath(dev, port, attr), data)
 }
 
+// portNode is the node of dev's port attribute attr.
+func portNode(dev string, port int, attr string) node {
+	return node{kind: kindAttr, path: attrPath(dev, port, attr), dev: dev, port: port, attr: attr}
+}
+
+// portDevice is the node of dev's port attribute attr and the registry's
+// definition of dev: ENODEV for a device not in the registry (device),
+// EINVAL for a port it lacks (portOf).
+func (t *Tree) portDevice(op, dev string, port int, attr string) (node, Device, error) {
+	n := portNode(dev, port, attr)
+	def, err := t.device(op, n)
+	if err != nil {
+		return n, def, err
+	}
+	return n, def, t.portOf(op, n)
+}
+
+// setPort runs set for dev's port attribute attr under the tree's lock,
+// once the device and port are known (portDevice).
+func (t *Tree) setPort(dev string, port int, attr string, set func(n node, def Device) error) error {
+	unlock, err := t.lock()
+	if err != nil {
+		return t.fail("set", portNode(dev, port, attr), err, "")
+	}
+	defer unlock()
+	n, def, err := t.portDevice("set", dev, port, attr)
+	if err != nil {
+		return err
+	}
+	return set(n, def)
+}
+
 // portOf checks a port number as the kernel's cma_get/set_default_*
 // do: EINVAL unless the device has it.
 func (t *Tree) portOf(op string, n node) error {
@@ -533,12 +565,8 @@ func (t *Tree) portOf(op string, n node) error {
 // (cma_get_default_gid_type). It needs no device directory. ENODEV for a
 // device not in the registry; EINVAL for a port it lacks.
 func (t *Tree) DefaultMode(dev string, port int) (wire.Version, error) {
-	n := node{kind: kindAttr, path: attrPath(dev, port, AttrMode), dev: dev, port: port, attr: AttrMode}
-	def, err := t.device("get", n)
+	n, def, err := t.portDevice("get", dev, port, AttrMode)
 	if err != nil {
-		return 0, err
-	}
-	if err := t.portOf("get", n); err != nil {
 		return 0, err
 	}
 	m, err := t.loadMode(def)
@@ -552,32 +580,17 @@ func (t *Tree) DefaultMode(dev string, port int) (wire.Version, error) {
 // with or without the device directory: EINVAL for a mode the port does
 // not speak, naming those it does.
 func (t *Tree) SetDefaultMode(dev string, port int, m wire.Version) error {
-	n := node{kind: kindAttr, path: attrPath(dev, port, AttrMode), dev: dev, port: port, attr: AttrMode}
-	unlock, err := t.lock()
-	if err != nil {
-		return t.fail("set", n, err, "")
-	}
-	defer unlock()
-	def, err := t.device("set", n)
-	if err != nil {
-		return err
-	}
-	if err := t.portOf("set", n); err != nil {
-		return err
-	}
-	return t.storeMode("set", n, def, m)
+	return t.setPort(dev, port, AttrMode, func(n node, def Device) error {
+		return t.storeMode("set", n, def, m)
+	})
 }
 
 // DefaultTOS is the IP ToS (IPv6 traffic class) RDMA CM gives new
 // connections on the port (cma_get_default_roce_tos). It needs no device
 // directory.
 func (t *Tree) DefaultTOS(dev string, port int) (uint8, error) {
-	n := node{kind: kindAttr, path: attrPath(dev, port, AttrTOS), dev: dev, port: port, attr: AttrTOS}
-	def, err := t.device("get", n)
+	n, def, err := t.portDevice("get", dev, port, AttrTOS)
 	if err != nil {
-		return 0, err
-	}
-	if err := t.portOf("get", n); err != nil {
 		return 0, err
 	}
 	tos, err := t.loadTOS(def)
@@ -590,20 +603,9 @@ func (t *Tree) DefaultTOS(dev string, port int) (uint8, error) {
 // SetDefaultTOS sets the port's ToS (cma_set_default_roce_tos), with or
 // without the device directory.
 func (t *Tree) SetDefaultTOS(dev string, port int, tos uint8) error {
-	n := node{kind: kindAttr, path: attrPath(dev, port, AttrTOS), dev: dev, port: port, attr: AttrTOS}
-	unlock, err := t.lock()
-	if err != nil {
-		return t.fail("set", n, err, "")
-	}
-	defer unlock()
-	def, err := t.device("set", n)
-	if err != nil {
-		return err
-	}
-	if err := t.portOf("set", n); err != nil {
-		return err
-	}
-	return t.storeTOS("set", n, def, tos)
+	return t.setPort(dev, port, AttrTOS, func(n node, def Device) error {
+		return t.storeTOS("set", n, def, tos)
+	})
 }
 
 // device returns the registry's definition of n.dev: ENODEV when there is
