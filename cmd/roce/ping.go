@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"net/netip"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -47,8 +50,8 @@ failed connection says why, in words, after rping's own message.`,
 			switch {
 			case addr != "":
 				var err error
-				if a, err = netip.ParseAddr(addr); err != nil {
-					return usageError{fmt.Errorf("-a %q: not an IPv4 or IPv6 address: %w", addr, syscall.EINVAL)}
+				if a, err = resolveAddr(cmd.Context(), "-a", addr); err != nil {
+					return usageError{err}
 				}
 			case client:
 				return usageError{errors.New("-c needs the server's address: -a addr")}
@@ -60,9 +63,9 @@ failed connection says why, in words, after rping's own message.`,
 				if server {
 					return usageError{errors.New("-I is the client's source address; the server binds to -a")}
 				}
-				s, err := netip.ParseAddr(src)
+				s, err := resolveAddr(cmd.Context(), "-I", src)
 				if err != nil {
-					return usageError{fmt.Errorf("-I %q: not an IPv4 or IPv6 address: %w", src, syscall.EINVAL)}
+					return usageError{err}
 				}
 				c.Source = s.Unmap()
 			}
@@ -87,8 +90,8 @@ failed connection says why, in words, after rping's own message.`,
 	f.SortFlags = false
 	f.BoolVarP(&server, "server", "s", false, "server side (to bind to any IPv6 address use -a ::0)")
 	f.BoolVarP(&client, "client", "c", false, "client side")
-	f.StringVarP(&addr, "addr", "a", "", "`address`: the server's (client) or the one to bind (server)")
-	f.StringVarP(&src, "source", "I", "", "source `address` to bind to for the client")
+	f.StringVarP(&addr, "addr", "a", "", "`address` or host name: the server's (client) or the one to bind (server)")
+	f.StringVarP(&src, "source", "I", "", "source `address` (or host name) to bind to for the client")
 	f.IntVarP(&port, "port", "p", rping.DefaultPort, "`port`")
 	f.IntVarP(&c.Count, "count", "C", 0, "ping `count` times (0: until interrupted)")
 	f.IntVarP(&c.Size, "size", "S", rping.DefaultSize, fmt.Sprintf("ping data `size` (%d-%d)", rping.MinSize, rping.MaxSize))
@@ -101,6 +104,30 @@ failed connection says why, in words, after rping's own message.`,
 	f.StringVar(&pcapFile, "pcap", "", "write every packet the device sends and receives to `file` (pcap)")
 	pingRanges(cmd)
 	return cmd
+}
+
+// resolveAddr is rping's get_addr: an IPv4 or IPv6 address, or a host
+// name looked up as getaddrinfo would (/etc/hosts, then DNS), taking the
+// first address. A name that does not resolve is a bad command line.
+func resolveAddr(ctx context.Context, flag, s string) (netip.Addr, error) {
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a.Unmap(), nil
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	as, err := net.DefaultResolver.LookupNetIP(ctx, "ip", s)
+	if err != nil || len(as) == 0 {
+		why := "no address"
+		var dnsErr *net.DNSError
+		if errors.As(err, &dnsErr) {
+			why = dnsErr.Err
+		}
+		return netip.Addr{}, fmt.Errorf("%s %q: not an IPv4 or IPv6 address, and the name does not resolve (%s): %w", flag, s, why, syscall.EINVAL)
+	}
+	return as[0].Unmap(), nil
 }
 
 // pingRanges are the values ping's numeric flags take: rping's (-S:

@@ -2,12 +2,15 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/nettest"
 	"github.com/goroce/goroce/link/pcap"
 	"github.com/goroce/goroce/wire"
 	"github.com/goroce/goroce/wire/mad"
@@ -138,5 +141,38 @@ func TestPingFlags(t *testing.T) {
 	}
 	if code := srv.wait(t, time.Minute); code != 0 {
 		t.Errorf("-S 65535: server exit %d\nstderr: %s", code, srv.stderr.String())
+	}
+}
+
+// TestPingHostName gives -a and -I host names, as rping takes them
+// (getaddrinfo): the names are in the namespace's own hosts file, which
+// `ip netns exec` puts over /etc/hosts. A name that does not resolve is a
+// bad command line that says so.
+func TestPingHostName(t *testing.T) {
+	a, b, dir, roceBin := pingHosts(t, "", "")
+	for _, h := range []*nettest.Host{a, b} {
+		etc := filepath.Join("/etc/netns", h.NSName)
+		if err := os.MkdirAll(etc, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(etc) })
+		hosts := fmt.Sprintf("127.0.0.1 localhost\n%v host-a.goroce.test\n%v host-b.goroce.test\n", a.IPv4, b.IPv4)
+		if err := os.WriteFile(filepath.Join(etc, "hosts"), []byte(hosts), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv := startPing(t, b, dir, roceBin, "-s", "-a", "host-b.goroce.test", "-p", "9998")
+	cli, code := clientPing(t, a, dir, roceBin, time.Minute, "-c", "-a", "host-b.goroce.test", "-I", "host-a.goroce.test",
+		"-p", "9998", "-C", "2", "-V")
+	if code != 0 {
+		t.Fatalf("client: exit %d\nstdout: %s\nstderr: %s", code, cli.stdout.String(), cli.stderr.String())
+	}
+	if code := srv.wait(t, time.Minute); code != 0 {
+		t.Fatalf("server: exit %d\nstdout: %s\nstderr: %s", code, srv.stdout.String(), srv.stderr.String())
+	}
+
+	p := startPing(t, a, dir, roceBin, "-c", "-a", "nosuch.goroce.invalid", "-C", "1")
+	if code := p.wait(t, time.Minute); code != exitUsage || !strings.Contains(p.stderr.String(), `-a "nosuch.goroce.invalid": not an IPv4 or IPv6 address, and the name does not resolve`) {
+		t.Errorf("-a nosuch.goroce.invalid: exit %d, stderr %q; want exit %d and the name named", code, p.stderr.String(), exitUsage)
 	}
 }
