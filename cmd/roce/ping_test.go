@@ -82,6 +82,16 @@ func TestPingObserved(t *testing.T) {
 	wantIDs(server, "0 LISTEN", "2 CONNECT")
 	wantIDs(client, "0 CONNECT")
 
+	// Interrupt once a ping is surely counted: a ping is two SENDs from
+	// the server, and the client posts the second ping's first SEND only
+	// after counting the first ping, so four received SENDs on rxeA mean
+	// at least one ping made. (CONNECT alone came before any ping on a
+	// loaded machine: "after 0 pings".)
+	testenv.Poll(testenv.Slow, func() bool {
+		r, err := host.NewRegistry(dir).Counters(ctx, "rxeA")
+		return err == nil && r.Counters["rdma_recvs"] >= 4
+	})
+
 	// Ctrl-C ends a client pinging until interrupted with 130 and a line
 	// that says how many pings it made; SIGTERM the persistent server with
 	// 143, saying how many connections it served.
