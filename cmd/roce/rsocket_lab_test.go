@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,9 +49,19 @@ type labProc struct {
 
 func labRoceStart(t *testing.T, dir, bin string, args ...string) *labProc {
 	t.Helper()
+	return labRoceStartEcho(t, nil, dir, bin, args...)
+}
+
+// labRoceStartEcho is labRoceStart that also copies the process's stdout
+// to echo as it comes (a run of hours shows its progress in go test -v).
+func labRoceStartEcho(t *testing.T, echo io.Writer, dir, bin string, args ...string) *labProc {
+	t.Helper()
 	p := &labProc{done: make(chan error, 1)}
 	p.cmd = exec.Command("ip", append([]string{"netns", "exec", lab.Netns, bin, "--rundir", dir}, args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	if echo != nil {
+		p.cmd.Stdout = io.MultiWriter(&p.stdout, echo)
+	}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -127,12 +138,18 @@ func runInVM(t *testing.T, l *lab.Lab, vm lab.VM, srv *labProc, cmd string) (str
 // job runs, for at most testenv.Slow, and returns the last process, ended.
 func startUntilAccepted(t *testing.T, job *lab.Job, dir, bin string, limit time.Duration, args ...string) (*labProc, int) {
 	t.Helper()
+	return startUntilAcceptedEcho(t, nil, job, dir, bin, limit, args...)
+}
+
+// startUntilAcceptedEcho is startUntilAccepted with labRoceStartEcho's echo.
+func startUntilAcceptedEcho(t *testing.T, echo io.Writer, job *lab.Job, dir, bin string, limit time.Duration, args ...string) (*labProc, int) {
+	t.Helper()
 	var p *labProc
 	var code int
 	ctx, cancel := context.WithTimeout(context.Background(), testenv.Slow)
 	defer cancel()
 	lab.UntilListening(ctx, job, "REJECTED", func() error {
-		p = labRoceStart(t, dir, bin, args...)
+		p = labRoceStartEcho(t, echo, dir, bin, args...)
 		if code = p.wait(t, limit); code != 0 {
 			return fmt.Errorf("exit %d: %s", code, p.stderr.String())
 		}
@@ -234,7 +251,7 @@ func TestLabRstreamAll(t *testing.T) {
 			ours, theirs = lab.HostIPv6, vm.IPv6
 		}
 		t.Run(fam+"/goroce-server", func(t *testing.T) {
-			srv := labRoceStart(t, dir, bin, "rstream", "-b", ours, "-S", "all", "-T", "v")
+			srv := labRoceStartEcho(t, testLog{t}, dir, bin, "rstream", "-b", ours, "-S", "all", "-T", "v")
 			out, rc := runInVM(t, l, vm, srv, fmt.Sprintf("timeout %d rstream -s %s -S all -T v", int(limit.Seconds()), ours))
 			code := srv.wait(t, limit)
 			log := fmt.Sprintf("%sEXIT %d\n", out, rc)
@@ -246,7 +263,7 @@ func TestLabRstreamAll(t *testing.T) {
 		})
 		t.Run(fam+"/goroce-client", func(t *testing.T) {
 			job := l.Background(t, vm, "/tmp/rstream.log", limit, fmt.Sprintf("rstream -b %s -S all -T v", theirs))
-			cli, code := startUntilAccepted(t, job, dir, bin, limit, "rstream", "-s", theirs, "-S", "all", "-T", "v")
+			cli, code := startUntilAcceptedEcho(t, testLog{t}, job, dir, bin, limit, "rstream", "-s", theirs, "-S", "all", "-T", "v")
 			log := job.Wait()
 			t.Logf("roce rstream:\n%s\nrstream (VM):\n%s", cli.stdout.String(), log)
 			if code != 0 || !strings.Contains(log, "EXIT 0") || strings.Contains(log, "verification failed") ||
@@ -255,6 +272,14 @@ func TestLabRstreamAll(t *testing.T) {
 			}
 		})
 	}
+}
+
+// testLog writes to the test's log (shown as it comes with go test -v).
+type testLog struct{ t *testing.T }
+
+func (w testLog) Write(b []byte) (int, error) {
+	w.t.Logf("%s", strings.TrimRight(string(b), "\n"))
+	return len(b), nil
 }
 
 // TestLabRiostream: riostream (iomapped writes) against roce rstream, both
