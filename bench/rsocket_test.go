@@ -46,15 +46,15 @@ func BenchmarkRsocket(b *testing.B) {
 		rcWrite = lastResult(b).mbps
 	})
 	b.Run("Stream64K", func(b *testing.B) {
-		ca, cb := rsocketPair(b, ha, hb)
-		r := benchStream(b, ca, cb)
+		ca, cb, p := rsocketPair(b, ha, hb)
+		r := benchStream(b, ca, cb, p)
 		if rcWrite > 0 {
 			b.ReportMetric(r.mbps/rcWrite, "x-rc-write")
 		}
 	})
 	b.Run("TCPStream64K", func(b *testing.B) {
 		ca, cb := tcpPair(b, ha, hb)
-		r := benchStream(b, ca, cb)
+		r := benchStream(b, ca, cb, nil)
 		if rcWrite > 0 {
 			b.ReportMetric(r.mbps/rcWrite, "x-rc-write")
 		}
@@ -65,7 +65,7 @@ func BenchmarkRsocket(b *testing.B) {
 		rcRTT = lastResult(b).ns
 	})
 	b.Run("RequestResponse64", func(b *testing.B) {
-		ca, cb := rsocketPair(b, ha, hb)
+		ca, cb, _ := rsocketPair(b, ha, hb)
 		r := benchReqResp(b, ca, cb)
 		if rcRTT > 0 {
 			b.ReportMetric(r.ns/rcRTT, "x-rc-rtt")
@@ -92,10 +92,11 @@ func lastResult(b *testing.B) result {
 }
 
 // rsocketPair connects an rsocket from a device on ha to one on hb, each
-// with its own CM, with rstream's buffer sizes.
-func rsocketPair(b *testing.B, ha, hb *nettest.Host) (net.Conn, net.Conn) {
+// with its own CM, with rstream's buffer sizes; p has the devices, for
+// their counters.
+func rsocketPair(b *testing.B, ha, hb *nettest.Host) (ca, cb net.Conn, p *rocePair) {
 	b.Helper()
-	p := openDevices(b, ha, hb, false, 0)
+	p = openDevices(b, ha, hb, false, 0)
 	var cms [2]*rdmacm.CM
 	for i := range 2 {
 		cms[i] = rdmacm.New(rdmacm.Options{})
@@ -119,16 +120,16 @@ func rsocketPair(b *testing.B, ha, hb *nettest.Host) (net.Conn, net.Conn) {
 		acc <- c
 	}()
 	d := rsocket.Dialer{CM: cms[0], Options: o}
-	ca, err := d.Dial(ctx, "rsocket", l.AddrPort().String())
+	a, err := d.Dial(ctx, "rsocket", l.AddrPort().String())
 	if err != nil {
 		b.Fatal(err)
 	}
-	cb := <-acc
-	if cb == nil {
+	c := <-acc
+	if c == nil {
 		b.Fatal("no connection accepted")
 	}
-	b.Cleanup(func() { ca.Close(); cb.Close() })
-	return ca, cb
+	b.Cleanup(func() { a.Close(); c.Close() })
+	return a, c, p
 }
 
 // tcpPair connects TCP across the veth: the listener in hb's namespace,
@@ -169,15 +170,27 @@ func tcpPair(b *testing.B, ha, hb *nettest.Host) (net.Conn, net.Conn) {
 	return ca, cb
 }
 
-// benchStream writes b.N × 64 KiB on ca and reads them on cb.
-func benchStream(b *testing.B, ca, cb net.Conn) result {
+// benchStream writes b.N × 64 KiB on ca and reads them on cb; with p (an
+// rsocket pair's devices) it reports the packets per 64 KiB, both
+// directions (16 are data at path MTU 4096; the rest are ACKs and credits),
+// and the retransmissions.
+func benchStream(b *testing.B, ca, cb net.Conn, p *rocePair) result {
 	buf := make([]byte, msgSize)
 	run := func(n int) error {
 		done := make(chan error, 1)
 		go func() {
+			// Reads of 64 KiB, as the Writes: not io.Copy to io.Discard,
+			// whose ReadFrom reads 8 KiB at a time.
 			rb := make([]byte, msgSize)
-			_, err := io.CopyBuffer(io.Discard, io.LimitReader(cb, int64(n)*msgSize), rb)
-			done <- err
+			for left := n * msgSize; left > 0; {
+				k, err := cb.Read(rb[:min(len(rb), left)])
+				if err != nil {
+					done <- err
+					return
+				}
+				left -= k
+			}
+			done <- nil
 		}()
 		for range n {
 			if _, err := ca.Write(buf); err != nil {
@@ -189,14 +202,24 @@ func benchStream(b *testing.B, ca, cb net.Conn) result {
 	if err := run(16); err != nil { // warm up
 		b.Fatal(err)
 	}
+	var sent0, re0 uint64
+	if p != nil {
+		sent0, re0 = p.counter("sent_pkts"), p.counter("retrans_pkts")
+	}
 	b.SetBytes(msgSize)
+	b.ReportAllocs()
 	b.ResetTimer()
 	cpu0 := cpuTime()
 	if err := run(b.N); err != nil {
 		b.Fatal(err)
 	}
 	b.StopTimer()
-	return record(b, msgSize, cpuTime()-cpu0)
+	r := record(b, msgSize, cpuTime()-cpu0)
+	if p != nil {
+		b.ReportMetric(float64(p.counter("sent_pkts")-sent0)/float64(b.N), "pkts/op")
+		b.ReportMetric(float64(p.counter("retrans_pkts")-re0)/float64(b.N), "retrans/op")
+	}
+	return r
 }
 
 // benchReqResp sends a 64-byte request on ca and reads the 64-byte
