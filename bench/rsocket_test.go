@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +25,10 @@ import (
 //
 //   - RCWrite64K: goroce's RC RDMA WRITE of 64 KiB (as BenchmarkRCWrite64K,
 //     privileged link), the reference for the stream;
+//   - RCWriteImm64K: the same with RDMA WRITE WITH IMMEDIATE, as the
+//     stream's messages are, the receiver polling its completions and
+//     reposting its receives: what the stream's messages cost at the
+//     verbs layer, without the stream's copies and credits;
 //   - Stream64K: an rsocket stream fed with 64 KiB Writes, read on the
 //     other side (rstream's buffers: SO_SNDBUF and SO_RCVBUF 512 KiB, rings
 //     of 1 MiB); MB/s of payload;
@@ -44,6 +49,13 @@ func BenchmarkRsocket(b *testing.B) {
 		p := openRoCE(b, ha, hb, false, 0, verbs.QPCap{MaxSendWR: window, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1})
 		benchRCWrite(b, p, ha, hb)
 		rcWrite = lastResult(b).mbps
+	})
+	b.Run("RCWriteImm64K", func(b *testing.B) {
+		p := openRoCE(b, ha, hb, false, 0, verbs.QPCap{MaxSendWR: window, MaxRecvWR: immRecvs, MaxSendSGE: 1, MaxRecvSGE: 1})
+		r := benchRCWriteImm(b, p)
+		if rcWrite > 0 {
+			b.ReportMetric(r.mbps/rcWrite, "x-rc-write")
+		}
 	})
 	b.Run("Stream64K", func(b *testing.B) {
 		ca, cb, p := rsocketPair(b, ha, hb)
@@ -263,5 +275,114 @@ func benchReqResp(b *testing.B, ca, cb net.Conn) result {
 	if err := <-done; err != nil {
 		b.Fatal(fmt.Errorf("echo: %w", err))
 	}
+	return r
+}
+
+// immRecvs receives are posted for RCWriteImm64K: far more than the
+// WRITEs in flight, so the receiver's poller, reposting as it goes, never
+// leaves the requester an RNR NAK (retrans/op would show one).
+const immRecvs = 1024
+
+// benchRCWriteImm is benchRCWrite with RDMA WRITE WITH IMMEDIATE (16 in
+// flight): each message also consumes a receive on the responder, whose
+// completion a goroutine there polls, reposting the receive, as an
+// rsocket reader's would be. The time runs until the receiver has seen
+// the last message.
+func benchRCWriteImm(b *testing.B, p *rocePair) result {
+	src, dst := make([]byte, msgSize*window), make([]byte, msgSize*window)
+	mrA, err := p.pd[0].RegMR(src, verbs.AccessLocalWrite)
+	if err != nil {
+		b.Fatal(err)
+	}
+	mrB, err := p.pd[1].RegMR(dst, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	if err != nil {
+		b.Fatal(err)
+	}
+	wrs := make([]verbs.SendWR, window)
+	for i := range wrs {
+		wrs[i] = verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRRDMAWriteWithImm, Flags: verbs.SendSignaled, ImmData: msgSize,
+			SGList: []verbs.SGE{mrA.SGE(i*msgSize, msgSize)}, RemoteAddr: mrB.Addr() + uint64(i*msgSize), RKey: mrB.RKey()}
+	}
+	recvs := make([]verbs.RecvWR, immRecvs)
+	if err := p.qp[1].PostRecv(recvs...); err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	// The receiver: counts messages, reposting their receives.
+	var want atomic.Int64
+	got := make(chan error, 1)
+	go func() {
+		wcs := make([]verbs.WC, 32)
+		seen := int64(0)
+		for {
+			n, err := p.rcq[1].PollWait(ctx, wcs)
+			if err != nil {
+				got <- err
+				return
+			}
+			for i := range wcs[:n] {
+				if wcs[i].Status != verbs.WCSuccess || wcs[i].ImmData != msgSize {
+					got <- fmt.Errorf("receive completion %v", &wcs[i])
+					return
+				}
+			}
+			if err := p.qp[1].PostRecv(recvs[:n]...); err != nil {
+				got <- err
+				return
+			}
+			if seen += int64(n); seen == want.Load() {
+				seen = 0
+				got <- nil
+			}
+		}
+	}()
+	qp, cq := p.qp[0], p.scq[0]
+	wcs := make([]verbs.WC, window)
+	run := func(n int) error {
+		want.Store(int64(n))
+		posted, done := 0, 0
+		for done < n {
+			if k := min(n-posted, window-(posted-done)); k > 0 {
+				first := posted % window
+				var err error
+				if first+k <= window {
+					err = qp.PostSend(wrs[first : first+k]...)
+				} else if err = qp.PostSend(wrs[first:]...); err == nil {
+					err = qp.PostSend(wrs[:first+k-window]...)
+				}
+				if err != nil {
+					return err
+				}
+				posted += k
+			}
+			m, err := cq.PollWait(ctx, wcs)
+			if err != nil {
+				return err
+			}
+			for i := range wcs[:m] {
+				if wcs[i].Status != verbs.WCSuccess {
+					return fmt.Errorf("send completion %v", &wcs[i])
+				}
+			}
+			done += m
+		}
+		return <-got
+	}
+	if err := run(16); err != nil { // warm up: neighbours, the first ACKs
+		b.Fatal(err)
+	}
+	sent0, re0 := p.counter("sent_pkts"), p.counter("retrans_pkts")
+	b.SetBytes(msgSize)
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	if err := run(b.N); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	r := record(b, msgSize, cpuTime()-cpu0)
+	b.ReportMetric(float64(p.counter("sent_pkts")-sent0)/float64(b.N), "pkts/op")
+	b.ReportMetric(float64(p.counter("retrans_pkts")-re0)/float64(b.N), "retrans/op")
 	return r
 }
