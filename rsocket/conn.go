@@ -596,6 +596,13 @@ func (c *Conn) Write(p []byte) (int, error) {
 	}
 	n := 0
 	for n < len(p) {
+		if !c.writable() && !c.posting && len(c.pend) > 0 {
+			// About to wait for what the queued messages free: post them
+			// now rather than sleep until the poster has.
+			if err := c.flush(false); err != nil {
+				return n, c.opError("write", err)
+			}
+		}
 		if err := c.await(&c.wdl, c.writable, false, c.sendsPending); err != nil {
 			return n, c.opError("write", err)
 		}
