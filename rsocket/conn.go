@@ -113,28 +113,6 @@ type Conn struct {
 	curLeft   int    // bytes left in the half the peer is filling
 	queued    int    // halves advertised beyond it
 	toRepost  int    // receives completed, to post again
-
-	// Posting, guarded by mu. A Write posts its messages itself (one
-	// ibv_post_send for all it can send) when no data message of this
-	// side is in flight; while some are (a stream), it leaves them in pend
-	// for the poster goroutine, which posts all that waits there in one
-	// call while the writer copies the next Write into the ring. So a
-	// stream's messages go out several to a batch (one sendmmsg; the
-	// peer's device acknowledges them with one ACK) rather than one
-	// Write, one post; a request and its response are posted at once.
-	// Messages in pend are counted as sent (credits, target entry, ring),
-	// and go out in order; RS_CTRL_SHUTDOWN and RS_CTRL_DISCONNECT follow
-	// the data in pend, while credits and keepalives, which the peer's
-	// data does not depend on, are posted at once.
-	pend     []verbs.SendWR // waiting to be posted, in order
-	pendSGL  [][2]verbs.SGE // their SGEs (fixed capacity: SGList points in)
-	spare    []verbs.SendWR // the poster's other batch
-	spareSGL [][2]verbs.SGE
-	posting  bool          // the poster is posting a batch (mu not held)
-	poster   bool          // the poster goroutine was started
-	postSig  chan struct{} // wakes the poster
-	postDone chan struct{} // closed when the poster has returned
-	postAll  bool          // tests: every Write leaves its messages to the poster
 }
 
 type byteOrder interface {
@@ -596,163 +574,19 @@ func (c *Conn) Write(p []byte) (int, error) {
 	}
 	n := 0
 	for n < len(p) {
-		if !c.writable() && !c.posting && len(c.pend) > 0 {
-			// About to wait for what the queued messages free: post them
-			// now rather than sleep until the poster has.
-			if err := c.flush(false); err != nil {
-				return n, c.opError("write", err)
-			}
-		}
 		if err := c.await(&c.wdl, c.writable, false, c.sendsPending); err != nil {
 			return n, c.opError("write", err)
 		}
 		if err := c.writeErr(); err != nil {
 			return n, c.opError("write", err)
 		}
-		queue := c.queueing()
-		n0 := n
-		for n < len(p) && c.canSend() {
-			n += c.addData(p[n:], queue)
-		}
-		if err := c.flush(queue); err != nil {
-			return n0, c.opError("write", err)
+		k, err := c.writeData(p[n:])
+		n += k
+		if err != nil {
+			return n, c.opError("write", err)
 		}
 	}
 	return n, nil
-}
-
-// queueing reports whether the next messages go to the poster rather
-// than out at once: some data message of this side's is in flight (not
-// completed), or messages wait for the poster or are being posted by it
-// (which the next ones must follow).
-func (c *Conn) queueing() bool {
-	if c.posting || len(c.pend) > 0 || c.postAll {
-		return true
-	}
-	if c.sqeAvail < c.p.sqSize-ctrlSize {
-		c.pollSends() // the completions may be in, not yet polled
-	}
-	return c.sqeAvail < c.p.sqSize-ctrlSize
-}
-
-// pollSends polls the send CQ only: what this side's sends have freed.
-func (c *Conn) pollSends() {
-	if c.closed {
-		return
-	}
-	changed := false
-	for {
-		n, err := c.scq.Poll(c.wcs[:])
-		if err != nil {
-			c.fail(fmt.Errorf("rsocket: %w", err), false)
-			return
-		}
-		for i := range c.wcs[:n] {
-			c.complete(&c.wcs[i])
-			c.wcs[i] = verbs.WC{}
-		}
-		changed = changed || n > 0
-		if n < len(c.wcs) {
-			break
-		}
-	}
-	if changed {
-		c.broadcast()
-	}
-}
-
-// flush posts what pend holds: at once (queue false: the caller's data
-// is still there for inline sends), or by waking the poster.
-func (c *Conn) flush(queue bool) error {
-	if len(c.pend) == 0 {
-		return nil
-	}
-	if queue {
-		c.kick()
-		return nil
-	}
-	err := c.qp.PostSend(c.pend...)
-	clear(c.pend) // no reference to the caller's buffer stays
-	c.pend, c.pendSGL = c.pend[:0], c.pendSGL[:0]
-	if err != nil {
-		err = fmt.Errorf("rsocket: posting data: %w", err)
-		c.fail(err, false)
-		return err
-	}
-	return nil
-}
-
-// kick wakes the poster, starting it the first time.
-func (c *Conn) kick() {
-	if !c.poster {
-		c.poster = true
-		c.postSig = make(chan struct{}, 1)
-		c.postDone = make(chan struct{})
-		go c.postLoop()
-	}
-	select {
-	case c.postSig <- struct{}{}:
-	default: // already woken: it will find the messages
-	}
-}
-
-// postLoop is the poster: it posts what waits in pend, all of it in one
-// ibv_post_send, until Close.
-func (c *Conn) postLoop() {
-	defer close(c.postDone)
-	for range c.postSig {
-		c.mu.Lock()
-		for len(c.pend) > 0 && !c.closed && c.err == nil {
-			batch, sgl := c.pend, c.pendSGL
-			c.pend, c.pendSGL = c.spare[:0], c.spareSGL[:0]
-			c.posting = true
-			c.mu.Unlock()
-			err := c.qp.PostSend(batch...)
-			c.mu.Lock()
-			c.posting = false
-			c.spare, c.spareSGL = batch[:0], sgl[:0]
-			if err != nil {
-				c.fail(fmt.Errorf("rsocket: posting data: %w", err), false)
-			}
-		}
-		if c.err != nil {
-			// The connection has ended: what waits will never go out.
-			c.pend, c.pendSGL = c.pend[:0], c.pendSGL[:0]
-		}
-		done := c.closed
-		c.mu.Unlock()
-		if done {
-			return
-		}
-	}
-}
-
-// stopPoster ends the poster goroutine, after Close has set closed.
-func (c *Conn) stopPoster() {
-	c.mu.Lock()
-	started := c.poster
-	c.mu.Unlock()
-	if !started {
-		return
-	}
-	select {
-	case c.postSig <- struct{}{}:
-	default:
-	}
-	<-c.postDone
-}
-
-// pendAdd appends a work request to pend and returns it and its SGEs.
-func (c *Conn) pendAdd() (*verbs.SendWR, *[2]verbs.SGE) {
-	if c.pend == nil {
-		// At most sq_size messages are outstanding, so neither slice
-		// grows (and the SGLists into pendSGL stay valid).
-		c.pend, c.pendSGL = make([]verbs.SendWR, 0, c.p.sqSize), make([][2]verbs.SGE, 0, c.p.sqSize)
-		c.spare, c.spareSGL = make([]verbs.SendWR, 0, c.p.sqSize), make([][2]verbs.SGE, 0, c.p.sqSize)
-	}
-	i := len(c.pend)
-	c.pend, c.pendSGL = c.pend[:i+1], c.pendSGL[:i+1]
-	return &c.pend[i], &c.pendSGL[i]
 }
 
 // writable reports whether Write can go on: room to send a data message,
@@ -778,34 +612,37 @@ func (c *Conn) writeErr() error {
 	return syscall.EPIPE // CloseWrite
 }
 
-// addData adds one data message from the start of p to pend (rsend's
-// loop body) and returns its length. Only a message posted at once (not
-// queue) may be sent inline from p; the others are copied into the send
-// ring, which p may not outlive.
-func (c *Conn) addData(p []byte, queue bool) int {
+// writeData posts one data message from the start of p (rsend's loop body)
+// and returns its length.
+func (c *Conn) writeData(p []byte) (int, error) {
 	t := &c.tgt[c.tgtIdx]
 	size := min(len(p), maxTransfer, c.sbufAvail, int(t.len))
-	wr, sgl := c.pendAdd()
+	wr := verbs.SendWR{Opcode: verbs.WRRDMAWriteWithImm, RemoteAddr: t.addr, RKey: t.key}
 	m := mkMsg(opData, uint32(size))
-	*wr = verbs.SendWR{WRID: uint64(m), Opcode: verbs.WRRDMAWriteWithImm, ImmData: uint32(m), RemoteAddr: t.addr, RKey: t.key}
-	if size <= c.p.inline && !queue {
+	wr.WRID, wr.ImmData = uint64(m), uint32(m)
+	if size <= c.p.inline {
 		wr.Flags = verbs.SendInline
 		wr.InlineData = p[:size]
 	} else {
 		// Into the send ring at its head, wrapping into two SGEs.
 		first := min(size, c.p.sbufSize-c.sHead)
 		copy(c.sbuf[c.sHead:], p[:first])
-		sgl[0] = c.smr.SGE(c.sHead, first)
-		wr.SGList = sgl[:1]
+		c.sgl[0] = c.smr.SGE(c.sHead, first)
+		wr.SGList = c.sgl[:1]
 		if first < size {
 			copy(c.sbuf, p[first:size])
-			sgl[1] = c.smr.SGE(0, size-first)
-			wr.SGList = sgl[:2]
+			c.sgl[1] = c.smr.SGE(0, size-first)
+			wr.SGList = c.sgl[:2]
 		}
 		c.sHead = (c.sHead + size) % c.p.sbufSize
 	}
 	c.sent(size)
-	return size
+	if err := c.qp.PostSend(wr); err != nil {
+		err = fmt.Errorf("rsocket: posting data: %w", err)
+		c.fail(err, false)
+		return 0, err
+	}
+	return size, nil
 }
 
 // sent counts a data message of size bytes as posted (rs_write_data):
@@ -1117,15 +954,7 @@ func (c *Conn) shutdown(dl *deadline, ctrl uint32, closing bool) error {
 		return nil
 	}
 	c.ctrlSeq++
-	m := mkMsg(opCtrl, ctrl)
-	if c.posting || len(c.pend) > 0 {
-		// After the data the poster has yet to post.
-		wr, _ := c.pendAdd()
-		*wr = verbs.SendWR{WRID: uint64(m), Opcode: verbs.WRRDMAWriteWithImm, ImmData: uint32(m)}
-		c.kick()
-		return nil
-	}
-	if err := c.postMsg(m); err != nil {
+	if err := c.postMsg(mkMsg(opCtrl, ctrl)); err != nil {
 		c.fail(fmt.Errorf("rsocket: posting %s: %w", ctrlName(ctrl), err), false)
 		return err
 	}
@@ -1232,7 +1061,6 @@ func (c *Conn) Close() error {
 	c.wdl.stop()
 	c.broadcast()
 	c.mu.Unlock()
-	c.stopPoster()
 	c.release()
 	if err != nil {
 		return c.opError("close", err)

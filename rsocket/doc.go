@@ -138,16 +138,10 @@
 // Conn implements the protocol above for net.Conn: Read copies out of the
 // receive ring and returns credits as soon as the rules allow (rsocket
 // returns them on its next poll); Write copies into the send ring (or
-// sends inline) and returns once its messages are posted, or, while
-// earlier data messages of the connection are still in flight (a
-// stream), once they are queued in order for the connection's poster
-// goroutine, which posts all that waits in one ibv_post_send while the
-// writer copies the next Write: a stream's messages then leave several
-// to a batch, and a request or response still leaves at once. Each
-// message is the largest the send ring, the target entry and
-// RS_MAX_TRANSFER allow, where rsocket starts each send with 2 KiB and
-// doubles (RS_OLAP_START_SIZE); the peer sees the same kinds of
-// messages, in fewer pieces. Receive and
+// posts inline) and returns once the data is posted. Each message is the
+// largest the send ring, the target entry and RS_MAX_TRANSFER allow,
+// where rsocket starts each send with 2 KiB and doubles (RS_OLAP_START_SIZE);
+// the peer sees the same kinds of messages, in fewer pieces. Receive and
 // send completions go to two CQs (rsocket has one; the wire cannot tell),
 // polled by the goroutines that wait in Read, Write or Close, one at a
 // time per CQ while the others wait on it, as rsocket's callers poll: the
