@@ -242,10 +242,11 @@ func TestLabRstream(t *testing.T) {
 // bandwidth test; -I and -C set its "custom" flag, and then run() makes
 // one test of the -S size (1000 bytes when -S all gave none) instead of
 // the table, -S all only setting size_option. A run is 24.5 GB, half each
-// way (rstream's "total" column summed); at the lab's 0.03–0.16 Gb/s
-// that is 20 minutes to two hours a role, more on small sizes: in a run
-// begun 2026-12-01 21:55 UTC its first line, 64_lat (100,000 round
-// trips), took 514 s (2570 µs per transfer; the test was stopped there).
+// way (rstream's "total" column summed), 20 minutes to two hours a role
+// at the lab's 0.03–0.16 Gb/s; and the latency tests are 1.66 million
+// transfers one at a time, over an hour a role at the 2570 µs per
+// transfer measured: in a run begun 2026-12-01 21:55 UTC the first line,
+// 64_lat (100,000 round trips), took 514 s (the test was stopped there).
 // So it runs only with GOROCE_LAB_RSTREAM_ALL=1 (and a -timeout of hours),
 // and TestLabRstream covers the table's extremes at short counts.
 func TestLabRstreamAll(t *testing.T) {
