@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +25,10 @@ import (
 //
 //   - RCWrite64K: goroce's RC RDMA WRITE of 64 KiB (as BenchmarkRCWrite64K,
 //     privileged link), the reference for the stream;
+//   - RCWriteImm64K: the same with RDMA WRITE WITH IMMEDIATE, as the
+//     stream's messages are, the receiver polling its completions and
+//     reposting its receives: what the stream's messages cost at the
+//     verbs layer, without the stream's copies and credits;
 //   - Stream64K: an rsocket stream fed with 64 KiB Writes, read on the
 //     other side (rstream's buffers: SO_SNDBUF and SO_RCVBUF 512 KiB, rings
 //     of 1 MiB); MB/s of payload;
@@ -45,16 +50,23 @@ func BenchmarkRsocket(b *testing.B) {
 		benchRCWrite(b, p, ha, hb)
 		rcWrite = lastResult(b).mbps
 	})
+	b.Run("RCWriteImm64K", func(b *testing.B) {
+		p := openRoCE(b, ha, hb, false, 0, verbs.QPCap{MaxSendWR: window, MaxRecvWR: immRecvs, MaxSendSGE: 1, MaxRecvSGE: 1})
+		r := benchRCWriteImm(b, p)
+		if rcWrite > 0 {
+			b.ReportMetric(r.mbps/rcWrite, "x-rc-write")
+		}
+	})
 	b.Run("Stream64K", func(b *testing.B) {
-		ca, cb := rsocketPair(b, ha, hb)
-		r := benchStream(b, ca, cb)
+		ca, cb, p := rsocketPair(b, ha, hb)
+		r := benchStream(b, ca, cb, p)
 		if rcWrite > 0 {
 			b.ReportMetric(r.mbps/rcWrite, "x-rc-write")
 		}
 	})
 	b.Run("TCPStream64K", func(b *testing.B) {
 		ca, cb := tcpPair(b, ha, hb)
-		r := benchStream(b, ca, cb)
+		r := benchStream(b, ca, cb, nil)
 		if rcWrite > 0 {
 			b.ReportMetric(r.mbps/rcWrite, "x-rc-write")
 		}
@@ -65,7 +77,7 @@ func BenchmarkRsocket(b *testing.B) {
 		rcRTT = lastResult(b).ns
 	})
 	b.Run("RequestResponse64", func(b *testing.B) {
-		ca, cb := rsocketPair(b, ha, hb)
+		ca, cb, _ := rsocketPair(b, ha, hb)
 		r := benchReqResp(b, ca, cb)
 		if rcRTT > 0 {
 			b.ReportMetric(r.ns/rcRTT, "x-rc-rtt")
@@ -92,10 +104,11 @@ func lastResult(b *testing.B) result {
 }
 
 // rsocketPair connects an rsocket from a device on ha to one on hb, each
-// with its own CM, with rstream's buffer sizes.
-func rsocketPair(b *testing.B, ha, hb *nettest.Host) (net.Conn, net.Conn) {
+// with its own CM, with rstream's buffer sizes; p has the devices, for
+// their counters.
+func rsocketPair(b *testing.B, ha, hb *nettest.Host) (ca, cb net.Conn, p *rocePair) {
 	b.Helper()
-	p := openDevices(b, ha, hb, false, 0)
+	p = openDevices(b, ha, hb, false, 0)
 	var cms [2]*rdmacm.CM
 	for i := range 2 {
 		cms[i] = rdmacm.New(rdmacm.Options{})
@@ -119,16 +132,16 @@ func rsocketPair(b *testing.B, ha, hb *nettest.Host) (net.Conn, net.Conn) {
 		acc <- c
 	}()
 	d := rsocket.Dialer{CM: cms[0], Options: o}
-	ca, err := d.Dial(ctx, "rsocket", l.AddrPort().String())
+	a, err := d.Dial(ctx, "rsocket", l.AddrPort().String())
 	if err != nil {
 		b.Fatal(err)
 	}
-	cb := <-acc
-	if cb == nil {
+	c := <-acc
+	if c == nil {
 		b.Fatal("no connection accepted")
 	}
-	b.Cleanup(func() { ca.Close(); cb.Close() })
-	return ca, cb
+	b.Cleanup(func() { a.Close(); c.Close() })
+	return a, c, p
 }
 
 // tcpPair connects TCP across the veth: the listener in hb's namespace,
@@ -169,15 +182,27 @@ func tcpPair(b *testing.B, ha, hb *nettest.Host) (net.Conn, net.Conn) {
 	return ca, cb
 }
 
-// benchStream writes b.N × 64 KiB on ca and reads them on cb.
-func benchStream(b *testing.B, ca, cb net.Conn) result {
+// benchStream writes b.N × 64 KiB on ca and reads them on cb; with p (an
+// rsocket pair's devices) it reports the packets per 64 KiB, both
+// directions (16 are data at path MTU 4096; the rest are ACKs and credits),
+// and the retransmissions.
+func benchStream(b *testing.B, ca, cb net.Conn, p *rocePair) result {
 	buf := make([]byte, msgSize)
 	run := func(n int) error {
 		done := make(chan error, 1)
 		go func() {
+			// Reads of 64 KiB, as the Writes: not io.Copy to io.Discard,
+			// whose ReadFrom reads 8 KiB at a time.
 			rb := make([]byte, msgSize)
-			_, err := io.CopyBuffer(io.Discard, io.LimitReader(cb, int64(n)*msgSize), rb)
-			done <- err
+			for left := n * msgSize; left > 0; {
+				k, err := cb.Read(rb[:min(len(rb), left)])
+				if err != nil {
+					done <- err
+					return
+				}
+				left -= k
+			}
+			done <- nil
 		}()
 		for range n {
 			if _, err := ca.Write(buf); err != nil {
@@ -189,14 +214,24 @@ func benchStream(b *testing.B, ca, cb net.Conn) result {
 	if err := run(16); err != nil { // warm up
 		b.Fatal(err)
 	}
+	var sent0, re0 uint64
+	if p != nil {
+		sent0, re0 = p.counter("sent_pkts"), p.counter("retrans_pkts")
+	}
 	b.SetBytes(msgSize)
+	b.ReportAllocs()
 	b.ResetTimer()
 	cpu0 := cpuTime()
 	if err := run(b.N); err != nil {
 		b.Fatal(err)
 	}
 	b.StopTimer()
-	return record(b, msgSize, cpuTime()-cpu0)
+	r := record(b, msgSize, cpuTime()-cpu0)
+	if p != nil {
+		b.ReportMetric(float64(p.counter("sent_pkts")-sent0)/float64(b.N), "pkts/op")
+		b.ReportMetric(float64(p.counter("retrans_pkts")-re0)/float64(b.N), "retrans/op")
+	}
+	return r
 }
 
 // benchReqResp sends a 64-byte request on ca and reads the 64-byte
@@ -240,5 +275,114 @@ func benchReqResp(b *testing.B, ca, cb net.Conn) result {
 	if err := <-done; err != nil {
 		b.Fatal(fmt.Errorf("echo: %w", err))
 	}
+	return r
+}
+
+// immRecvs receives are posted for RCWriteImm64K: far more than the
+// WRITEs in flight, so the receiver's poller, reposting as it goes, never
+// leaves the requester an RNR NAK (retrans/op would show one).
+const immRecvs = 1024
+
+// benchRCWriteImm is benchRCWrite with RDMA WRITE WITH IMMEDIATE (16 in
+// flight): each message also consumes a receive on the responder, whose
+// completion a goroutine there polls, reposting the receive, as an
+// rsocket reader's would be. The time runs until the receiver has seen
+// the last message.
+func benchRCWriteImm(b *testing.B, p *rocePair) result {
+	src, dst := make([]byte, msgSize*window), make([]byte, msgSize*window)
+	mrA, err := p.pd[0].RegMR(src, verbs.AccessLocalWrite)
+	if err != nil {
+		b.Fatal(err)
+	}
+	mrB, err := p.pd[1].RegMR(dst, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	if err != nil {
+		b.Fatal(err)
+	}
+	wrs := make([]verbs.SendWR, window)
+	for i := range wrs {
+		wrs[i] = verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRRDMAWriteWithImm, Flags: verbs.SendSignaled, ImmData: msgSize,
+			SGList: []verbs.SGE{mrA.SGE(i*msgSize, msgSize)}, RemoteAddr: mrB.Addr() + uint64(i*msgSize), RKey: mrB.RKey()}
+	}
+	recvs := make([]verbs.RecvWR, immRecvs)
+	if err := p.qp[1].PostRecv(recvs...); err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	// The receiver: counts messages, reposting their receives.
+	var want atomic.Int64
+	got := make(chan error, 1)
+	go func() {
+		wcs := make([]verbs.WC, 32)
+		seen := int64(0)
+		for {
+			n, err := p.rcq[1].PollWait(ctx, wcs)
+			if err != nil {
+				got <- err
+				return
+			}
+			for i := range wcs[:n] {
+				if wcs[i].Status != verbs.WCSuccess || wcs[i].ImmData != msgSize {
+					got <- fmt.Errorf("receive completion %v", &wcs[i])
+					return
+				}
+			}
+			if err := p.qp[1].PostRecv(recvs[:n]...); err != nil {
+				got <- err
+				return
+			}
+			if seen += int64(n); seen == want.Load() {
+				seen = 0
+				got <- nil
+			}
+		}
+	}()
+	qp, cq := p.qp[0], p.scq[0]
+	wcs := make([]verbs.WC, window)
+	run := func(n int) error {
+		want.Store(int64(n))
+		posted, done := 0, 0
+		for done < n {
+			if k := min(n-posted, window-(posted-done)); k > 0 {
+				first := posted % window
+				var err error
+				if first+k <= window {
+					err = qp.PostSend(wrs[first : first+k]...)
+				} else if err = qp.PostSend(wrs[first:]...); err == nil {
+					err = qp.PostSend(wrs[:first+k-window]...)
+				}
+				if err != nil {
+					return err
+				}
+				posted += k
+			}
+			m, err := cq.PollWait(ctx, wcs)
+			if err != nil {
+				return err
+			}
+			for i := range wcs[:m] {
+				if wcs[i].Status != verbs.WCSuccess {
+					return fmt.Errorf("send completion %v", &wcs[i])
+				}
+			}
+			done += m
+		}
+		return <-got
+	}
+	if err := run(16); err != nil { // warm up: neighbours, the first ACKs
+		b.Fatal(err)
+	}
+	sent0, re0 := p.counter("sent_pkts"), p.counter("retrans_pkts")
+	b.SetBytes(msgSize)
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	if err := run(b.N); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	r := record(b, msgSize, cpuTime()-cpu0)
+	b.ReportMetric(float64(p.counter("sent_pkts")-sent0)/float64(b.N), "pkts/op")
+	b.ReportMetric(float64(p.counter("retrans_pkts")-re0)/float64(b.N), "retrans/op")
 	return r
 }
