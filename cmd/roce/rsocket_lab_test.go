@@ -323,8 +323,18 @@ func TestLabRiostream(t *testing.T) {
 		// goroce's client fails either way (the hint); it retries only
 		// while riostream does not listen yet.
 		cli, code := startUntilAccepted(t, job, dir, bin, time.Minute, append([]string{"rstream", "-s", vm.IPv4}, strings.Fields(args)...)...)
-		if code == 0 || !strings.Contains(cli.stderr.String(), hint) {
+		// riostream sets its iomap size on the listening rsocket only after
+		// rlisten, so a retry accepted in between gets a connection without
+		// iomap (seen once in 2026-12 runs): riostream's riomap then fails
+		// the same way and it closes, and roce rstream sees the close (EOF)
+		// instead of the request it would refuse. Either ending is right;
+		// a success is not.
+		raced := strings.Contains(cli.stderr.String(), "EOF")
+		if code == 0 || !strings.Contains(cli.stderr.String(), hint) && !raced {
 			t.Errorf("roce rstream -s: exit %d\n%s", code, cli.stderr.String())
+		}
+		if raced {
+			t.Logf("riostream accepted the connection before setting its iomap size; roce rstream saw the close")
 		}
 		log := job.Wait()
 		if !strings.Contains(log, "riomap: Cannot allocate memory") || strings.Contains(log, "EXIT 0") {
