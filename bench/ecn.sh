@@ -224,7 +224,7 @@ run() {
 	# themselves, when $stop appears or after the run's time.)
 	local stop=$work/stop end=$((SECONDS + secs + 30))
 	rm -f "$stop"
-	nsx r bash -c 'while [ ! -e "$1" ] && [ $SECONDS -lt $2 ]; do echo "$(date +%s.%N) $(tc -s qdisc show dev b parent 1:10 | tr "\n" " ")"; sleep 0.1; done' \
+	nsx r bash -c 'while [ ! -e "$1" ] && [ $SECONDS -lt $2 ]; do a=$(date +%s.%N); q=$(tc -s qdisc show dev b parent 1:10 | tr "\n" " "); echo "$a $(date +%s.%N) $q"; sleep 0.1; done' \
 		- "$stop" $((secs + 30)) >"$dir/qdisc.txt" &
 	q+=($!)
 	(while [ ! -e "$stop" ] && ((SECONDS < end)); do

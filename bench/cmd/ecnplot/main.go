@@ -178,8 +178,8 @@ func Load(dir string) (*Bench, error) {
 
 var (
 	progressRe = regexp.MustCompile(`^roce perf:\s+(\d+) s of \d+ s: ([0-9.]+) Gb/sec`)
-	qdiscRe    = regexp.MustCompile(`^(\d+\.\d+) .*Sent (\d+) bytes \d+ pkt \(dropped (\d+),.*backlog \d+b (\d+)p`)
-	ceRe       = regexp.MustCompile(`ip ecn set ce counter packets (\d+)`)
+	qdiscRe    = regexp.MustCompile(`^(\d+\.\d+) (\d+\.\d+) .*Sent (\d+) bytes \d+ pkt \(dropped (\d+),.*backlog \d+b (\d+)p`)
+	ceRe       = regexp.MustCompile(`ip6? ecn set ce counter packets (\d+)`)
 )
 
 func loadRun(dir string, n int) (*Run, error) {
@@ -250,10 +250,13 @@ func loadRun(dir string, n int) (*Run, error) {
 	if err := readLines(filepath.Join(dir, "qdisc.txt"), func(l string) {
 		if m := qdiscRe.FindStringSubmatch(l); m != nil {
 			var q QSample
-			q.T, _ = strconv.ParseFloat(m[1], 64)
-			q.Bytes, _ = strconv.ParseFloat(m[2], 64)
-			q.Drops, _ = strconv.ParseFloat(m[3], 64)
-			q.Backlog, _ = strconv.ParseFloat(m[4], 64)
+			// tc ran between the two times (long, on a loaded machine).
+			t0, _ := strconv.ParseFloat(m[1], 64)
+			t1, _ := strconv.ParseFloat(m[2], 64)
+			q.T = (t0 + t1) / 2
+			q.Bytes, _ = strconv.ParseFloat(m[3], 64)
+			q.Drops, _ = strconv.ParseFloat(m[4], 64)
+			q.Backlog, _ = strconv.ParseFloat(m[5], 64)
 			r.Qdisc = append(r.Qdisc, q)
 		}
 	}); err != nil {
@@ -325,15 +328,20 @@ func (b *Bench) window(r *Run) (from, to float64) {
 	return r.Start + b.Secs/4, r.Start + 3*b.Secs/4
 }
 
-// at returns the qdisc sample nearest t.
+// at returns the bottleneck's counters at t, interpolated between the
+// samples around it (the first or last sample outside them).
 func at(qs []QSample, t float64) QSample {
-	best := qs[0]
-	for _, q := range qs {
-		if math.Abs(q.T-t) < math.Abs(best.T-t) {
-			best = q
+	if t <= qs[0].T {
+		return qs[0]
+	}
+	for i := 1; i < len(qs); i++ {
+		a, b := qs[i-1], qs[i]
+		if t <= b.T && b.T > a.T {
+			f := (t - a.T) / (b.T - a.T)
+			return QSample{T: t, Bytes: a.Bytes + f*(b.Bytes-a.Bytes), Drops: a.Drops + f*(b.Drops-a.Drops), Backlog: b.Backlog}
 		}
 	}
-	return best
+	return qs[len(qs)-1]
 }
 
 // Metrics computes r's figures.
@@ -344,7 +352,19 @@ func (b *Bench) Metrics(r *Run) Metrics {
 	if q1.T > q0.T {
 		m.Util = (q1.Bytes - q0.Bytes) * 8 / (q1.T - q0.T) / (b.Rate * 1e6)
 	}
-	m.Drops = q1.Drops - q0.Drops
+	// Drops: between the last sample before the window and the first
+	// after it, so that none in the window escapes the count.
+	d0, d1 := r.Qdisc[0], r.Qdisc[len(r.Qdisc)-1]
+	for _, q := range r.Qdisc {
+		if q.T <= from {
+			d0 = q
+		}
+		if q.T >= to {
+			d1 = q
+			break
+		}
+	}
+	m.Drops = d1.Drops - d0.Drops
 	m.DropsAll = r.Qdisc[len(r.Qdisc)-1].Drops - r.Qdisc[0].Drops
 	var sum, sq float64
 	for _, f := range r.Flows {
