@@ -211,7 +211,7 @@ run() {
 	local dir=$1 n=$2 i st sp q=() c=() s=()
 	mkdir -p "$dir"
 	for ((i = 1; i <= n; i++)); do
-		r "b$i" perf write -d "rxeb$i" -D "$secs" --report_gbits >"$dir/srv$i.out" 2>&1 &
+		r "b$i" perf write -d "rxeb$i" -D "$secs" >"$dir/srv$i.out" 2>&1 &
 		s+=($!)
 	done
 	r bp perf send --lat -d rxebp -D "$secs" -s 64 >"$dir/probe-srv.out" 2>&1 &
@@ -234,9 +234,11 @@ run() {
 	done) >"$dir/stat.txt" &
 	q+=($!)
 	pids+=("${q[@]}")
+	# The marking rule's counter runs on: its value before the run.
+	nsx r nft list chain inet goroce_ecn ce >"$dir/nft-before.txt"
 	date +%s.%N >"$dir/start.txt"
 	for ((i = 1; i <= n; i++)); do
-		r "a$i" perf write -d "rxea$i" -D "$secs" --report_gbits "198.19.0.$((10 + i))" >"$dir/flow$i.out" 2>&1 &
+		r "a$i" perf write -d "rxea$i" -D "$secs" "198.19.0.$((10 + i))" >"$dir/flow$i.out" 2>&1 &
 		c+=($!)
 	done
 	r ap perf send --lat -d rxeap -D "$secs" -s 64 -U 198.19.0.110 >"$dir/probe.out" 2>&1 &

@@ -111,7 +111,16 @@ type Run struct {
 // Flow is one `roce perf write` client.
 type Flow struct {
 	Series []float64 // Mbit/s, one a second
-	AvgGb  float64   // perftest's BW average, Gb/s
+	Avg    float64   // perftest's BW average, Mbit/s
+}
+
+// unit is perftest's bandwidth unit in Mbit/s: MB/sec is MiB/s, Gb/sec
+// (--report_gbits) 10^9 bit/s.
+func unit(u string) float64 {
+	if u == "Gb" {
+		return 1000
+	}
+	return 1 << 20 * 8 / 1e6
 }
 
 // QSample is one `tc -s qdisc` reading of the leaf queue.
@@ -177,7 +186,7 @@ func Load(dir string) (*Bench, error) {
 }
 
 var (
-	progressRe = regexp.MustCompile(`^roce perf:\s+(\d+) s of \d+ s: ([0-9.]+) Gb/sec`)
+	progressRe = regexp.MustCompile(`^roce perf:\s+(\d+) s of \d+ s: ([0-9.]+) (Gb|MB)/sec`)
 	qdiscRe    = regexp.MustCompile(`^(\d+\.\d+) (\d+\.\d+) .*Sent (\d+) bytes \d+ pkt \(dropped (\d+),.*backlog \d+b (\d+)p`)
 	ceRe       = regexp.MustCompile(`ip6? ecn set ce counter packets (\d+)`)
 )
@@ -193,22 +202,26 @@ func loadRun(dir string, n int) (*Run, error) {
 	}
 	for i := 1; i <= n; i++ {
 		var f Flow
-		summary := false
+		summary, avgUnit := false, 0.0
 		err := readLines(filepath.Join(dir, fmt.Sprintf("flow%d.out", i)), func(l string) {
 			if m := progressRe.FindStringSubmatch(l); m != nil {
 				v, _ := strconv.ParseFloat(m[2], 64)
-				f.Series = append(f.Series, v*1000)
+				f.Series = append(f.Series, v*unit(m[3]))
 				return
 			}
 			if strings.Contains(l, "BW average") {
-				summary = true
+				summary, avgUnit = true, unit("MB")
+				if strings.Contains(l, "Gb/sec") {
+					avgUnit = unit("Gb")
+				}
 				return
 			}
 			// The summary row: the first row of numbers after the
 			// header (perf's notes on stderr may come between).
 			if fs := strings.Fields(l); summary && len(fs) >= 4 {
 				if _, err := strconv.Atoi(fs[0]); err == nil {
-					f.AvgGb, _ = strconv.ParseFloat(fs[3], 64)
+					v, _ := strconv.ParseFloat(fs[3], 64)
+					f.Avg = v * avgUnit
 					summary = false
 				}
 			}
@@ -216,7 +229,7 @@ func loadRun(dir string, n int) (*Run, error) {
 		if err != nil {
 			return nil, err
 		}
-		if f.AvgGb == 0 {
+		if f.Avg == 0 {
 			return nil, fmt.Errorf("%s/flow%d.out: no perftest summary", dir, i)
 		}
 		r.Flows = append(r.Flows, f)
@@ -284,13 +297,20 @@ func loadRun(dir string, n int) (*Run, error) {
 	}); err != nil {
 		return nil, err
 	}
-	if err := readLines(filepath.Join(dir, "nft.txt"), func(l string) {
-		if m := ceRe.FindStringSubmatch(l); m != nil {
-			v, _ := strconv.ParseFloat(m[1], 64)
-			r.CEMark += v
+	// The rule's counter runs on from run to run: what it counted in
+	// this one is nft.txt's less nft-before.txt's.
+	for _, c := range []struct {
+		name string
+		sign float64
+	}{{"nft.txt", 1}, {"nft-before.txt", -1}} {
+		if err := readLines(filepath.Join(dir, c.name), func(l string) {
+			if m := ceRe.FindStringSubmatch(l); m != nil {
+				v, _ := strconv.ParseFloat(m[1], 64)
+				r.CEMark += c.sign * v
+			}
+		}); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
 		}
-	}); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, err
 	}
 	return r, nil
 }
@@ -368,7 +388,7 @@ func (b *Bench) Metrics(r *Run) Metrics {
 	m.DropsAll = r.Qdisc[len(r.Qdisc)-1].Drops - r.Qdisc[0].Drops
 	var sum, sq float64
 	for _, f := range r.Flows {
-		x := f.AvgGb * 1000
+		x := f.Avg
 		m.FlowsMbits = append(m.FlowsMbits, x)
 		sum += x
 		sq += x * x

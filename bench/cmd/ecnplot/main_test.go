@@ -45,7 +45,8 @@ func writeRun(t *testing.T, dir string, start float64, avgs []float64, probe []f
 	}
 	w("qdisc.txt", qs.String())
 	w("stat.txt", "t 1\nlink rxea1/1 sent_pkts 5 retrans_pkts 7 rp_cnp_handled 3\nlink rxeap/1 retrans_pkts 100\nt 2\nlink rxea1/1 sent_pkts 9 retrans_pkts 11 rp_cnp_handled 4\nlink rxea2/1 retrans_pkts 2\n")
-	w("nft.txt", "\t\toifname \"b\" ip ecn { ect1, ect0 } limit rate over 5416/second burst 32 packets ip ecn set ce counter packets 40 bytes 1\n"+
+	w("nft-before.txt", "\t\toifname \"b\" ip ecn { ect1, ect0 } limit rate over 5416/second burst 32 packets ip ecn set ce counter packets 10 bytes 1\n")
+	w("nft.txt", "\t\toifname \"b\" ip ecn { ect1, ect0 } limit rate over 5416/second burst 32 packets ip ecn set ce counter packets 50 bytes 1\n"+
 		"\t\toifname \"b\" ip6 ecn { ect1, ect0 } limit rate over 5416/second burst 32 packets ip6 ecn set ce counter packets 2 bytes 1\n")
 }
 
