@@ -1,9 +1,13 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/goroce/goroce/host"
@@ -202,4 +206,38 @@ func loopQP(t *testing.T, d *host.Device) string {
 		}
 	}
 	return strconv.FormatUint(uint64(qp.Num()), 10)
+}
+
+// ecnView is the FUSE view's ecn directory over the config tree: the
+// devices, the settings as sysfs names them (enable/PRIO files, no
+// enable, which is a directory there), and get and set as roce ecn does
+// them, a value out of range refused with EINVAL naming the valid ones.
+func TestECNView(t *testing.T) {
+	dir := configDevs(t)
+	v := ecnView{reg: host.NewRegistry(dir), tree: configTree(dir), ctx: context.Background()}
+	devs, err := v.Devices()
+	if err != nil || !slices.Equal(devs, []string{"rxe0", "rxe1", "rxe2"}) {
+		t.Fatalf("Devices() = %v, %v", devs, err)
+	}
+	names := v.Names()
+	if slices.Contains(names, "roce_np/enable") || !slices.Contains(names, "roce_np/enable/7") || !slices.Contains(names, "roce_rp/rpg_time_reset") {
+		t.Errorf("Names() = %v", names)
+	}
+	if err := v.Set("rxe0", "roce_rp/enable/3", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Set("rxe0", "roce_rp/rpg_time_reset", 0); !errors.Is(err, syscall.EINVAL) || !strings.Contains(err.Error(), "valid values are 1 to 1000000") {
+		t.Errorf("rpg_time_reset 0: %v", err)
+	}
+	for _, c := range []struct {
+		dev, name string
+		want      uint32
+	}{{"rxe0", "roce_rp/enable/3", 1}, {"rxe0", "roce_rp/enable/2", 0}, {"rxe1", "roce_rp/enable/3", 0}, {"rxe0", "roce_rp/rpg_time_reset", 300}} {
+		if got, err := v.Get(c.dev, c.name); err != nil || got != c.want {
+			t.Errorf("Get(%s, %s) = %d, %v; want %d", c.dev, c.name, got, err, c.want)
+		}
+	}
+	if out := wantRun(t, dir, exitOK, nil, "ecn", "-d", "rxe0", "rp", "enable/3"); out != "1\n" {
+		t.Errorf("roce ecn after the view's set: %q", out)
+	}
 }
