@@ -11,17 +11,19 @@
 #   bench/ecn.sh -u               # ... and writes the table into BENCHMARKS.md, the picture to bench/ecn.svg
 #   bench/ecn.sh -q               # quick: 2 senders at 200 Mbit/s, 4 s each (what TestECNScript runs)
 #   bench/ecn.sh -r 300 -t 30 -n "2 4" -c 2 -o DIR    # rate (Mbit/s), seconds, senders, rounds, output
+#   bench/ecn.sh -s "rp rpg_hai_rate 10" -s "np min_time_between_cnps 50"   # DCQCN settings on top
 #   bench/ecn.sh -p DIR -u        # no run: the table and picture of a saved output DIR
 #
 # Needs ip, tc and nft (Debian: iproute2, nftables). The namespaces it
 # makes are named goroce-ecn-PID-*, and are deleted when it exits.
 set -euo pipefail
 
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
-rate=500 secs=20 senders="2 4" rounds=1 out= update= quick= reuse=
-while getopts r:t:n:c:o:p:uqh opt; do
+rate=500 secs=20 senders="2 4" rounds=1 out= update= quick= reuse= settings=()
+while getopts r:t:n:c:o:p:s:uqh opt; do
 	case $opt in
+	s) settings+=("$OPTARG") ;;
 	r) rate=$OPTARG ;;
 	t) secs=$OPTARG ;;
 	n) senders=$OPTARG ;;
@@ -176,6 +178,7 @@ EOF
 	echo "rate_mbit: $rate"
 	echo "mark_pps: $pps"
 	echo "seconds: $secs"
+	echo "settings: ${settings[*]:-}"
 	echo "load-before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } >"$out/meta.txt"
 
@@ -184,13 +187,17 @@ EOF
 # here every port as fast as the bottleneck (a goroce device has none of
 # its own: 100 Gb/s).
 ecn() {
-	local v=0 h d
+	local v=0 h d s
 	[ "$1" = on ] && v=1
 	for h in "${hosts[@]}"; do
 		for d in "rxea$h" "rxeb$h"; do
 			"$roce" --rundir "$rundir" ecn -d "$d" np enable $v >/dev/null
 			"$roce" --rundir "$rundir" ecn -d "$d" rp enable $v >/dev/null
 			"$roce" --rundir "$rundir" ecn -d "$d" rp rpg_max_rate "$rate" >/dev/null
+			for s in "${settings[@]}"; do
+				# shellcheck disable=SC2086 # "POINT PARAM VALUE"
+				"$roce" --rundir "$rundir" ecn -d "$d" $s >/dev/null
+			done
 		done
 	done
 }
