@@ -328,7 +328,7 @@ func (d *Device) ResourceReport() *ResourceReport {
 		qr := QPResource{Port: 1, LQPN: in.QPN, RQPN: in.DestQPN, Type: in.Type.String(),
 			State: in.State.String(), SQPSN: uint32(in.SQPSN), RQPSN: uint32(in.RQPSN), PDN: in.PDN,
 			PathMTU: in.PathMTU.Bytes()}
-		if ecn.RPEnable && in.Type != verbs.GSI {
+		if ecn.RPEnable != 0 && in.Type != verbs.GSI {
 			// A QP that has sent nothing since the RP was enabled has no
 			// DCQCN state yet: it sends at the line rate.
 			rate, limited := q.CongestionRate()

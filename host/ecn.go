@@ -17,9 +17,10 @@ import (
 // device applies them again when asked through its control socket
 // (OpECN), so `roce ecn` reaches a device whichever process has it.
 //
-// enable is the port's: MLNX_OFED has one per priority (enable/0..7), but
-// a goroce port has no priorities (no PFC, one queue), so one enable
-// stands for all of them.
+// enable is per priority, enable/0 … enable/7 as in MLNX_OFED (a packet's
+// priority is its DSCP / 8: verbs.PriorityOf); goroce's enable, which
+// MLNX_OFED does not have, stands for all eight: setting it sets them all,
+// and it reads 1 when all eight are on.
 
 // ECNParam is one setting: Point is "roce_np" or "roce_rp", Name
 // MLNX_OFED's file name, and Min..Max the values the device takes.
@@ -56,14 +57,12 @@ const maxRate = verbs.RateLimitMaxKbps / 1000
 // The ranges are verbs' (ECNConfig via SetECN, RPParams.Validate);
 // TestECNParamsRanges holds them to it.
 var ecnParams = []ECNParam{
-	{"roce_np", "enable", 0, 1, "0 off, 1 on", func(c *verbs.ECNConfig) uint32 { return b2u(c.NPEnable) },
-		func(c *verbs.ECNConfig, v uint32) { c.NPEnable = v == 1 }},
+	enableParam("roce_np", func(c *verbs.ECNConfig) *verbs.Priorities { return &c.NPEnable }, -1),
 	{"roce_np", "cnp_dscp", 0, 63, "", func(c *verbs.ECNConfig) uint32 { return uint32(c.NP.CNPDSCP) },
 		func(c *verbs.ECNConfig, v uint32) { c.NP.CNPDSCP = uint8(v) }},
 	{"roce_np", "min_time_between_cnps", 0, 1_000_000, "µs", func(c *verbs.ECNConfig) uint32 { return c.NP.MinTimeBetweenCNPs },
 		func(c *verbs.ECNConfig, v uint32) { c.NP.MinTimeBetweenCNPs = v }},
-	{"roce_rp", "enable", 0, 1, "0 off, 1 on", func(c *verbs.ECNConfig) uint32 { return b2u(c.RPEnable) },
-		func(c *verbs.ECNConfig, v uint32) { c.RPEnable = v == 1 }},
+	enableParam("roce_rp", func(c *verbs.ECNConfig) *verbs.Priorities { return &c.RPEnable }, -1),
 	{"roce_rp", "dce_tcp_g", 0, 1023, "", func(c *verbs.ECNConfig) uint32 { return c.RP.DCETCPG },
 		func(c *verbs.ECNConfig, v uint32) { c.RP.DCETCPG = v }},
 	{"roce_rp", "dce_tcp_rtt", 1, 1_000_000, "µs", func(c *verbs.ECNConfig) uint32 { return c.RP.DCETCPRTT },
@@ -92,8 +91,74 @@ var ecnParams = []ECNParam{
 		func(c *verbs.ECNConfig, v uint32) { c.RP.TimeReset = v }},
 }
 
+func init() {
+	// enable/0 … enable/7 after each point's enable.
+	var ps []ECNParam
+	for _, p := range ecnParams {
+		ps = append(ps, p)
+		if p.Name != "enable" {
+			continue
+		}
+		for prio := range 8 {
+			f := func(c *verbs.ECNConfig) *verbs.Priorities { return &c.NPEnable }
+			if p.Point == "roce_rp" {
+				f = func(c *verbs.ECNConfig) *verbs.Priorities { return &c.RPEnable }
+			}
+			ps = append(ps, enableParam(p.Point, f, prio))
+		}
+	}
+	ecnParams = ps
+}
+
+// enableParam is point's enable/<prio> (prio 0-7), or with prio -1 its
+// enable for all priorities.
+func enableParam(point string, f func(*verbs.ECNConfig) *verbs.Priorities, prio int) ECNParam {
+	if prio < 0 {
+		return ECNParam{point, "enable", 0, 1, "0 off, 1 on, every priority",
+			func(c *verbs.ECNConfig) uint32 { return b2u(*f(c) == verbs.AllPriorities) },
+			func(c *verbs.ECNConfig, v uint32) {
+				*f(c) = 0
+				if v == 1 {
+					*f(c) = verbs.AllPriorities
+				}
+			}}
+	}
+	bit := verbs.Priorities(1) << prio
+	return ECNParam{point, fmt.Sprintf("enable/%d", prio), 0, 1, fmt.Sprintf("0 off, 1 on, priority %d", prio),
+		func(c *verbs.ECNConfig) uint32 { return b2u(*f(c)&bit != 0) },
+		func(c *verbs.ECNConfig, v uint32) {
+			*f(c) &^= bit
+			if v == 1 {
+				*f(c) |= bit
+			}
+		}}
+}
+
+// SetECNSetting stores param's value v in the config tree's settings m
+// (UpdateECN's map) so that m says what the operator asked and nothing
+// else: enable replaces the point's enable/<prio> settings, and
+// enable/<prio> spells out a stored enable as the eight it stands for
+// first.
+func SetECNSetting(m map[string]uint32, param ECNParam, v uint32) {
+	all := param.Point + "/enable"
+	switch {
+	case param.Name == "enable":
+		for prio := range 8 {
+			delete(m, fmt.Sprintf("%s/%d", all, prio))
+		}
+	case strings.HasPrefix(param.Name, "enable/"):
+		if e, ok := m[all]; ok {
+			delete(m, all)
+			for prio := range 8 {
+				m[fmt.Sprintf("%s/%d", all, prio)] = e
+			}
+		}
+	}
+	m[param.Key()] = v
+}
+
 // ECNParams returns the settings, roce_np's then roce_rp's, each point's
-// enable first.
+// enable and enable/0 … enable/7 first.
 func ECNParams() []ECNParam { return ecnParams }
 
 // LookupECNParam returns point's parameter name; EINVAL naming point's
@@ -107,7 +172,12 @@ func LookupECNParam(point, name string) (ECNParam, error) {
 		if p.Name == name {
 			return p, nil
 		}
-		names = append(names, p.Name)
+		switch {
+		case p.Name == "enable/0":
+			names = append(names, "enable/PRIO (PRIO 0 to 7)")
+		case !strings.HasPrefix(p.Name, "enable/"):
+			names = append(names, p.Name)
+		}
 	}
 	return ECNParam{}, fmt.Errorf("%s has no parameter %q: its parameters are %s: %w",
 		point, name, strings.Join(names, ", "), syscall.EINVAL)

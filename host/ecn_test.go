@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"errors"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -55,7 +56,7 @@ func TestECNParamsRanges(t *testing.T) {
 			if err := p.Check(v); !errors.Is(err, syscall.EINVAL) {
 				t.Errorf("%s: Check(%d) = %v, want EINVAL", p.Key(), v, err)
 			}
-			if p.Name == "enable" || p.Name == "cnp_dscp" && v > 255 {
+			if strings.HasPrefix(p.Name, "enable") || p.Name == "cnp_dscp" && v > 255 {
 				continue // a bool, or a uint8 field: verbs cannot hold the value to refuse it
 			}
 			c := verbs.DefaultECNConfig()
@@ -97,7 +98,7 @@ func TestECNReachesDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	if c := d.ECN(1); !c.NPEnable || c.RPEnable || c.RP.TimeReset != 77 {
+	if c := d.ECN(1); c.NPEnable != verbs.AllPriorities || c.RPEnable != 0 || c.RP.TimeReset != 77 {
 		t.Fatalf("opened device's ECN = %+v; want np enable, rp disabled, rpg_time_reset 77", c)
 	}
 	set(map[string]uint32{"roce_rp/enable": 1, "roce_rp/rpg_min_rate": 9})
@@ -106,7 +107,7 @@ func TestECNReachesDevice(t *testing.T) {
 	if err := r.ApplyECN(ctx, "rxe0"); err != nil {
 		t.Fatal(err)
 	}
-	if c := d.ECN(1); !c.NPEnable || !c.RPEnable || c.RP.TimeReset != 77 || c.RP.MinRate != 9 {
+	if c := d.ECN(1); c.NPEnable != verbs.AllPriorities || c.RPEnable != verbs.AllPriorities || c.RP.TimeReset != 77 || c.RP.MinRate != 9 {
 		t.Errorf("running device's ECN after ApplyECN = %+v; want np and rp enabled, rpg_time_reset 77, rpg_min_rate 9", c)
 	}
 }
@@ -118,5 +119,37 @@ func TestECNConfigOfRefusesBadState(t *testing.T) {
 		if _, err := ECNConfigOf(m); !errors.Is(err, syscall.EIO) {
 			t.Errorf("ECNConfigOf(%v) = %v, want EIO", m, err)
 		}
+	}
+}
+
+// SetECNSetting keeps the stored settings what the operator said: enable
+// replaces the point's enable/<prio>, enable/<prio> spells a stored
+// enable out first; the device's configuration follows.
+func TestSetECNSetting(t *testing.T) {
+	m := map[string]uint32{}
+	set := func(key string, v uint32) {
+		pt, name, _ := strings.Cut(key, "/")
+		p, err := LookupECNParam(pt, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		SetECNSetting(m, p, v)
+	}
+	set("roce_rp/enable", 1)
+	set("roce_rp/enable/3", 0)
+	c, err := ECNConfigOf(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.RPEnable != verbs.AllPriorities&^(1<<3) || c.NPEnable != 0 || len(m) != 8 {
+		t.Errorf("enable 1, enable/3 0: rp %08b np %08b, stored %v", c.RPEnable, c.NPEnable, m)
+	}
+	set("roce_np/enable/5", 1)
+	set("roce_rp/enable", 0)
+	if c, err = ECNConfigOf(m); err != nil {
+		t.Fatal(err)
+	}
+	if c.RPEnable != 0 || c.NPEnable != 1<<5 || len(m) != 2 || m["roce_rp/enable"] != 0 {
+		t.Errorf("then np enable/5 1, rp enable 0: rp %08b np %08b, stored %v", c.RPEnable, c.NPEnable, m)
 	}
 }

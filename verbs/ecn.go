@@ -29,17 +29,39 @@ const (
 	ECNCE     uint8 = 3
 )
 
+// Priorities is a set of the eight priorities, bit p for priority p, as
+// MLNX_OFED enables the points per priority (ecn/roce_np/enable/<prio>,
+// ecn/roce_rp/enable/<prio>).
+//
+// A goroce port has no VLAN and no PFC, so a packet's priority is the one
+// its DSCP maps to under the "trust dscp" mode that RoCE deployments with
+// DCQCN configure, with mlx5's default dscp2prio table: priority = DSCP / 8
+// (see PriorityOf). A QP's priority is that of its traffic class.
+type Priorities uint8
+
+// AllPriorities is every priority, 0 to 7.
+const AllPriorities Priorities = 0xff
+
+// Has reports whether priority prio (0-7) is in the set.
+func (p Priorities) Has(prio uint8) bool { return prio < 8 && p&(1<<prio) != 0 }
+
+// PriorityOf returns the priority of a packet with IP traffic class tc
+// (DSCP and ECN): DSCP / 8, mlx5's default dscp2prio mapping.
+func PriorityOf(tc uint8) uint8 { return tc >> 5 }
+
 // ECNConfig is a port's congestion control: DCQCN's notification point
 // and reaction point (see dcqcn.go). Both are off by default, and then
 // nothing on the wire changes.
 type ECNConfig struct {
 	// NPEnable makes the port answer RoCE v2 packets marked Congestion
-	// Experienced with CNPs (MLNX_OFED ecn/roce_np/enable).
-	NPEnable bool
-	// RPEnable makes the port's QPs mark their request packets
-	// ECN-capable (ECT) and cut their rate on CNPs (ecn/roce_rp/enable):
-	// only a sender that reacts may claim ECN capability (RFC 3168 §6.1).
-	RPEnable bool
+	// Experienced with CNPs (MLNX_OFED ecn/roce_np/enable/<prio>), for
+	// packets of these priorities (PriorityOf their traffic class).
+	NPEnable Priorities
+	// RPEnable makes the port's QPs of these priorities (PriorityOf their
+	// traffic class) mark their request packets ECN-capable (ECT) and cut
+	// their rate on CNPs (ecn/roce_rp/enable/<prio>): only a sender that
+	// reacts may claim ECN capability (RFC 3168 §6.1).
+	RPEnable Priorities
 	// ECT is the codepoint request packets carry with RPEnable: ECNECT0
 	// (the default; 0 means it) or ECNECT1.
 	ECT uint8
@@ -108,7 +130,7 @@ func (d *Device) ECN(port uint8) ECNConfig {
 // ccFor returns the QP's reaction point under the port's current
 // configuration c (nil: RP disabled). Called with q.mu held.
 func (q *QP) ccFor(c *ECNConfig) *dcqcnRP {
-	if c == nil || !c.RPEnable {
+	if !q.rpOn(c) {
 		q.cc = nil
 		return nil
 	}
@@ -122,10 +144,25 @@ func (q *QP) ccFor(c *ECNConfig) *dcqcnRP {
 	return q.cc
 }
 
+// rpOn reports whether c enables the reaction point for the QP: for an
+// RC or UC QP, for the priority of its path's traffic class; for a UD QP,
+// whose datagrams each have their own, for any priority (markECT then
+// decides per packet). Called with q.mu held.
+func (q *QP) rpOn(c *ECNConfig) bool {
+	if c == nil || c.RPEnable == 0 {
+		return false
+	}
+	if q.typ == RC || q.typ == UC {
+		return c.RPEnable.Has(PriorityOf(q.path.tc))
+	}
+	return true
+}
+
 // markECT gives a request packet the port's ECT codepoint while its RP is
-// enabled (RoCE v2 only: RoCE v1's GRH is not IP, and no switch marks it).
+// enabled for the packet's priority (RoCE v2 only: RoCE v1's GRH is not
+// IP, and no switch marks it).
 func (q *QP) markECT(a *link.Addr) {
-	if c := q.dev.ecn.Load(); c != nil && c.RPEnable && a.Version == wire.RoCEv2 {
+	if c := q.dev.ecn.Load(); c != nil && c.RPEnable.Has(PriorityOf(a.TrafficClass)) && a.Version == wire.RoCEv2 {
 		a.TrafficClass = a.TrafficClass&^3 | c.ECT
 	}
 }
@@ -160,7 +197,7 @@ func (q *QP) onCE(c *ECNConfig, p *wire.Packet, a *link.Addr, out *txBatch) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.count(NPECNMarkedRoCEPackets)
-	if !c.NPEnable || q.state < QPSRTR || q.state == QPSErr {
+	if !c.NPEnable.Has(PriorityOf(a.TrafficClass)) || q.state < QPSRTR || q.state == QPSErr {
 		return
 	}
 	var (

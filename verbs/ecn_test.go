@@ -23,7 +23,12 @@ import (
 func setECN(t *testing.T, d *verbs.Device, np, rp bool, tune func(*verbs.ECNConfig)) {
 	t.Helper()
 	c := verbs.DefaultECNConfig()
-	c.NPEnable, c.RPEnable = np, rp
+	if np {
+		c.NPEnable = verbs.AllPriorities
+	}
+	if rp {
+		c.RPEnable = verbs.AllPriorities
+	}
 	if tune != nil {
 		tune(&c)
 	}
@@ -173,7 +178,7 @@ func TestSetECNInvalid(t *testing.T) {
 	if err := p.A.Dev.SetECN(2, verbs.DefaultECNConfig()); !errors.Is(err, syscall.EINVAL) {
 		t.Errorf("port 2: %v", err)
 	}
-	if c := p.A.Dev.ECN(1); c.NPEnable || c.RPEnable {
+	if c := p.A.Dev.ECN(1); c.NPEnable != 0 || c.RPEnable != 0 {
 		t.Error("a rejected configuration was applied")
 	}
 }
@@ -237,4 +242,52 @@ func TestHostileCNP(t *testing.T) {
 			t.Fatalf("peer's CNP: rate %v limited %v, %s", rate, limited, nonzeroCounters(a))
 		}
 	})
+}
+
+// TestECNPerPriority: the points are enabled per priority (MLNX_OFED's
+// enable/<prio>), a packet's priority its DSCP / 8. The pair's QPs send
+// with traffic class 0, priority 0: an RP on for every priority but 0
+// leaves their packets Not-ECT (nothing marked, nothing paced); on for
+// priority 0 alone, they are marked; then an NP on for every priority
+// but 0 counts the CE packets but sends no CNP, and one on for priority 0
+// alone sends them.
+func TestECNPerPriority(t *testing.T) {
+	if verbs.PriorityOf(0) != 0 || verbs.PriorityOf(26<<2|2) != 3 || verbs.PriorityOf(0xff) != 7 {
+		t.Fatal("PriorityOf is not DSCP / 8")
+	}
+	notZero := verbs.AllPriorities &^ 1
+	for _, c := range []struct {
+		name        string
+		rp, np      verbs.Priorities
+		marked, cnp bool // frames marked; CNPs sent
+	}{
+		{"rp-not-0", notZero, verbs.AllPriorities, false, false},
+		{"rp-0-np-not-0", 1, notZero, true, false},
+		{"rp-0-np-0", 1, 1, true, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := verbstest.NewPair(t, verbstest.Options{})
+				p.B.Port.SetBottleneck(bottleneck)
+				for _, d := range []*verbs.Device{p.A.Dev, p.B.Dev} {
+					e := verbs.DefaultECNConfig()
+					e.RPEnable, e.NPEnable, e.LineRate = c.rp, c.np, 1000
+					if err := d.SetECN(1, e); err != nil {
+						t.Fatal(err)
+					}
+				}
+				writeThrough(t, p, 4<<20, 1)
+				marked := p.B.Port.FaultStats().Marked.Load()
+				ce, cnps := counterOf(p.B.Dev.Counters(), "np_ecn_marked_roce_packets"), counterOf(p.B.Dev.Counters(), "np_cnp_sent")
+				handled := counterOf(p.A.Dev.Counters(), "rp_cnp_handled")
+				t.Logf("marked %d, B np_ecn_marked_roce_packets %d np_cnp_sent %d, A rp_cnp_handled %d", marked, ce, cnps, handled)
+				if (marked != 0) != c.marked || ce != marked {
+					t.Errorf("marked %d, B counted %d CE packets: want marks %v", marked, ce, c.marked)
+				}
+				if (cnps != 0) != c.cnp || (handled != 0) != c.cnp {
+					t.Errorf("np_cnp_sent %d, rp_cnp_handled %d: want CNPs %v", cnps, handled, c.cnp)
+				}
+			})
+		})
+	}
 }

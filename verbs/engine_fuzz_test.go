@@ -192,7 +192,7 @@ func newFuzzHarness() (*fuzzHarness, error) {
 	// DCQCN on, both halves, so that CE marks make CNPs and CNPs (any
 	// opcode may be drawn, 0x81 among them) reach the reaction point.
 	ecn := DefaultECNConfig()
-	ecn.NPEnable, ecn.RPEnable = true, true
+	ecn.NPEnable, ecn.RPEnable = AllPriorities, AllPriorities
 	if err := h.dev.SetECN(1, ecn); err != nil {
 		return nil, err
 	}

@@ -105,7 +105,7 @@ func (q *QP) SetPacer(p Pacer) {
 // reaction point (dcqcn.go) both hold it back. Called with q.mu held.
 func (q *QP) paced() bool {
 	var cc *dcqcnRP
-	if c := q.dev.ecn.Load(); q.cc != nil || c != nil && c.RPEnable && q.typ != GSI {
+	if c := q.dev.ecn.Load(); q.cc != nil || c != nil && c.RPEnable != 0 && q.typ != GSI {
 		cc = q.ccFor(c) // made now, or the port's RP may be off now, or reconfigured
 	}
 	if q.pacer == nil && cc == nil {

@@ -1,15 +1,99 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/goroce/goroce/config"
 	"github.com/goroce/goroce/config/configfs"
+	"github.com/goroce/goroce/host"
 )
+
+// ecnView is configfs.ECNView over the config tree: DIR/ecn/DEV/roce_np/…
+// and roce_rp/… as MLNX_OFED's sysfs names them (enable per priority, as
+// the directory enable/ of files 0 … 7; goroce's enable for all eight is
+// roce ecn's alone, since sysfs's enable is that directory). A set is
+// roce ecn's: stored, then applied by the device's owner if it runs.
+type ecnView struct {
+	reg  *host.Registry
+	tree *config.Tree
+	ctx  context.Context
+}
+
+func (v ecnView) Devices() ([]string, error) {
+	defs, err := v.reg.List()
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(defs))
+	for i, d := range defs {
+		names[i] = d.Name
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+func (v ecnView) Names() []string {
+	var names []string
+	for _, p := range host.ECNParams() {
+		if p.Name != "enable" {
+			names = append(names, p.Key())
+		}
+	}
+	return names
+}
+
+func (v ecnView) param(name string) (host.ECNParam, error) {
+	point, param, _ := strings.Cut(name, "/")
+	return host.LookupECNParam(point, param)
+}
+
+func (v ecnView) Get(dev, name string) (uint32, error) {
+	p, err := v.param(name)
+	if err != nil {
+		return 0, err
+	}
+	m, err := v.tree.ECN(dev, 1)
+	if err != nil {
+		return 0, err
+	}
+	c, err := host.ECNConfigOf(m)
+	if err != nil {
+		return 0, err
+	}
+	return p.Get(&c), nil
+}
+
+func (v ecnView) Set(dev, name string, val uint32) error {
+	p, err := v.param(name)
+	if err != nil {
+		return err
+	}
+	if err := p.Check(val); err != nil {
+		return fmt.Errorf("write ecn/%s/%s: %w", dev, name, err)
+	}
+	if err := v.tree.UpdateECN(dev, 1, func(m map[string]uint32) error {
+		host.SetECNSetting(m, p, val)
+		return nil
+	}); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(v.ctx, 10*time.Second)
+	defer cancel()
+	if err := v.reg.ApplyECN(ctx, dev); err != nil && !errors.Is(err, host.ErrNotRunning) {
+		return fmt.Errorf("write ecn/%s/%s: stored, but the running device did not apply it: %v: %w", dev, name, err, syscall.EIO)
+	}
+	return nil
+}
 
 func newConfigfsCmd() *cobra.Command {
 	cmd := &cobra.Command{
@@ -31,7 +115,9 @@ values without a directory.`,
 		Use:   "mount DIR",
 		Short: "Mount the tree at DIR and serve it until interrupted or unmounted",
 		Long: `mount serves the rdma_cm tree of the devices in --rundir at DIR (DIR/rdma_cm),
-in the foreground, until DIR is unmounted (umount DIR: exit 0) or it is
+and beside it each device's congestion control settings as MLNX_OFED's sysfs
+shows a netdev's (DIR/ecn/DEV/roce_np/enable/PRIO, DIR/ecn/DEV/roce_rp/PARAM:
+roce ecn's settings, read with cat and set with echo), in the foreground, until DIR is unmounted (umount DIR: exit 0) or it is
 interrupted: on Ctrl-C or SIGTERM it unmounts DIR and exits 130 or 143, as
 every roce command does. The unmount takes at most a few seconds: when a
 mount of DIR made in another mount namespace (unshare -m, ip netns exec)
@@ -66,7 +152,9 @@ func configfsMount(cmd *cobra.Command, mnt string) error {
 	ctx := commandContext(cmd)
 	refusals := newRefusalLog(cmd.ErrOrStderr())
 	defer refusals.stop()
-	srv, err := configfs.MountWith(mnt, configTree(dir), configfs.Options{Refused: refusals.refused})
+	tree := configTree(dir)
+	srv, err := configfs.MountWith(mnt, tree, configfs.Options{Refused: refusals.refused,
+		ECN: ecnView{reg: host.NewRegistry(dir), tree: tree, ctx: ctx}})
 	if err != nil {
 		return opError("configfs mount", err)
 	}

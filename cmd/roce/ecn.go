@@ -42,8 +42,11 @@ Without a point it lists every setting, one "roce_np/NAME VALUE" or
 has the parameters directly under roce_np/ and roce_rp/ in places, under
 their params/ in others); with a point, that point's; with a parameter, its
 value alone. With a
-value it sets the parameter first and prints it. enable is the port's for
-all priorities (MLNX_OFED's enable/<prio>): a goroce port has one queue.
+value it sets the parameter first and prints it. enable/PRIO enables a
+point for priority PRIO (0-7) as MLNX_OFED's enable/<prio> does, a
+packet's priority being its DSCP / 8 (mlx5's default dscp2prio under
+"trust dscp"); enable, which MLNX_OFED does not have, sets all eight and
+reads 1 when all eight are on.
 
 Parameters and their values:
 ` + ecnParamHelp() + `
@@ -97,7 +100,7 @@ that has the device open applies it at once.`,
 			tree := configTree(dir)
 			if len(args) > 2 {
 				err := tree.UpdateECN(p.device, p.port, func(m map[string]uint32) error {
-					m[param.Key()] = value
+					host.SetECNSetting(m, param, value)
 					return nil
 				})
 				if err != nil {
@@ -140,7 +143,14 @@ that has the device open applies it at once.`,
 func ecnParamHelp() string {
 	var b strings.Builder
 	for _, q := range host.ECNParams() {
-		fmt.Fprintf(&b, "  %-2s %-27s %s\n", strings.TrimPrefix(q.Point, "roce_"), q.Name, q.Valid())
+		name, valid := q.Name, q.Valid()
+		if strings.HasPrefix(name, "enable/") {
+			if name != "enable/0" {
+				continue
+			}
+			name, valid = "enable/PRIO", "0 to 1 (0 off, 1 on), priority PRIO 0 to 7 (DSCP / 8)"
+		}
+		fmt.Fprintf(&b, "  %-2s %-27s %s\n", strings.TrimPrefix(q.Point, "roce_"), name, valid)
 	}
 	return b.String()
 }

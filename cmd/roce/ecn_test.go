@@ -1,9 +1,13 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/goroce/goroce/host"
@@ -13,9 +17,25 @@ import (
 // ecnDefaults is roce ecn's listing of a port never set: MLNX_OFED's
 // names, verbs' defaults.
 const ecnDefaults = `roce_np/enable 0
+roce_np/enable/0 0
+roce_np/enable/1 0
+roce_np/enable/2 0
+roce_np/enable/3 0
+roce_np/enable/4 0
+roce_np/enable/5 0
+roce_np/enable/6 0
+roce_np/enable/7 0
 roce_np/cnp_dscp 48
 roce_np/min_time_between_cnps 0
 roce_rp/enable 0
+roce_rp/enable/0 0
+roce_rp/enable/1 0
+roce_rp/enable/2 0
+roce_rp/enable/3 0
+roce_rp/enable/4 0
+roce_rp/enable/5 0
+roce_rp/enable/6 0
+roce_rp/enable/7 0
 roce_rp/dce_tcp_g 1019
 roce_rp/dce_tcp_rtt 55
 roce_rp/initial_alpha_value 1023
@@ -47,7 +67,7 @@ func TestECN(t *testing.T) {
 		stdout string
 		stderr []string
 	}{
-		{"ecn -d rxe0 np", 0, "roce_np/enable 0\nroce_np/cnp_dscp 48\nroce_np/min_time_between_cnps 0\n", nil},
+		{"ecn -d rxe0 np", 0, "roce_np/enable 0\n" + "roce_np/enable/0 0\nroce_np/enable/1 0\nroce_np/enable/2 0\nroce_np/enable/3 0\nroce_np/enable/4 0\nroce_np/enable/5 0\nroce_np/enable/6 0\nroce_np/enable/7 0\n" + "roce_np/cnp_dscp 48\nroce_np/min_time_between_cnps 0\n", nil},
 		{"ecn -d rxe0 rp rpg_time_reset", 0, "300\n", nil},
 		{"ecn -d rxe0 rp enable 1", 0, "1\n", nil},
 		{"ecn -d rxe0 -p 1 rp rpg_time_reset 150", 0, "150\n", nil},
@@ -55,10 +75,18 @@ func TestECN(t *testing.T) {
 		{"ecn -d rxe0 rp enable", 0, "1\n", nil},
 		{"ecn -d rxe0 rp rpg_time_reset", 0, "150\n", nil},
 		{"ecn -d rxe1 rp enable", 0, "0\n", nil}, // per device
+		// Per priority, as MLNX_OFED's enable/<prio>; enable is all eight.
+		{"ecn -d rxe0 rp enable/3 0", 0, "0\n", nil},
+		{"ecn -d rxe0 rp enable", 0, "0\n", nil},
+		{"ecn -d rxe0 rp enable/2", 0, "1\n", nil},
+		{"ecn -d rxe0 rp enable/3", 0, "0\n", nil},
+		{"ecn -d rxe0 rp enable 1", 0, "1\n", nil},
+		{"ecn -d rxe0 rp enable/3", 0, "1\n", nil},
+		{"ecn -d rxe0 rp enable/8 1", exitUsage, "", []string{`roce_rp has no parameter "enable/8": its parameters are enable, enable/PRIO (PRIO 0 to 7), `, usage}},
 		{"ecn -d rxe0 xp", exitUsage, "", []string{`roce: ecn: Invalid argument: "xp": the points are np (notification point, roce_np) and rp (reaction point, roce_rp)`, usage}},
-		{"ecn -d rxe0 rp rpg_bogus 1", exitUsage, "", []string{`roce: ecn: Invalid argument: roce_rp has no parameter "rpg_bogus": its parameters are enable, dce_tcp_g, `, usage}},
-		{"ecn -d rxe0 np rpg_time_reset", exitUsage, "", []string{`roce_np has no parameter "rpg_time_reset": its parameters are enable, cnp_dscp, min_time_between_cnps`}},
-		{"ecn -d rxe0 rp enable 2", exitUsage, "", []string{`roce: ecn: Invalid argument: roce_rp enable "2": valid values are 0 to 1 (0 off, 1 on)`, usage}},
+		{"ecn -d rxe0 rp rpg_bogus 1", exitUsage, "", []string{`roce: ecn: Invalid argument: roce_rp has no parameter "rpg_bogus": its parameters are enable, enable/PRIO (PRIO 0 to 7), dce_tcp_g, `, usage}},
+		{"ecn -d rxe0 np rpg_time_reset", exitUsage, "", []string{`roce_np has no parameter "rpg_time_reset": its parameters are enable, enable/PRIO (PRIO 0 to 7), cnp_dscp, min_time_between_cnps`}},
+		{"ecn -d rxe0 rp enable 2", exitUsage, "", []string{`roce: ecn: Invalid argument: roce_rp enable "2": valid values are 0 to 1 (0 off, 1 on, every priority)`, usage}},
 		{"ecn -d rxe0 rp rpg_min_dec_fac 0", exitUsage, "", []string{`roce_rp rpg_min_dec_fac "0": valid values are 1 to 100 (%)`}},
 		{"ecn -d rxe0 np cnp_dscp 64", exitUsage, "", []string{`roce_np cnp_dscp "64": valid values are 0 to 63`}},
 		{"ecn -d rxe0 rp rpg_time_reset abc", exitUsage, "", []string{`roce_rp rpg_time_reset "abc": valid values are 1 to 1000000 (µs)`}},
@@ -100,7 +128,7 @@ func TestECNRunningDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	if c := d.ECN(1); c.RPEnable || c.NPEnable || c.RP.MinRate != 7 {
+	if c := d.ECN(1); c.RPEnable != 0 || c.NPEnable != 0 || c.RP.MinRate != 7 {
 		t.Fatalf("opened device's ECN %+v: want np and rp off, rpg_min_rate 7 (set before it opened)", c)
 	}
 	qpn := loopQP(t, d)
@@ -113,7 +141,7 @@ func TestECNRunningDevice(t *testing.T) {
 	wantRun(t, dir, exitOK, nil, "ecn", "-d", "rxe0", "rp", "enable", "1")
 	wantRun(t, dir, exitOK, nil, "ecn", "-d", "rxe0", "np", "enable", "1")
 	wantRun(t, dir, exitOK, nil, "ecn", "-d", "rxe0", "rp", "rpg_time_reset", "123")
-	if c := d.ECN(1); !c.RPEnable || !c.NPEnable || c.RP.TimeReset != 123 || c.RP.MinRate != 7 {
+	if c := d.ECN(1); c.RPEnable != verbs.AllPriorities || c.NPEnable != verbs.AllPriorities || c.RP.TimeReset != 123 || c.RP.MinRate != 7 {
 		t.Errorf("running device's ECN after roce ecn: %+v; want np and rp on, rpg_time_reset 123, rpg_min_rate 7", c)
 	}
 	out = wantRun(t, dir, exitOK, nil, "res", "show", "qp", "rxe0", "-d")
@@ -129,7 +157,7 @@ func TestECNRunningDevice(t *testing.T) {
 	}
 
 	wantRun(t, dir, exitOK, nil, "ecn", "-d", "rxe0", "rp", "enable", "0")
-	if c := d.ECN(1); c.RPEnable {
+	if c := d.ECN(1); c.RPEnable != 0 {
 		t.Errorf("running device's RP still on after roce ecn rp enable 0")
 	}
 }
@@ -178,4 +206,38 @@ func loopQP(t *testing.T, d *host.Device) string {
 		}
 	}
 	return strconv.FormatUint(uint64(qp.Num()), 10)
+}
+
+// ecnView is the FUSE view's ecn directory over the config tree: the
+// devices, the settings as sysfs names them (enable/PRIO files, no
+// enable, which is a directory there), and get and set as roce ecn does
+// them, a value out of range refused with EINVAL naming the valid ones.
+func TestECNView(t *testing.T) {
+	dir := configDevs(t)
+	v := ecnView{reg: host.NewRegistry(dir), tree: configTree(dir), ctx: context.Background()}
+	devs, err := v.Devices()
+	if err != nil || !slices.Equal(devs, []string{"rxe0", "rxe1", "rxe2"}) {
+		t.Fatalf("Devices() = %v, %v", devs, err)
+	}
+	names := v.Names()
+	if slices.Contains(names, "roce_np/enable") || !slices.Contains(names, "roce_np/enable/7") || !slices.Contains(names, "roce_rp/rpg_time_reset") {
+		t.Errorf("Names() = %v", names)
+	}
+	if err := v.Set("rxe0", "roce_rp/enable/3", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Set("rxe0", "roce_rp/rpg_time_reset", 0); !errors.Is(err, syscall.EINVAL) || !strings.Contains(err.Error(), "valid values are 1 to 1000000") {
+		t.Errorf("rpg_time_reset 0: %v", err)
+	}
+	for _, c := range []struct {
+		dev, name string
+		want      uint32
+	}{{"rxe0", "roce_rp/enable/3", 1}, {"rxe0", "roce_rp/enable/2", 0}, {"rxe1", "roce_rp/enable/3", 0}, {"rxe0", "roce_rp/rpg_time_reset", 300}} {
+		if got, err := v.Get(c.dev, c.name); err != nil || got != c.want {
+			t.Errorf("Get(%s, %s) = %d, %v; want %d", c.dev, c.name, got, err, c.want)
+		}
+	}
+	if out := wantRun(t, dir, exitOK, nil, "ecn", "-d", "rxe0", "rp", "enable/3"); out != "1\n" {
+		t.Errorf("roce ecn after the view's set: %q", out)
+	}
 }

@@ -162,6 +162,8 @@ func newPerfVerbCmd(name string, verb perftest.Verb, bw, lat string) *cobra.Comm
 	f.IntVarP(&c.QPTimeout, "qp-timeout", "u", 14, "QP timeout: 4.096 usec * 2^timeout (0: none)")
 	f.StringVarP(&c.Connection, "connection", "c", "RC", "connection type RC or UC (UC: write and send only; UD is not implemented)")
 	f.BoolVar(&c.ReportGbits, "report_gbits", false, "report BW in Gbit/sec instead of MiB/sec")
+	f.BoolVarP(&c.Histogram, "report-histogram", "H", false, "print out all results (default print summary only); latency tests only, with -D too")
+	f.BoolVarP(&c.Unsorted, "report-unsorted", "U", false, "(implies -H) print out unsorted results (default sorted); latency tests only, with -D too")
 	f.BoolVar(&c.OutJSON, "out_json", false, "also write the report to a file in perftest's format")
 	f.StringVar(&c.JSONFile, "out_json_file", "perftest_out.json", "the --out_json `file`")
 	f.BoolVarP(&cpuFreq, "CPU-freq", "F", false, "accepted for perftest's command lines (no cpufreq check to silence)")

@@ -71,6 +71,9 @@ type Options struct {
 	// it does not change. It runs on the goroutine serving the write, so
 	// it must not block: the writer waits meanwhile.
 	Refused func(err error)
+	// ECN, if set, adds DIR/ecn: each device's congestion control
+	// settings as files, as MLNX_OFED's sysfs shows them (ecn.go).
+	ECN ECNView
 }
 
 // Mount serves tree at dir, an existing directory: dir/rdma_cm is the
@@ -163,7 +166,7 @@ func fusermount() (string, error) {
 }
 
 func mount(dir string, tree *config.Tree, o Options, direct bool) (*fuse.Server, error) {
-	f := &fsys{tree: tree, refused: o.Refused, uid: uint32(os.Geteuid()), gid: uint32(os.Getegid()), start: time.Now(),
+	f := &fsys{tree: tree, refused: o.Refused, ecn: o.ECN, uid: uint32(os.Geteuid()), gid: uint32(os.Getegid()), start: time.Now(),
 		inos: map[string]uint64{"": 1, "rdma_cm": 2}, next: 3}
 	zero := time.Duration(0)
 	opts := &fs.Options{
@@ -307,6 +310,7 @@ func (s *Server) Abort() error {
 type fsys struct {
 	tree     *config.Tree
 	refused  func(error) // Options.Refused; may be nil
+	ecn      ECNView     // Options.ECN; may be nil
 	uid, gid uint32
 	start    time.Time // the mount time: rdma_cm's time while the tree has no state
 
@@ -408,8 +412,8 @@ func (refusals) Symlink(context.Context, string, string, *fuse.EntryOut) (*fs.In
 func (refusals) Unlink(context.Context, string) syscall.Errno { return syscall.EPERM }
 
 // rootNode is the mount point: configfs's root, which holds rdma_cm and
-// nothing else; mkdir and rmdir there are EPERM (no such operations on
-// configfs's root inode).
+// nothing else (but ecn with Options.ECN); mkdir and rmdir there are EPERM
+// (no such operations on configfs's root inode).
 type rootNode struct {
 	fs.Inode
 	refusals
@@ -481,6 +485,10 @@ func (r *rootNode) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAtt
 }
 
 func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if name == ecnDir && r.f.ecn != nil {
+		r.f.ecnFill(&out.Attr, "", true)
+		return r.NewInode(ctx, &ecnNode{f: r.f}, fs.StableAttr{Mode: syscall.S_IFDIR, Ino: r.f.ino(ecnDir)}), 0
+	}
 	if name != "rdma_cm" {
 		return nil, syscall.ENOENT
 	}
@@ -493,22 +501,26 @@ func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 }
 
 func (r *rootNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
-	return fs.NewListDirStream([]fuse.DirEntry{
+	list := []fuse.DirEntry{
 		{Name: ".", Mode: syscall.S_IFDIR, Ino: 1},
 		{Name: "..", Mode: syscall.S_IFDIR, Ino: 1},
 		{Name: "rdma_cm", Mode: syscall.S_IFDIR, Ino: 2},
-	}), 0
+	}
+	if r.f.ecn != nil {
+		list = append(list, fuse.DirEntry{Name: ecnDir, Mode: syscall.S_IFDIR, Ino: r.f.ino(ecnDir)})
+	}
+	return fs.NewListDirStream(list), 0
 }
 
 func (r *rootNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	if name == "rdma_cm" {
+	if name == "rdma_cm" || name == ecnDir && r.f.ecn != nil {
 		return nil, syscall.EEXIST
 	}
 	return nil, syscall.EPERM
 }
 
 func (r *rootNode) Rmdir(ctx context.Context, name string) syscall.Errno {
-	if name != "rdma_cm" {
+	if name != "rdma_cm" && !(name == ecnDir && r.f.ecn != nil) {
 		return syscall.ENOENT
 	}
 	return syscall.EPERM

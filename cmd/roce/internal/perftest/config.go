@@ -103,6 +103,14 @@ type Config struct {
 	// only, and without -R). UD is not implemented.
 	Connection  string
 	ReportGbits bool // --report_gbits: Gb/sec instead of MB/sec (MiB)
+	// Histogram is -H (--report-histogram) and Unsorted -U
+	// (--report-unsorted, which implies -H), latency tests only: before
+	// the summary, every sample as perftest's print_report_lat prints
+	// them, "#, usec" then "N, latency" lines, sorted or in the order
+	// measured. perftest keeps them for -n runs; goroce prints them with
+	// -D too, the samples of the measured window, so that a run of a
+	// given length gives a latency series over time.
+	Histogram, Unsorted bool
 	// RelaxedOrderingOff is --disable_pcie_relaxed: the banner's "PCIe
 	// relax order" says OFF instead of ON, as perftest built with PCIe
 	// relaxed ordering support (Debian's, the lab's) says. A soft device
@@ -191,6 +199,9 @@ func (c Config) resolve() (*params, error) {
 	}
 	if p.NumQPs < 1 || p.NumQPs > 1024 {
 		return nil, usage("-q %d: number of QPs must be 1-1024", p.NumQPs)
+	}
+	if !p.Lat && (p.Histogram || p.Unsorted) {
+		return nil, usage("-H/-U: the latency samples are printed by the latency tests only (--lat); drop -H/-U or add --lat")
 	}
 	if p.Lat && p.Bidirectional {
 		return nil, usage("-b: Bidirectional is only available in BW tests (write, read, send and atomic without --lat); drop -b or --lat")

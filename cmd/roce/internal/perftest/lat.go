@@ -54,6 +54,9 @@ func (r *run) latency(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if r.Histogram || r.Unsorted {
+			r.printSamples(r.out, toTimes(posted))
+		}
 		if win.on {
 			rep = r.latDurReport(size, uint64(len(posted)), time.Duration(win.sampleStop-win.sampleStart))
 		} else {

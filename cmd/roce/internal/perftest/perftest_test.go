@@ -824,3 +824,82 @@ func TestRunInterrupted(t *testing.T) {
 		})
 	}
 }
+
+// -H prints every latency sample sorted, -U in the order measured, each
+// halved for a ping-pong as the summary's are; the summary's own numbers
+// come from the same samples.
+func TestPrintSamples(t *testing.T) {
+	base := time.Unix(0, 0)
+	var posted []time.Time
+	t0 := base
+	for _, rtt := range []time.Duration{1600, 1500, 1700, 5000} { // µs
+		posted = append(posted, t0)
+		t0 = t0.Add(rtt * time.Microsecond)
+	}
+	posted = append(posted, t0)
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Verb: Send, Lat: true, Histogram: true}, "#, usec\n1, 750\n2, 800\n3, 850\n4, 2500\n"},
+		{Config{Verb: Send, Lat: true, Unsorted: true}, "#, usec\n1, 800\n2, 750\n3, 850\n4, 2500\n"},
+		{Config{Verb: Read, Lat: true, Unsorted: true}, "#, usec\n1, 1600\n2, 1500\n3, 1700\n4, 5000\n"},
+	} {
+		var b bytes.Buffer
+		(&params{Config: c.cfg}).printSamples(&b, posted)
+		if b.String() != c.want {
+			t.Errorf("%s H=%v U=%v: %q, want %q", c.cfg.Verb, c.cfg.Histogram, c.cfg.Unsorted, b.String(), c.want)
+		}
+	}
+	if err := (Config{Verb: Write, Unsorted: true}).Validate(); err == nil || !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "--lat") {
+		t.Errorf("write -U without --lat: %v, want an ErrUsage naming --lat", err)
+	}
+}
+
+// -U with -D: the client prints one sample per iteration of the measured
+// window, in order, before the duration summary, whose iteration count
+// is theirs plus one (a sample is the time between two posts).
+func TestPerfDurationUnsorted(t *testing.T) {
+	cfg := Config{Verb: Send, Lat: true, Size: 64, Duration: time.Second, GIDIndex: -1, Unsorted: true}
+	pair := verbstest.NewPair(t, verbstest.Options{NoConnect: true})
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Slow)
+	defer cancel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, cc := cfg, cfg
+	sc.Unsorted = false
+	var sout, cout bytes.Buffer
+	sc.Out, sc.Listener = &sout, ln
+	cc.Out, cc.Server, cc.Port = &cout, "127.0.0.1", ln.Addr().(*net.TCPAddr).Port
+	serr := make(chan error, 1)
+	go func() { _, err := Run(ctx, pair.A.Dev, sc); serr <- err }()
+	cr, err := Run(ctx, pair.B.Dev, cc)
+	if err != nil {
+		t.Fatalf("client: %v\n%s", err, cout.String())
+	}
+	if err := <-serr; err != nil {
+		t.Fatalf("server: %v\n%s", err, sout.String())
+	}
+	out := cout.String()
+	i := strings.Index(out, "#, usec\n")
+	if i < 0 || strings.Contains(sout.String(), "#, usec") {
+		t.Fatalf("client output without samples (or server's with them):\n%s\nserver:\n%s", out, sout.String())
+	}
+	n := 0
+	for _, line := range strings.Split(out[i+len("#, usec\n"):], "\n") {
+		var k int
+		var v float64
+		if _, err := fmt.Sscanf(line, "%d, %g", &k, &v); err != nil {
+			break
+		}
+		n++
+		if k != n || !(v > 0) {
+			t.Fatalf("sample line %q: want index %d and a positive latency", line, n)
+		}
+	}
+	if len(cr.Lat) != 1 || n == 0 || uint64(n+1) != cr.Lat[0].Iters {
+		t.Errorf("%d samples, report %+v: want the report's iterations minus one", n, cr.Lat)
+	}
+}

@@ -244,15 +244,8 @@ type LatReport struct {
 // halved for ping-pongs (SEND, WRITE), sorted, the slowest two left out;
 // the standard deviation sums truncated integers, as perftest's does.
 func (p *params) latReport(size int, posted []time.Time) LatReport {
-	rtt := 2.0
-	if p.Verb == Read || p.Verb == Atomic {
-		rtt = 1
-	}
-	m := len(posted) - 1
-	delta := make([]float64, m)
-	for i := range delta {
-		delta[i] = float64(posted[i+1].Sub(posted[i]).Nanoseconds()) / 1e3 / rtt
-	}
+	delta := p.latDeltas(posted)
+	m := len(delta)
 	slices.Sort(delta)
 	m -= latTail
 	var median float64
@@ -274,6 +267,39 @@ func (p *params) latReport(size int, posted []time.Time) LatReport {
 	i99, i999 := int(math.Ceil(float64(m)*0.99)), int(math.Ceil(float64(m)*0.999))
 	return LatReport{Size: size, Iters: uint64(len(posted)), Min: delta[0], Max: delta[m], Typical: median,
 		Avg: avg, Stdev: math.Sqrt(stdevSum / float64(m)), P99: delta[i99], P999: delta[i999]}
+}
+
+// latDeltas are the latencies latReport measures, in the order measured:
+// the time between consecutive posts, in µs, halved for ping-pongs.
+func (p *params) latDeltas(posted []time.Time) []float64 {
+	rtt := 2.0
+	if p.Verb == Read || p.Verb == Atomic {
+		rtt = 1
+	}
+	if len(posted) < 2 {
+		return nil
+	}
+	delta := make([]float64, len(posted)-1)
+	for i := range delta {
+		delta[i] = float64(posted[i+1].Sub(posted[i]).Nanoseconds()) / 1e3 / rtt
+	}
+	return delta
+}
+
+// printSamples is print_report_lat's -H and -U output: every latency
+// sample, "#, usec" then "N, value" lines (%g, as perftest prints them),
+// sorted unless -U.
+func (p *params) printSamples(w io.Writer, posted []time.Time) {
+	delta := p.latDeltas(posted)
+	if !p.Unsorted {
+		slices.Sort(delta)
+	}
+	var sb strings.Builder
+	sb.WriteString("#, usec\n")
+	for i, d := range delta {
+		fmt.Fprintf(&sb, "%d, %g\n", i+1, d)
+	}
+	io.WriteString(w, sb.String())
 }
 
 // latDurReport is print_report_lat_duration.

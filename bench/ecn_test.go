@@ -1,0 +1,109 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/xml"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/internal/testenv"
+)
+
+// TestECNScript runs bench/ecn.sh in its quick mode (-q: 2 senders through
+// a 200 Mbit/s bottleneck, 4 s with DCQCN off and 4 s on), so the script
+// and its report cannot rot. It checks what does not depend on the
+// machine's speed: with DCQCN off the senders' packets are not
+// ECN-capable, so the router marks none and no CNP is handled; with it on
+// the router marks CE, the senders handle CNPs; the table has both rows,
+// the picture is well-formed SVG with a line per flow in each panel, and
+// the script leaves none of its namespaces behind. The figures themselves
+// are BENCHMARKS.md's business, not a test's.
+func TestECNScript(t *testing.T) {
+	testenv.Root(t)
+	for _, c := range []struct{ cmd, pkg string }{{"nft", "nftables"}, {"tc", "iproute2"}, {"ip", "iproute2"}, {"ss", "iproute2"}} {
+		_, err := exec.LookPath(c.cmd)
+		testenv.Require(t, err == nil, c.cmd+" (apt-get install "+c.pkg+")")
+	}
+	root := testenv.RepoRoot(t)
+	out := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*testenv.Slow)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "bench", "ecn.sh"), "-q", "-o", out)
+	cmd.Dir = root
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.WaitDelay = 30 * time.Second
+	err := cmd.Run()
+	pid := cmd.Process.Pid
+	if err != nil {
+		t.Fatalf("bench/ecn.sh -q: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	t.Logf("bench/ecn.sh -q:\n%s", stdout.String())
+
+	ns, err := exec.Command("ip", "netns", "list").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prefix := "goroce-ecn-" + strconv.Itoa(pid) + "-"; strings.Contains(string(ns), prefix) {
+		t.Errorf("namespaces %s* left behind:\n%s", prefix, ns)
+	}
+
+	rows := map[string][]string{}
+	for _, l := range strings.Split(stdout.String(), "\n") {
+		f := strings.Split(l, "|")
+		if len(f) > 12 && strings.TrimSpace(f[1]) == "2" {
+			for i := range f {
+				f[i] = strings.TrimSpace(f[i])
+			}
+			rows[f[2]] = f
+		}
+	}
+	num := func(mode string, col int) float64 {
+		f := rows[mode]
+		if f == nil {
+			t.Fatalf("no row for 2 senders, DCQCN %s in:\n%s", mode, stdout.String())
+		}
+		v, err := strconv.ParseFloat(f[col], 64)
+		if err != nil {
+			t.Fatalf("DCQCN %s: column %d %q: %v", mode, col, f[col], err)
+		}
+		return v
+	}
+	const ceCol, cnpCol = 7, 8
+	if ce, cnp := num("off", ceCol), num("off", cnpCol); ce != 0 || cnp != 0 {
+		t.Errorf("DCQCN off: %v packets marked CE, %v CNPs handled; want none (RP off: not ECN-capable)", ce, cnp)
+	}
+	if ce, cnp := num("on", ceCol), num("on", cnpCol); ce == 0 || cnp == 0 {
+		t.Errorf("DCQCN on: %v packets marked CE, %v CNPs handled; want both (2 senders exceed the bottleneck)", ce, cnp)
+	}
+
+	svg, err := os.ReadFile(filepath.Join(out, "ecn.svg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := xml.NewDecoder(bytes.NewReader(svg))
+	lines := 0
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("ecn.svg: %v", err)
+		}
+		if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "polyline" {
+			lines++
+		}
+	}
+	if lines != 4 {
+		t.Errorf("ecn.svg has %d polylines, want 4 (2 flows, DCQCN off and on)", lines)
+	}
+}
