@@ -125,6 +125,7 @@ var Table = map[string]rule{
 	"bench": {9, "",
 		"rsocket rdmacm host verbs verbs/verbstest link link/linktest link/udp wire internal/nettest internal/testenv internal/lab"},
 	"bench/cmd/benchtable": {9, "", ""},
+	"bench/cmd/ecnplot":    {9, "", ""},
 }
 
 // stdOnly are the packages whose every dependency outside the module is
