@@ -96,20 +96,33 @@ type mwLabConn struct {
 	rbuf   []byte
 	rmr    *verbs.MR
 	nextID uint64
+	job    *lab.Job // mwpeer
 }
 
+// poll waits for a completion on cq, giving up when mwpeer has ended
+// (with its log) or the test's context has.
 func (m *mwLabConn) poll(cq *verbs.CQ, what string) verbs.WC {
 	m.t.Helper()
 	var wc [1]verbs.WC
 	for {
-		n, err := cq.PollWait(m.ctx, wc[:])
-		if err != nil {
-			m.t.Fatalf("waiting for %s: %v", what, err)
-		}
+		ctx, cancel := context.WithTimeout(m.ctx, 3*time.Second)
+		n, err := cq.PollWait(ctx, wc[:])
+		cancel()
 		if n == 1 {
 			return wc[0]
 		}
+		if m.ctx.Err() != nil || (err != nil && ctx.Err() == nil) {
+			m.t.Fatalf("waiting for %s: %v (context %v)\n%s", what, err, m.ctx.Err(), m.state())
+		}
+		if log, status, exited := m.job.Log(); exited {
+			m.t.Fatalf("waiting for %s: mwpeer exited %d:\n%s\n%s", what, status, log, m.state())
+		}
 	}
+}
+
+// state says where goroce's side stands, for a failure's message.
+func (m *mwLabConn) state() string {
+	return fmt.Sprintf("goroce's QP %#x: %v; device counters: %v", m.c.QP.Num(), m.c.QP.Query().State, m.dev.Counters().Snapshot())
 }
 
 func (m *mwLabConn) wantSend(what string, op verbs.WCOpcode) {
@@ -183,7 +196,6 @@ func TestLabMW(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.Exec(vm, "killall mwpeer 2>/dev/null; true")
 
 	port := 7480
 	for _, binder := range []string{"rxe", "goroce"} {
@@ -198,7 +210,7 @@ func TestLabMW(t *testing.T) {
 				if binder == "rxe" {
 					m.rxeBinds(inv == "send")
 				} else {
-					m.goroceBinds(inv == "send", job)
+					m.goroceBinds(inv == "send")
 				}
 				m.c.Close()
 				log := job.Wait()
@@ -215,14 +227,9 @@ func TestLabMW(t *testing.T) {
 	}
 }
 
-type mwLabPeer struct {
-	*mwLabConn
-	job *lab.Job
-}
-
 // dialMWPeer starts mwpeer in vm and connects to it, with four receives
 // posted for its control messages.
-func dialMWPeer(t *testing.T, ctx context.Context, l *lab.Lab, vm lab.VM, d *host.Device, cm *rdmacm.CM, pd *verbs.PD, port int, binder, inv string) mwLabPeer {
+func dialMWPeer(t *testing.T, ctx context.Context, l *lab.Lab, vm lab.VM, d *host.Device, cm *rdmacm.CM, pd *verbs.PD, port int, binder, inv string) *mwLabConn {
 	t.Helper()
 	m := &mwLabConn{t: t, ctx: ctx, dev: d, pd: pd}
 	var err error
@@ -248,16 +255,26 @@ func dialMWPeer(t *testing.T, ctx context.Context, l *lab.Lab, vm lab.VM, d *hos
 			}
 			return nil
 		}}
-	job := l.Background(t, vm, "/tmp/mwpeer.log", mwpLimit,
-		fmt.Sprintf("%s/mwpeer -a %s -p %d -b %s -i %s", lab.ExtraDir, vm.IPv4, port, binder, inv))
-	err = lab.UntilListening(ctx, job, "REJECTED", func() (err error) {
+	// The peer's shell notes its PID, and execs mwpeer: the cleanup ends
+	// that process and no other, and then shows its log if t failed.
+	log, pidFile := fmt.Sprintf("/tmp/mwpeer-%d.log", port), fmt.Sprintf("/tmp/mwpeer-%d.pid", port)
+	m.job = l.Background(t, vm, log, mwpLimit, fmt.Sprintf("sh -c 'echo $$ > %s; exec %s/mwpeer -a %s -p %d -b %s -i %s'",
+		pidFile, lab.ExtraDir, vm.IPv4, port, binder, inv))
+	t.Cleanup(func() {
+		l.Exec(vm, fmt.Sprintf("kill $(cat %s) 2>/dev/null; rm -f %s", pidFile, pidFile))
+		if t.Failed() {
+			log, _, _ := m.job.Log()
+			t.Logf("mwpeer's log in %s:\n%s", vm.Name, log)
+		}
+	})
+	err = lab.UntilListening(ctx, m.job, "REJECTED", func() (err error) {
 		m.c, err = cm.Dial(ctx, netip.AddrPortFrom(netip.MustParseAddr(vm.IPv4), uint16(port)), ep)
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return mwLabPeer{m, job}
+	return m
 }
 
 // rxeBinds is goroce's side of mwpeer -b rxe.
@@ -303,7 +320,7 @@ func (m *mwLabConn) rxeBinds(sendInv bool) {
 }
 
 // goroceBinds is goroce's side of mwpeer -b goroce.
-func (m *mwLabConn) goroceBinds(sendInv bool, job *lab.Job) {
+func (m *mwLabConn) goroceBinds(sendInv bool) {
 	t := m.t
 	region := make([]byte, mwpRegion)
 	for i := range region {
@@ -356,7 +373,7 @@ func (m *mwLabConn) goroceBinds(sendInv bool, job *lab.Job) {
 	for {
 		ev, err := m.dev.GetAsyncEvent(m.ctx)
 		if err != nil {
-			t.Fatalf("waiting for IBV_EVENT_QP_ACCESS_ERR after rxe's access: %v (mwpeer's log:\n%s)", err, job.Wait())
+			t.Fatalf("waiting for IBV_EVENT_QP_ACCESS_ERR after rxe's access: %v (mwpeer's log:\n%s)", err, m.job.Wait())
 		}
 		if ev.Type == verbs.EventQPAccessErr && ev.QPNum == m.c.QP.Num() {
 			t.Logf("goroce's event: %v", ev)
