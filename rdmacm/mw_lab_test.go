@@ -1,4 +1,4 @@
-package verbs_test
+package rdmacm_test
 
 // Memory windows against Linux rxe (issue 19 item 4): a C peer built here
 // against rdma-core's libibverbs and librdmacm (testdata/mwpeer) runs in a
