@@ -230,7 +230,10 @@ func newFuzzHarness() (*fuzzHarness, error) {
 		if g.mr, err = pd.RegMRIOVA(h.arena[g.off:g.off+g.n], fuzzIOVA+uint64(g.off), access[i]); err != nil {
 			return nil, err
 		}
-		g.key = g.mr.RKey()
+		// The lkey: the rkey of a region with a remote right, and for one
+		// without (whose rkey is 0, as rxe's) the number a peer would
+		// guess, which must name nothing remotely.
+		g.key = g.mr.LKey()
 	}
 	h.regs[regStale].mr.Dereg()
 	for i, typ := range [numMWs]MWType{MWType1, MWType2, MWType2, MWType1} {
@@ -586,7 +589,7 @@ func (h *fuzzHarness) check(t *testing.T, qi int, sent [][]byte, what string) {
 	}
 	// No region stops working: a peer may not invalidate one.
 	for k, g := range h.regs {
-		if _, _, ok := h.dev.mem.Bounds(g.key, false); !ok && k != regStale {
+		if _, _, ok := h.dev.mem.Bounds(g.key, true); !ok && k != regStale {
 			t.Fatalf("%s: region %d (key %#x) was invalidated", what, k, g.key)
 		}
 	}

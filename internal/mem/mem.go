@@ -211,8 +211,11 @@ func (t *Table) AllocPD() *PD {
 func AddressOf(buf []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))) }
 
 // Register registers buf in pd with the given access and IOVA (the address
-// remote peers use for buf[0]). Like rxe, a region's lkey and rkey are the
-// same 32-bit number: an index in the upper 24 bits, random low 8 bits.
+// remote peers use for buf[0]). The lkey is an index in the upper 24 bits
+// and random low 8 bits; the rkey is the same number when access grants a
+// remote right, and 0 (a key that names nothing) when it does not, as
+// rxe_mr_init sets them (rkey = access & IB_ACCESS_REMOTE ? lkey : 0; the
+// lab's rxe reports rkey 0 for such a region).
 func (t *Table) Register(pd *PD, buf []byte, iova uint64, access Access) (*Region, error) {
 	if err := access.Validate(); err != nil {
 		return nil, err
@@ -226,7 +229,11 @@ func (t *Table) Register(pd *PD, buf []byte, iova uint64, access Access) (*Regio
 		return nil, ErrTooMany
 	}
 	key := t.newKey(t.nextIndex())
-	r := &Region{pd: pd, buf: buf, iova: iova, access: access, lkey: key, rkey: key, valid: true}
+	rkey := key
+	if access&(RemoteRead|RemoteWrite|RemoteAtomic) == 0 {
+		rkey = 0
+	}
+	r := &Region{pd: pd, buf: buf, iova: iova, access: access, lkey: key, rkey: rkey, valid: true}
 	t.regions[key>>8] = r
 	return r, nil
 }

@@ -56,6 +56,15 @@ func TestKeysRandom(t *testing.T) {
 // as rxe_invalidate_mr refuses any MR that is not a fast-registration one;
 // the key, PD and validity checks come first.
 func TestInvalidateRefusesUserMR(t *testing.T) {
+	// The region's own key number is what a peer names: its rkey when it
+	// grants a remote right; a LOCAL_WRITE-only region has rkey 0, so
+	// remotely that number names no region at all.
+	ifRemote := func(r *Region, err error) error {
+		if r.RKey() == 0 {
+			return ErrBadKey
+		}
+		return err
+	}
 	tb := NewTable(16)
 	pd, other := tb.AllocPD(), tb.AllocPD()
 	for _, acc := range []Access{LocalWrite, LocalWrite | RemoteWrite | RemoteRead | RemoteAtomic | MWBind} {
@@ -68,9 +77,9 @@ func TestInvalidateRefusesUserMR(t *testing.T) {
 			key  uint32
 			want error
 		}{
-			{pd, r.RKey(), ErrNotInvalidatable},
-			{other, r.RKey(), ErrBadPD},
-			{pd, r.RKey() ^ 1, ErrBadKey},
+			{pd, r.LKey(), ifRemote(r, ErrNotInvalidatable)},
+			{other, r.LKey(), ifRemote(r, ErrBadPD)},
+			{pd, r.LKey() ^ 1, ErrBadKey},
 		} {
 			if err := tb.Invalidate(c.pd, c.key); !errors.Is(err, c.want) {
 				t.Errorf("access %v: Invalidate(key %#x): %v, want %v", acc, c.key, err, c.want)
@@ -118,5 +127,39 @@ func TestSliceBounds(t *testing.T) {
 	}
 	if _, err := tb.Register(pd, make([]byte, 0x1001), iova, LocalWrite); err == nil {
 		t.Error("a region whose end wraps 2^64 was registered")
+	}
+}
+
+// TestRKeyZeroWithoutRemoteAccess: a region granting no remote right has
+// rkey 0, as rxe_mr_init gives it (the lab's rxe reports "rkey 0"), and
+// neither 0 nor its lkey opens it to a peer; with a remote right the rkey
+// is the lkey.
+func TestRKeyZeroWithoutRemoteAccess(t *testing.T) {
+	tb := NewTable(16)
+	pd := tb.AllocPD()
+	for _, c := range []struct {
+		acc    Access
+		remote bool
+	}{
+		{LocalWrite, false}, {LocalWrite | MWBind, false}, {0, false},
+		{RemoteRead, true}, {LocalWrite | RemoteWrite, true}, {LocalWrite | RemoteAtomic, true},
+	} {
+		r, err := tb.Register(pd, make([]byte, 64), 0x1000, c.acc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.remote && r.RKey() != r.LKey() || !c.remote && r.RKey() != 0 {
+			t.Errorf("access %v: lkey %#x rkey %#x; want rkey = lkey with a remote right, else 0", c.acc, r.LKey(), r.RKey())
+		}
+		if !c.remote {
+			for _, k := range []uint32{0, r.LKey()} {
+				if _, _, ok := tb.Bounds(k, false); ok {
+					t.Errorf("access %v: key %#x names a region remotely", c.acc, k)
+				}
+			}
+		}
+		if _, _, ok := tb.Bounds(r.LKey(), true); !ok {
+			t.Errorf("access %v: lkey %#x does not name the region locally", c.acc, r.LKey())
+		}
 	}
 }
