@@ -156,7 +156,8 @@ func (f *PacketFields) AppendTransport(b []byte) []byte {
 // and the ICRC. Other fields are written as given.
 func (f *PacketFields) Append(b []byte) ([]byte, error) {
 	start := len(b)
-	b, nethdr, nlen, ipVer, err := f.appendHeaders(b)
+	h := Headers{Version: f.Version, Eth: f.Eth, IPv4: f.IPv4, IPv6: f.IPv6, GRH: f.GRH, UDP: f.UDP}
+	b, nethdr, nlen, ipVer, err := h.appendHeaders(b)
 	if err != nil {
 		return b, err
 	}
@@ -167,32 +168,44 @@ func (f *PacketFields) Append(b []byte) ([]byte, error) {
 	b = append(b, 0, 0, 0, 0) // ICRC
 	end := len(b)
 	// Lengths and checksums, then the ICRC over the final headers.
-	f.setLengths(b[nethdr:], nlen, ipVer, end-nethdr)
+	h.setLengths(b[nethdr:], nlen, ipVer, end-nethdr)
 	putICRC(b[end-ICRCLen:], icrcInPlace(b[nethdr:end-ICRCLen], nlen, ipVer, f.Version)) // Append owns b
 	return append(b, f.Trailer...), nil
 }
 
-// AppendHeaders appends the headers that precede a transport packet of
-// transportLen bytes (BTH through ICRC): the Ethernet header if f.Eth is
+// Headers holds the headers that precede a transport packet, for
+// encoding with Append: what PacketFields holds of them, in a struct small
+// enough to build per packet.
+type Headers struct {
+	Version Version
+	Eth     *EthernetFields // EtherType is set by Append
+	IPv4    *IPv4Fields     // RoCE v2 over IPv4
+	IPv6    *IPv6Fields     // RoCE v2 over IPv6
+	GRH     *GRHFields      // RoCE v1
+	UDP     UDPFields       // RoCE v2; Length is set by Append
+}
+
+// Append appends the headers that precede a transport packet of
+// transportLen bytes (BTH through ICRC): the Ethernet header if h.Eth is
 // set, then the GRH of RoCE v1, or the IPv4 or IPv6 header and the UDP
-// header of RoCE v2. It computes what Append computes for them (the
-// Ethertype, the IP and UDP lengths and the IPv4 header checksum) and
-// ignores f's transport fields. It returns b and the length of the network
-// header, which ICRC needs. It allocates nothing when b has the room: the
-// links encode into the headroom before their transport packets with it.
-func (f *PacketFields) AppendHeaders(b []byte, transportLen int) ([]byte, int, error) {
-	b, nethdr, nlen, ipVer, err := f.appendHeaders(b)
+// header of RoCE v2. It computes what PacketFields.Append computes for
+// them (the Ethertype, the IP and UDP lengths and the IPv4 header
+// checksum), and returns b and the length of the network header, which
+// ICRC needs. It allocates nothing when b has the room: the links encode
+// into the headroom before their transport packets with it.
+func (h *Headers) Append(b []byte, transportLen int) ([]byte, int, error) {
+	b, nethdr, nlen, ipVer, err := h.appendHeaders(b)
 	if err != nil {
 		return b, 0, err
 	}
-	f.setLengths(b[nethdr:], nlen, ipVer, len(b)-nethdr+transportLen)
+	h.setLengths(b[nethdr:], nlen, ipVer, len(b)-nethdr+transportLen)
 	return b, nlen, nil
 }
 
 // appendHeaders appends the Ethernet (if any), network and UDP headers as
 // given, the Ethertype set; it returns b, the offset of the network header
 // in b, its length and its IP version (6 for a GRH).
-func (f *PacketFields) appendHeaders(b []byte) (_ []byte, nethdr, nlen int, ipVer uint8, _ error) {
+func (f *Headers) appendHeaders(b []byte) (_ []byte, nethdr, nlen int, ipVer uint8, _ error) {
 	switch f.Version {
 	case RoCEv1:
 		if f.GRH == nil || f.IPv4 != nil || f.IPv6 != nil {
@@ -241,7 +254,7 @@ func (f *PacketFields) appendHeaders(b []byte) (_ []byte, nethdr, nlen int, ipVe
 // setLengths sets the lengths in the headers at the start of n, a network
 // header of nlen bytes (IP version ipVer) followed by a packet of total
 // bytes in all, and the IPv4 header checksum over the result.
-func (f *PacketFields) setLengths(n []byte, nlen int, ipVer uint8, total int) {
+func (f *Headers) setLengths(n []byte, nlen int, ipVer uint8, total int) {
 	switch {
 	case f.Version == RoCEv1 || ipVer == 6:
 		IPv6(n).SetPayloadLen(total - IPv6Len)
