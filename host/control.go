@@ -164,7 +164,7 @@ type CaptureInfo struct {
 type controlState struct {
 	ln   *net.UnixListener
 	path string
-	tap  *tap
+	tap  *pcap.Link // every opened device runs on it; captures subscribe
 	wg   sync.WaitGroup
 
 	mu       sync.Mutex
@@ -523,8 +523,8 @@ func (d *Device) serveControl(conn *net.UnixConn) {
 // serveCapture streams the device's packets as pcapng until the client
 // half-closes or goes away.
 func (d *Device) serveCapture(conn *net.UnixConn, br *bufio.Reader, enc *json.Encoder) {
-	sub := d.ctl.tap.subscribe(captureQueueLen)
-	defer d.ctl.tap.unsubscribe(sub)
+	sub := d.ctl.tap.Subscribe(captureQueueLen)
+	defer d.ctl.tap.Unsubscribe(sub)
 	if err := enc.Encode(controlReply{Capture: &CaptureInfo{Device: d.Def.Name, QueueLen: captureQueueLen}}); err != nil {
 		return
 	}
@@ -547,7 +547,7 @@ func (d *Device) serveCapture(conn *net.UnixConn, br *bufio.Reader, enc *json.En
 	stats := func() error {
 		err := ng.WriteInterfaceStats(0, pcapgo.NgInterfaceStatistics{
 			LastUpdate: time.Now(), StartTime: start, EndTime: time.Now(),
-			PacketsReceived: written + sub.dropped.Load(), PacketsDropped: sub.dropped.Load(),
+			PacketsReceived: written + sub.Dropped(), PacketsDropped: sub.Dropped(),
 		})
 		if err == nil {
 			err = ng.Flush()
@@ -559,18 +559,18 @@ func (d *Device) serveCapture(conn *net.UnixConn, br *bufio.Reader, enc *json.En
 	lastDrops := uint64(0)
 	for {
 		select {
-		case f := <-sub.ch:
-			ci := gopacket.CaptureInfo{Timestamp: f.ts, CaptureLength: len(f.data), Length: len(f.data)}
-			if ng.WritePacket(ci, f.data) != nil {
+		case f := <-sub.C():
+			ci := gopacket.CaptureInfo{Timestamp: f.Time, CaptureLength: len(f.Data), Length: len(f.Data)}
+			if ng.WritePacket(ci, f.Data) != nil {
 				return
 			}
 			written++
-			if len(sub.ch) == 0 && ng.Flush() != nil {
+			if len(sub.C()) == 0 && ng.Flush() != nil {
 				return
 			}
 		case <-tick.C:
 			// Tell the client about drops as they happen, as dumpcap does.
-			if dr := sub.dropped.Load(); dr != lastDrops {
+			if dr := sub.Dropped(); dr != lastDrops {
 				lastDrops = dr
 				if stats() != nil {
 					return
@@ -578,10 +578,10 @@ func (d *Device) serveCapture(conn *net.UnixConn, br *bufio.Reader, enc *json.En
 			}
 		case <-done:
 			// Deliver what is queued, then the final statistics.
-			for n := len(sub.ch); n > 0; n-- {
-				f := <-sub.ch
-				ci := gopacket.CaptureInfo{Timestamp: f.ts, CaptureLength: len(f.data), Length: len(f.data)}
-				if ng.WritePacket(ci, f.data) != nil {
+			for n := len(sub.C()); n > 0; n-- {
+				f := <-sub.C()
+				ci := gopacket.CaptureInfo{Timestamp: f.Time, CaptureLength: len(f.Data), Length: len(f.Data)}
+				if ng.WritePacket(ci, f.Data) != nil {
 					return
 				}
 				written++
@@ -593,101 +593,24 @@ func (d *Device) serveCapture(conn *net.UnixConn, br *bufio.Reader, enc *json.En
 	}
 }
 
-// tap is the link decorator every opened device runs on: when captures
-// are subscribed it rebuilds each packet's frame (pcap.RebuildFrame) and
-// queues it for each; with none, it costs one atomic load per batch.
-type tap struct {
+// pathLink answers PathError for the device's link, under the capture tap
+// (pcap.NewTap, which forwards PathError to it).
+type pathLink struct {
 	link.Link
-	res *neigh.Resolver // the device's, for PathError
-	n   atomic.Int32    // len(subs), read without mu on the data path
-
-	mu   sync.Mutex // guards subs and buf
-	subs []*tapSub
-	buf  []byte
-}
-
-type tapSub struct {
-	ch      chan tapFrame
-	dropped atomic.Uint64
-}
-
-type tapFrame struct {
-	ts   time.Time
-	data []byte // shared by every subscriber; read-only
-}
-
-func (t *tap) subscribe(n int) *tapSub {
-	s := &tapSub{ch: make(chan tapFrame, n)}
-	t.mu.Lock()
-	t.subs = append(t.subs, s)
-	t.n.Store(int32(len(t.subs)))
-	if t.buf == nil {
-		t.buf = make([]byte, pcap.FrameBufSize)
-	}
-	t.mu.Unlock()
-	return s
-}
-
-func (t *tap) unsubscribe(s *tapSub) {
-	t.mu.Lock()
-	t.subs = slices.DeleteFunc(t.subs, func(x *tapSub) bool { return x == s })
-	t.n.Store(int32(len(t.subs)))
-	t.mu.Unlock()
+	res *neigh.Resolver // the device's
 }
 
 // PathError says why packets to dst could not be sent (link.PathReporter):
 // the device's resolver's answer, whichever link sends (link/udp leaves
 // routes and ARP to the kernel, whose neighbour table the resolver reads),
 // else the link's own.
-func (t *tap) PathError(dst netip.Addr, v wire.Version) error {
-	if t.res != nil {
-		if err := t.res.PathError(dst, v); err != nil {
+func (p pathLink) PathError(dst netip.Addr, v wire.Version) error {
+	if p.res != nil {
+		if err := p.res.PathError(dst, v); err != nil {
 			return err
 		}
 	}
-	return link.PathErrorOf(t.Link, dst, v) // link/udp's GSO note, say
-}
-
-// Send records pkts, then sends them.
-func (t *tap) Send(pkts []link.Packet) (int, error) {
-	if t.n.Load() > 0 {
-		for i := range pkts {
-			t.record(&pkts[i])
-		}
-	}
-	return t.Link.Send(pkts)
-}
-
-// Recv receives, then records what arrived.
-func (t *tap) Recv(pkts []link.Packet) (int, error) {
-	n, err := t.Link.Recv(pkts)
-	if n > 0 && t.n.Load() > 0 {
-		for i := range pkts[:n] {
-			t.record(&pkts[i])
-		}
-	}
-	return n, err
-}
-
-func (t *tap) record(pk *link.Packet) {
-	ts := time.Now()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if len(t.subs) == 0 {
-		return
-	}
-	frame, err := pcap.RebuildFrame(t.buf, pk)
-	if err != nil {
-		return
-	}
-	f := tapFrame{ts: ts, data: slices.Clone(frame)}
-	for _, s := range t.subs {
-		select {
-		case s.ch <- f:
-		default:
-			s.dropped.Add(1)
-		}
-	}
+	return link.PathErrorOf(p.Link, dst, v) // link/udp's GSO note, say
 }
 
 // dialControl connects to device name's control socket and sends op.
@@ -804,7 +727,7 @@ func (s *CaptureStream) SetReadDeadline(t time.Time) error { return s.conn.SetRe
 // Close ends the capture at once.
 func (s *CaptureStream) Close() error { return s.conn.Close() }
 
-var _ link.Link = (*tap)(nil)
+var _ link.PathReporter = pathLink{}
 
 // errnoOf is err's errno for a control reply: the one it wraps, else EIO.
 func errnoOf(err error) syscall.Errno {

@@ -24,6 +24,7 @@ import (
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/afpacket"
 	"github.com/goroce/goroce/link/neigh"
+	"github.com/goroce/goroce/link/pcap"
 	"github.com/goroce/goroce/link/udp"
 	"github.com/goroce/goroce/verbs"
 )
@@ -195,7 +196,7 @@ func Open(name string, o Options) (*Device, error) {
 	if o.Wrap != nil {
 		l = o.Wrap(l)
 	}
-	d.ctl.tap = &tap{Link: l, res: d.res} // captures through the control socket
+	d.ctl.tap = pcap.NewTap(pathLink{Link: l, res: d.res}) // captures through the control socket
 	l = d.ctl.tap
 	// The netlink watch already runs (refresh): read what it writes, and
 	// publish the device to it, under d.mu.

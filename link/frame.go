@@ -29,20 +29,29 @@ func Encapsulate(pkt *Packet, src, dst wire.MAC, ipID uint16) ([]byte, error) {
 	if hop == 0 {
 		hop = 64
 	}
-	var hl int
-	var etype uint16
-	v4 := false
+	// The headers, by wire's encoder: for RoCE v2 the IPv4 header (DF and
+	// ipID, as rxe sends) or the IPv6 header, then UDP with checksum 0 as rxe
+	// sends; for RoCE v1 the GRH (NxtHdr 0x1B, IBTA Vol 1 §8.3.1).
+	h := wire.Headers{Version: a.Version, Eth: &wire.EthernetFields{Dst: dst, Src: src},
+		UDP: wire.UDPFields{SrcPort: a.UDPSrcPort, DstPort: wire.RoCEv2Port}}
+	hl := wire.EthernetLen
 	switch a.Version {
 	case wire.RoCEv1:
-		hl, etype = wire.EthernetLen+wire.GRHLen, wire.EtherTypeRoCE
+		h.GRH = &wire.GRHFields{TrafficClass: a.TrafficClass, FlowLabel: a.FlowLabel, NextHeader: wire.GRHNextHdrIBTH,
+			HopLimit: hop, Src: a.SrcGID, Dst: a.DstGID}
+		hl += wire.GRHLen
 	case wire.RoCEv2:
 		if a.SrcGID.Is4In6() != a.DstGID.Is4In6() {
 			return nil, fmt.Errorf("%w: source GID %v and destination GID %v are of different IP families", ErrBadAddress, a.SrcGID, a.DstGID)
 		}
-		if v4 = a.DstGID.Is4In6(); v4 {
-			hl, etype = wire.EthernetLen+wire.IPv4MinLen+wire.UDPLen, wire.EtherTypeIPv4
+		if a.DstGID.Is4In6() {
+			h.IPv4 = &wire.IPv4Fields{TOS: a.TrafficClass, ID: ipID, Flags: 2, TTL: hop, Protocol: wire.IPProtocolUDP,
+				Src: a.SrcGID, Dst: a.DstGID}
+			hl += wire.IPv4MinLen + wire.UDPLen
 		} else {
-			hl, etype = wire.EthernetLen+wire.IPv6Len+wire.UDPLen, wire.EtherTypeIPv6
+			h.IPv6 = &wire.IPv6Fields{TrafficClass: a.TrafficClass, FlowLabel: a.FlowLabel, NextHeader: wire.IPProtocolUDP,
+				HopLimit: hop, Src: a.SrcGID, Dst: a.DstGID}
+			hl += wire.IPv6Len + wire.UDPLen
 		}
 	default:
 		return nil, fmt.Errorf("%w: RoCE version %v", ErrBadAddress, a.Version)
@@ -51,42 +60,8 @@ func Encapsulate(pkt *Packet, src, dst wire.MAC, ipID uint16) ([]byte, error) {
 		return nil, fmt.Errorf("%w: headroom %d < %d", ErrBadAddress, pkt.Off, hl)
 	}
 	start := pkt.Off - hl
-	h := pkt.Buf[start:pkt.Off]
-	copy(h[0:6], dst[:])
-	copy(h[6:12], src[:])
-	binary.BigEndian.PutUint16(h[12:], etype)
-	n := h[wire.EthernetLen:]
-
-	switch {
-	case v4:
-
-		n[0], n[1] = 0x45, a.TrafficClass
-		binary.BigEndian.PutUint16(n[2:], uint16(wire.IPv4MinLen+wire.UDPLen+pkt.Len))
-		binary.BigEndian.PutUint16(n[4:], ipID)
-		binary.BigEndian.PutUint16(n[6:], 0x4000) // DF, as rxe sends
-		n[8], n[9] = hop, wire.IPProtocolUDP
-		s, d := a.SrcGID.Unmap().As4(), a.DstGID.Unmap().As4()
-		copy(n[12:16], s[:])
-		copy(n[16:20], d[:])
-		ip := wire.IPv4(n[:wire.IPv4MinLen])
-		ip.SetChecksum(ip.ComputeChecksum())
-		putUDP(n[wire.IPv4MinLen:], a.UDPSrcPort, pkt.Len+wire.UDPLen)
-	default:
-		next := uint8(wire.IPProtocolUDP)
-		plen := pkt.Len + wire.UDPLen
-		if a.Version == wire.RoCEv1 {
-			next, plen = wire.GRHNextHdrIBTH, pkt.Len
-		}
-
-		binary.BigEndian.PutUint32(n, 6<<28|uint32(a.TrafficClass)<<20|a.FlowLabel&wire.FlowLabelMask)
-		binary.BigEndian.PutUint16(n[4:], uint16(plen))
-		n[6], n[7] = next, hop
-		s, d := a.SrcGID.As16(), a.DstGID.As16()
-		copy(n[8:24], s[:])
-		copy(n[24:40], d[:])
-		if a.Version == wire.RoCEv2 {
-			putUDP(n[wire.IPv6Len:], a.UDPSrcPort, pkt.Len+wire.UDPLen)
-		}
+	if _, _, err := h.Append(pkt.Buf[start:start], pkt.Len); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadAddress, err)
 	}
 	frame := pkt.Buf[start : pkt.Off+pkt.Len]
 	// Compute the ICRC over the headers as sent.
@@ -100,13 +75,6 @@ func Encapsulate(pkt *Packet, src, dst wire.MAC, ipID uint16) ([]byte, error) {
 	}
 	binary.LittleEndian.PutUint32(frame[len(frame)-wire.ICRCLen:], c)
 	return frame, nil
-}
-
-func putUDP(u []byte, sport uint16, length int) {
-	binary.BigEndian.PutUint16(u[0:], sport)
-	binary.BigEndian.PutUint16(u[2:], wire.RoCEv2Port)
-	binary.BigEndian.PutUint16(u[4:], uint16(length))
-	binary.BigEndian.PutUint16(u[6:], 0) // rxe sends checksum 0
 }
 
 // Decapsulate parses frame (which must lie in pkt.Buf), verifies its ICRC

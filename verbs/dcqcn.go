@@ -133,29 +133,17 @@ const maxRateMbps = RateLimitMaxKbps / 1000
 const maxCatchUp = maxRateMbps + 64
 
 // RPStage is the stage of a reaction point's rate increase.
+//
+//enum:string RPStage(%d)
 type RPStage int
 
 // The stages of DCQCN's rate increase (the paper's Fig. 7, after QCN).
 const (
-	RPIdle          RPStage = iota // at line rate: no CNP yet, or fully recovered
-	RPFastRecovery                 // max(T, BC) ≤ F: R_C ← (R_T+R_C)/2
-	RPAdditive                     // one of T, BC > F: R_T += R_AI first
-	RPHyperIncrease                // min(T, BC) > F: R_T += i·R_HAI first
+	RPIdle          RPStage = iota // "idle": at line rate: no CNP yet, or fully recovered
+	RPFastRecovery                 // "fast_recovery": max(T, BC) ≤ F: R_C ← (R_T+R_C)/2
+	RPAdditive                     // "additive_increase": one of T, BC > F: R_T += R_AI first
+	RPHyperIncrease                // "hyper_increase": min(T, BC) > F: R_T += i·R_HAI first
 )
-
-func (s RPStage) String() string {
-	switch s {
-	case RPIdle:
-		return "idle"
-	case RPFastRecovery:
-		return "fast_recovery"
-	case RPAdditive:
-		return "additive_increase"
-	case RPHyperIncrease:
-		return "hyper_increase"
-	}
-	return fmt.Sprintf("RPStage(%d)", int(s))
-}
 
 // dcqcnRP is one QP's reaction point: a pure state machine of the times
 // and events it is given, so that tests drive it in any virtual time. It

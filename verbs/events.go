@@ -9,45 +9,32 @@ import (
 )
 
 // EventType is enum ibv_event_type.
+//
+//enum:string IBV_EVENT(%d)
 type EventType uint8
 
 // Asynchronous events, with ibverbs' values.
 const (
-	EventCQErr            EventType = 0
-	EventQPFatal          EventType = 1
-	EventQPReqErr         EventType = 2
-	EventQPAccessErr      EventType = 3
-	EventCommEst          EventType = 4
-	EventSQDrained        EventType = 5
-	EventPathMig          EventType = 6
-	EventPathMigErr       EventType = 7
-	EventDeviceFatal      EventType = 8
-	EventPortActive       EventType = 9
-	EventPortErr          EventType = 10
-	EventLIDChange        EventType = 11
-	EventPKeyChange       EventType = 12
-	EventSMChange         EventType = 13
-	EventSRQErr           EventType = 14
-	EventSRQLimitReached  EventType = 15
-	EventQPLastWQEReached EventType = 16
-	EventClientReregister EventType = 17
-	EventGIDChange        EventType = 18
+	EventCQErr            EventType = 0  // "IBV_EVENT_CQ_ERR"
+	EventQPFatal          EventType = 1  // "IBV_EVENT_QP_FATAL"
+	EventQPReqErr         EventType = 2  // "IBV_EVENT_QP_REQ_ERR"
+	EventQPAccessErr      EventType = 3  // "IBV_EVENT_QP_ACCESS_ERR"
+	EventCommEst          EventType = 4  // "IBV_EVENT_COMM_EST"
+	EventSQDrained        EventType = 5  // "IBV_EVENT_SQ_DRAINED"
+	EventPathMig          EventType = 6  // "IBV_EVENT_PATH_MIG"
+	EventPathMigErr       EventType = 7  // "IBV_EVENT_PATH_MIG_ERR"
+	EventDeviceFatal      EventType = 8  // "IBV_EVENT_DEVICE_FATAL"
+	EventPortActive       EventType = 9  // "IBV_EVENT_PORT_ACTIVE"
+	EventPortErr          EventType = 10 // "IBV_EVENT_PORT_ERR"
+	EventLIDChange        EventType = 11 // "IBV_EVENT_LID_CHANGE"
+	EventPKeyChange       EventType = 12 // "IBV_EVENT_PKEY_CHANGE"
+	EventSMChange         EventType = 13 // "IBV_EVENT_SM_CHANGE"
+	EventSRQErr           EventType = 14 // "IBV_EVENT_SRQ_ERR"
+	EventSRQLimitReached  EventType = 15 // "IBV_EVENT_SRQ_LIMIT_REACHED"
+	EventQPLastWQEReached EventType = 16 // "IBV_EVENT_QP_LAST_WQE_REACHED"
+	EventClientReregister EventType = 17 // "IBV_EVENT_CLIENT_REREGISTER"
+	EventGIDChange        EventType = 18 // "IBV_EVENT_GID_CHANGE"
 )
-
-var eventNames = [...]string{
-	"IBV_EVENT_CQ_ERR", "IBV_EVENT_QP_FATAL", "IBV_EVENT_QP_REQ_ERR", "IBV_EVENT_QP_ACCESS_ERR",
-	"IBV_EVENT_COMM_EST", "IBV_EVENT_SQ_DRAINED", "IBV_EVENT_PATH_MIG", "IBV_EVENT_PATH_MIG_ERR",
-	"IBV_EVENT_DEVICE_FATAL", "IBV_EVENT_PORT_ACTIVE", "IBV_EVENT_PORT_ERR", "IBV_EVENT_LID_CHANGE",
-	"IBV_EVENT_PKEY_CHANGE", "IBV_EVENT_SM_CHANGE", "IBV_EVENT_SRQ_ERR", "IBV_EVENT_SRQ_LIMIT_REACHED",
-	"IBV_EVENT_QP_LAST_WQE_REACHED", "IBV_EVENT_CLIENT_REREGISTER", "IBV_EVENT_GID_CHANGE",
-}
-
-func (t EventType) String() string {
-	if int(t) < len(eventNames) {
-		return eventNames[t]
-	}
-	return fmt.Sprintf("IBV_EVENT(%d)", uint8(t))
-}
 
 // AsyncEvent is an asynchronous event, struct ibv_async_event.
 type AsyncEvent struct {

@@ -1,7 +1,6 @@
 package verbs
 
 import (
-	"fmt"
 	"net"
 	"sync/atomic"
 	"syscall"
@@ -18,23 +17,15 @@ func newMemTable() *mem.Table {
 }
 
 // MWType is enum ibv_mw_type.
+//
+//enum:string IBV_MW_TYPE(%d)
 type MWType uint8
 
 // Memory window types, with ibverbs' values.
 const (
-	MWType1 MWType = 1 // bound with QP.BindMW; unbound by binding it with length 0
-	MWType2 MWType = 2 // bound by a WRBindMW work request; freed by WRLocalInv or a peer's SEND_WITH_INV
+	MWType1 MWType = 1 // "IBV_MW_TYPE_1": bound with QP.BindMW; unbound by binding it with length 0
+	MWType2 MWType = 2 // "IBV_MW_TYPE_2": bound by a WRBindMW work request; freed by WRLocalInv or a peer's SEND_WITH_INV
 )
-
-func (t MWType) String() string {
-	switch t {
-	case MWType1:
-		return "IBV_MW_TYPE_1"
-	case MWType2:
-		return "IBV_MW_TYPE_2"
-	}
-	return fmt.Sprintf("IBV_MW_TYPE(%d)", uint8(t))
-}
 
 // MW is a memory window, struct ibv_mw: a view of part of a memory region
 // with its own rkey and remote access, which the owner opens to a peer and

@@ -375,12 +375,34 @@ var transitions = map[[2]QPState][3]*transition{
 func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	bad := func(format string, args ...any) error {
-		return errorf("modify_qp", q.dev.name, q.num, syscall.EINVAL, format, args...)
-	}
 	if q.destroyed {
 		return net.ErrClosed
 	}
+	next, err := q.checkTransition(attr, mask)
+	if err != nil {
+		return err
+	}
+	mask &^= AttrState
+	a, p, err := q.checkAttrs(attr, mask)
+	if err != nil {
+		return err
+	}
+	q.commitModify(a, p, mask, next)
+	return nil
+}
+
+// modifyErr is Modify's EINVAL, naming what is wrong.
+func (q *QP) modifyErr(format string, args ...any) error {
+	return errorf("modify_qp", q.dev.name, q.num, syscall.EINVAL, format, args...)
+}
+
+// checkTransition returns the state Modify goes to, after checking that
+// the QP may go there from its state with the attributes in mask: each
+// one the transition requires, none it does not accept (the transitions
+// table, as the kernel's qp_state_table for ib_modify_qp_is_ok).
+// Called with q.mu held.
+func (q *QP) checkTransition(attr *QPAttr, mask QPAttrMask) (QPState, error) {
+	bad := func(format string, args ...any) (QPState, error) { return 0, q.modifyErr(format, args...) }
 	cur := q.state
 	if mask&AttrCurState != 0 && attr.CurState != cur {
 		return bad("cur_qp_state %v, but the QP is in %v", attr.CurState, cur)
@@ -411,7 +433,16 @@ func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	if extra := mask &^ (tr.req | tr.opt); extra != 0 {
 		return bad("%v → %v of a %v QP does not accept %v", cur, next, q.typ, extra)
 	}
-	// Validate values before changing anything.
+	return next, nil
+}
+
+// checkAttrs validates the values of the attributes in mask and returns
+// the QP's attributes with them, and the path AttrAV resolves to, without
+// changing anything. Called with q.mu held.
+func (q *QP) checkAttrs(attr *QPAttr, mask QPAttrMask) (QPAttr, path, error) {
+	bad := func(format string, args ...any) (QPAttr, path, error) {
+		return QPAttr{}, path{}, q.modifyErr(format, args...)
+	}
 	a := q.attr
 	var p path
 	if mask&AttrPort != 0 && attr.PortNum != 1 {
@@ -439,7 +470,7 @@ func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	if mask&AttrAV != 0 {
 		var err error
 		if p, err = q.dev.resolvePath(&attr.AH); err != nil {
-			return withOp(err, "modify_qp", q.dev.name, q.num)
+			return QPAttr{}, path{}, withOp(err, "modify_qp", q.dev.name, q.num)
 		}
 		a.AH = attr.AH
 	}
@@ -515,7 +546,13 @@ func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	if mask&AttrPKeyIndex != 0 {
 		a.PKeyIndex = attr.PKeyIndex
 	}
-	// Commit.
+	return a, p, nil
+}
+
+// commitModify applies what checkTransition and checkAttrs accepted: the
+// attributes a (with path p if mask has AttrAV), then the state next and
+// what entering it does. Called with q.mu held; it cannot fail.
+func (q *QP) commitModify(a QPAttr, p path, mask QPAttrMask, next QPState) {
 	q.attr = a
 	if mask&AttrAV != 0 {
 		q.path = p
@@ -570,7 +607,6 @@ func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 		q.req.sqdNotified = false
 		q.checkDrained()
 	}
-	return nil
 }
 
 // updateSport computes the RoCE v2 UDP source port as Linux does: from the

@@ -1,7 +1,6 @@
 package verbs
 
 import (
-	"fmt"
 	"syscall"
 
 	"github.com/goroce/goroce/wire"
@@ -73,23 +72,15 @@ func DeviceAttrFor(guid uint64) DeviceAttr {
 }
 
 // PortState is enum ibv_port_state.
+//
+//enum:string PORT_STATE(%d)
 type PortState uint8
 
 // Port states.
 const (
-	PortDown   PortState = 1
-	PortActive PortState = 4
+	PortDown   PortState = 1 // "PORT_DOWN"
+	PortActive PortState = 4 // "PORT_ACTIVE"
 )
-
-func (s PortState) String() string {
-	switch s {
-	case PortDown:
-		return "PORT_DOWN"
-	case PortActive:
-		return "PORT_ACTIVE"
-	}
-	return fmt.Sprintf("PORT_STATE(%d)", uint8(s))
-}
 
 // PortAttr is struct ibv_port_attr for a RoCE port.
 type PortAttr struct {

@@ -553,7 +553,7 @@ func (q *QP) msgStep(p *wire.Packet) *fault {
 	case m.kind != msgNone && m.kind != kind:
 		return &fault{faultOpSeq, fmt.Sprintf("%v at PSN %v inside a %v message", p.Opcode(), psn, m.kind)}
 	}
-	// Payload length (IBTA §9.7.4.1.6 C9-93..; rxe check_length): a FIRST
+	// Payload length (IBTA Vol 1 C9-92, as rxe_resp_check_length cites it): a FIRST
 	// or MIDDLE carries the path MTU, a LAST 1 byte to the path MTU, an
 	// ONLY up to it.
 	n, pmtu := len(p.Payload()), q.pmtu

@@ -1,5 +1,7 @@
 package verbs
 
+//go:generate go run ../internal/enumgen
+
 import (
 	"fmt"
 	"net/netip"
@@ -7,109 +9,60 @@ import (
 	"github.com/goroce/goroce/wire"
 )
 
-// WCStatus is a work completion status, enum ibv_wc_status.
+// WCStatus is a work completion status, enum ibv_wc_status. String returns
+// the ibverbs name, e.g. "IBV_WC_RETRY_EXC_ERR"; Description returns
+// ibv_wc_status_str's text, e.g. "transport retry counter exceeded".
+//
+//enum:string IBV_WC_STATUS(%d)
+//enum:method Description unknown
 type WCStatus uint8
 
 // Work completion statuses, with ibverbs' values.
 const (
-	WCSuccess WCStatus = iota
-	WCLocLenErr
-	WCLocQPOpErr
-	WCLocEECOpErr
-	WCLocProtErr
-	WCWRFlushErr
-	WCMWBindErr
-	WCBadRespErr
-	WCLocAccessErr
-	WCRemInvReqErr
-	WCRemAccessErr
-	WCRemOpErr
-	WCRetryExcErr
-	WCRNRRetryExcErr
-	WCLocRDDViolErr
-	WCRemInvRDReqErr
-	WCRemAbortErr
-	WCInvEECNErr
-	WCInvEECStateErr
-	WCFatalErr
-	WCRespTimeoutErr
-	WCGeneralErr
+	WCSuccess        WCStatus = iota // "IBV_WC_SUCCESS" "success"
+	WCLocLenErr                      // "IBV_WC_LOC_LEN_ERR" "local length error"
+	WCLocQPOpErr                     // "IBV_WC_LOC_QP_OP_ERR" "local QP operation error"
+	WCLocEECOpErr                    // "IBV_WC_LOC_EEC_OP_ERR" "local EE context operation error"
+	WCLocProtErr                     // "IBV_WC_LOC_PROT_ERR" "local protection error"
+	WCWRFlushErr                     // "IBV_WC_WR_FLUSH_ERR" "Work Request Flushed Error"
+	WCMWBindErr                      // "IBV_WC_MW_BIND_ERR" "memory management operation error"
+	WCBadRespErr                     // "IBV_WC_BAD_RESP_ERR" "bad response error"
+	WCLocAccessErr                   // "IBV_WC_LOC_ACCESS_ERR" "local access error"
+	WCRemInvReqErr                   // "IBV_WC_REM_INV_REQ_ERR" "remote invalid request error"
+	WCRemAccessErr                   // "IBV_WC_REM_ACCESS_ERR" "remote access error"
+	WCRemOpErr                       // "IBV_WC_REM_OP_ERR" "remote operation error"
+	WCRetryExcErr                    // "IBV_WC_RETRY_EXC_ERR" "transport retry counter exceeded"
+	WCRNRRetryExcErr                 // "IBV_WC_RNR_RETRY_EXC_ERR" "RNR retry counter exceeded"
+	WCLocRDDViolErr                  // "IBV_WC_LOC_RDD_VIOL_ERR" "local RDD violation error"
+	WCRemInvRDReqErr                 // "IBV_WC_REM_INV_RD_REQ_ERR" "remote invalid RD request"
+	WCRemAbortErr                    // "IBV_WC_REM_ABORT_ERR" "aborted error"
+	WCInvEECNErr                     // "IBV_WC_INV_EECN_ERR" "invalid EE context number"
+	WCInvEECStateErr                 // "IBV_WC_INV_EEC_STATE_ERR" "invalid EE context state"
+	WCFatalErr                       // "IBV_WC_FATAL_ERR" "fatal error"
+	WCRespTimeoutErr                 // "IBV_WC_RESP_TIMEOUT_ERR" "response timeout error"
+	WCGeneralErr                     // "IBV_WC_GENERAL_ERR" "general error"
 )
 
-var wcStatusNames = [...]struct{ name, desc string }{
-	{"IBV_WC_SUCCESS", "success"},
-	{"IBV_WC_LOC_LEN_ERR", "local length error"},
-	{"IBV_WC_LOC_QP_OP_ERR", "local QP operation error"},
-	{"IBV_WC_LOC_EEC_OP_ERR", "local EE context operation error"},
-	{"IBV_WC_LOC_PROT_ERR", "local protection error"},
-	{"IBV_WC_WR_FLUSH_ERR", "Work Request Flushed Error"},
-	{"IBV_WC_MW_BIND_ERR", "memory management operation error"},
-	{"IBV_WC_BAD_RESP_ERR", "bad response error"},
-	{"IBV_WC_LOC_ACCESS_ERR", "local access error"},
-	{"IBV_WC_REM_INV_REQ_ERR", "remote invalid request error"},
-	{"IBV_WC_REM_ACCESS_ERR", "remote access error"},
-	{"IBV_WC_REM_OP_ERR", "remote operation error"},
-	{"IBV_WC_RETRY_EXC_ERR", "transport retry counter exceeded"},
-	{"IBV_WC_RNR_RETRY_EXC_ERR", "RNR retry counter exceeded"},
-	{"IBV_WC_LOC_RDD_VIOL_ERR", "local RDD violation error"},
-	{"IBV_WC_REM_INV_RD_REQ_ERR", "remote invalid RD request"},
-	{"IBV_WC_REM_ABORT_ERR", "aborted error"},
-	{"IBV_WC_INV_EECN_ERR", "invalid EE context number"},
-	{"IBV_WC_INV_EEC_STATE_ERR", "invalid EE context state"},
-	{"IBV_WC_FATAL_ERR", "fatal error"},
-	{"IBV_WC_RESP_TIMEOUT_ERR", "response timeout error"},
-	{"IBV_WC_GENERAL_ERR", "general error"},
-}
-
-// String returns the ibverbs name, e.g. "IBV_WC_RETRY_EXC_ERR".
-func (s WCStatus) String() string {
-	if int(s) < len(wcStatusNames) {
-		return wcStatusNames[s].name
-	}
-	return fmt.Sprintf("IBV_WC_STATUS(%d)", uint8(s))
-}
-
-// Description returns ibv_wc_status_str's text, e.g. "transport retry counter exceeded".
-func (s WCStatus) Description() string {
-	if int(s) < len(wcStatusNames) {
-		return wcStatusNames[s].desc
-	}
-	return "unknown"
-}
-
-// WCOpcode is enum ibv_wc_opcode.
+// WCOpcode is enum ibv_wc_opcode; String returns the name rdma-core's
+// verbs.h gives it, e.g. "IBV_WC_RDMA_READ".
+//
+//enum:string IBV_WC_OPCODE(%d)
 type WCOpcode uint8
 
 // Completion opcodes, with ibverbs' values.
 const (
-	WCSend            WCOpcode = 0
-	WCRDMAWrite       WCOpcode = 1
-	WCRDMARead        WCOpcode = 2
-	WCCompSwap        WCOpcode = 3
-	WCFetchAdd        WCOpcode = 4
-	WCBindMW          WCOpcode = 5
-	WCLocalInv        WCOpcode = 6
-	WCAtomicWrite     WCOpcode = 9
-	WCFlush           WCOpcode = 10
-	WCRecv            WCOpcode = 128
-	WCRecvRDMAWithImm WCOpcode = 129
+	WCSend            WCOpcode = 0   // "IBV_WC_SEND"
+	WCRDMAWrite       WCOpcode = 1   // "IBV_WC_RDMA_WRITE"
+	WCRDMARead        WCOpcode = 2   // "IBV_WC_RDMA_READ"
+	WCCompSwap        WCOpcode = 3   // "IBV_WC_COMP_SWAP"
+	WCFetchAdd        WCOpcode = 4   // "IBV_WC_FETCH_ADD"
+	WCBindMW          WCOpcode = 5   // "IBV_WC_BIND_MW"
+	WCLocalInv        WCOpcode = 6   // "IBV_WC_LOCAL_INV"
+	WCAtomicWrite     WCOpcode = 9   // "IBV_WC_ATOMIC_WRITE"
+	WCFlush           WCOpcode = 10  // "IBV_WC_FLUSH"
+	WCRecv            WCOpcode = 128 // "IBV_WC_RECV"
+	WCRecvRDMAWithImm WCOpcode = 129 // "IBV_WC_RECV_RDMA_WITH_IMM"
 )
-
-// wcOpcodeNames are the opcodes' names as rdma-core's verbs.h spells them.
-var wcOpcodeNames = map[WCOpcode]string{
-	WCSend: "IBV_WC_SEND", WCRDMAWrite: "IBV_WC_RDMA_WRITE", WCRDMARead: "IBV_WC_RDMA_READ",
-	WCCompSwap: "IBV_WC_COMP_SWAP", WCFetchAdd: "IBV_WC_FETCH_ADD", WCBindMW: "IBV_WC_BIND_MW",
-	WCLocalInv: "IBV_WC_LOCAL_INV", WCAtomicWrite: "IBV_WC_ATOMIC_WRITE", WCFlush: "IBV_WC_FLUSH",
-	WCRecv: "IBV_WC_RECV", WCRecvRDMAWithImm: "IBV_WC_RECV_RDMA_WITH_IMM",
-}
-
-// String returns the ibverbs name, e.g. "IBV_WC_RDMA_READ".
-func (o WCOpcode) String() string {
-	if n, ok := wcOpcodeNames[o]; ok {
-		return n
-	}
-	return fmt.Sprintf("IBV_WC_OPCODE(%d)", uint8(o))
-}
 
 // WCFlags is a set of ibv_wc_flags.
 type WCFlags uint8
@@ -147,38 +100,27 @@ func (wc WC) String() string {
 	return s
 }
 
-// WROpcode is enum ibv_wr_opcode.
+// WROpcode is enum ibv_wr_opcode; String returns the name verbs.h gives
+// it, e.g. "IBV_WR_SEND".
+//
+//enum:string IBV_WR_OPCODE(%d)
 type WROpcode uint8
 
 // Send work request opcodes, with ibverbs' values.
 const (
-	WRRDMAWrite         WROpcode = 0
-	WRRDMAWriteWithImm  WROpcode = 1
-	WRSend              WROpcode = 2
-	WRSendWithImm       WROpcode = 3
-	WRRDMARead          WROpcode = 4
-	WRAtomicCmpAndSwp   WROpcode = 5
-	WRAtomicFetchAndAdd WROpcode = 6
-	WRLocalInv          WROpcode = 7 // invalidate InvalidateRKey's type 2 memory window (RC, UC)
-	WRBindMW            WROpcode = 8 // bind a type 2 memory window: MW, RKey, BindInfo (RC, UC)
-	WRSendWithInv       WROpcode = 9
-	WRFlush             WROpcode = 14
-	WRAtomicWrite       WROpcode = 15
+	WRRDMAWrite         WROpcode = 0  // "IBV_WR_RDMA_WRITE"
+	WRRDMAWriteWithImm  WROpcode = 1  // "IBV_WR_RDMA_WRITE_WITH_IMM"
+	WRSend              WROpcode = 2  // "IBV_WR_SEND"
+	WRSendWithImm       WROpcode = 3  // "IBV_WR_SEND_WITH_IMM"
+	WRRDMARead          WROpcode = 4  // "IBV_WR_RDMA_READ"
+	WRAtomicCmpAndSwp   WROpcode = 5  // "IBV_WR_ATOMIC_CMP_AND_SWP"
+	WRAtomicFetchAndAdd WROpcode = 6  // "IBV_WR_ATOMIC_FETCH_AND_ADD"
+	WRLocalInv          WROpcode = 7  // "IBV_WR_LOCAL_INV" invalidate InvalidateRKey's type 2 memory window (RC, UC)
+	WRBindMW            WROpcode = 8  // "IBV_WR_BIND_MW" bind a type 2 memory window: MW, RKey, BindInfo (RC, UC)
+	WRSendWithInv       WROpcode = 9  // "IBV_WR_SEND_WITH_INV"
+	WRFlush             WROpcode = 14 // "IBV_WR_FLUSH"
+	WRAtomicWrite       WROpcode = 15 // "IBV_WR_ATOMIC_WRITE"
 )
-
-var wrOpcodeNames = map[WROpcode]string{
-	WRRDMAWrite: "IBV_WR_RDMA_WRITE", WRRDMAWriteWithImm: "IBV_WR_RDMA_WRITE_WITH_IMM",
-	WRSend: "IBV_WR_SEND", WRSendWithImm: "IBV_WR_SEND_WITH_IMM", WRRDMARead: "IBV_WR_RDMA_READ",
-	WRAtomicCmpAndSwp: "IBV_WR_ATOMIC_CMP_AND_SWP", WRAtomicFetchAndAdd: "IBV_WR_ATOMIC_FETCH_AND_ADD",
-	WRLocalInv: "IBV_WR_LOCAL_INV", WRBindMW: "IBV_WR_BIND_MW", WRSendWithInv: "IBV_WR_SEND_WITH_INV", WRFlush: "IBV_WR_FLUSH", WRAtomicWrite: "IBV_WR_ATOMIC_WRITE",
-}
-
-func (o WROpcode) String() string {
-	if n, ok := wrOpcodeNames[o]; ok {
-		return n
-	}
-	return fmt.Sprintf("IBV_WR_OPCODE(%d)", uint8(o))
-}
 
 func (o WROpcode) wcOpcode() WCOpcode {
 	switch o {
@@ -264,52 +206,33 @@ type RecvWR struct {
 }
 
 // QPType is enum ibv_qp_type.
+//
+//enum:string QPType(%d)
 type QPType uint8
 
 // QP types, with ibverbs' values; GSI is the special QP1 the CM uses.
 const (
-	RC  QPType = 2
-	UC  QPType = 3
-	UD  QPType = 4
-	GSI QPType = 0xFF
+	RC  QPType = 2    // "RC"
+	UC  QPType = 3    // "UC"
+	UD  QPType = 4    // "UD"
+	GSI QPType = 0xFF // "GSI"
 )
 
-func (t QPType) String() string {
-	switch t {
-	case RC:
-		return "RC"
-	case UC:
-		return "UC"
-	case UD:
-		return "UD"
-	case GSI:
-		return "GSI"
-	}
-	return fmt.Sprintf("QPType(%d)", uint8(t))
-}
-
 // QPState is enum ibv_qp_state.
+//
+//enum:string QPState(%d)
 type QPState uint8
 
 // QP states.
 const (
-	QPSReset QPState = iota
-	QPSInit
-	QPSRTR
-	QPSRTS
-	QPSSQD
-	QPSSQE
-	QPSErr
+	QPSReset QPState = iota // "RESET"
+	QPSInit                 // "INIT"
+	QPSRTR                  // "RTR"
+	QPSRTS                  // "RTS"
+	QPSSQD                  // "SQD"
+	QPSSQE                  // "SQE"
+	QPSErr                  // "ERR"
 )
-
-var qpStateNames = [...]string{"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"}
-
-func (s QPState) String() string {
-	if int(s) < len(qpStateNames) {
-		return qpStateNames[s]
-	}
-	return fmt.Sprintf("QPState(%d)", uint8(s))
-}
 
 // MTU is enum ibv_mtu: 1 = 256 … 5 = 4096.
 type MTU uint8
@@ -348,24 +271,17 @@ func MTUFromBytes(n int) MTU {
 	return 0
 }
 
-// GIDType is the type of a GID table entry.
+// GIDType is the type of a GID table entry; String returns its name as
+// sysfs gid_attrs/types prints it.
+//
+//enum:string unknown
 type GIDType uint8
 
-// GID entry types, as sysfs gid_attrs/types prints them.
+// GID entry types.
 const (
 	GIDTypeRoCEv1 GIDType = 1 // "IB/RoCE v1"
 	GIDTypeRoCEv2 GIDType = 2 // "RoCE v2"
 )
-
-func (t GIDType) String() string {
-	switch t {
-	case GIDTypeRoCEv1:
-		return "IB/RoCE v1"
-	case GIDTypeRoCEv2:
-		return "RoCE v2"
-	}
-	return "unknown"
-}
 
 // Version returns the wire version a GID of this type sends with.
 func (t GIDType) Version() wire.Version {

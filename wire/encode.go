@@ -156,12 +156,60 @@ func (f *PacketFields) AppendTransport(b []byte) []byte {
 // and the ICRC. Other fields are written as given.
 func (f *PacketFields) Append(b []byte) ([]byte, error) {
 	start := len(b)
-	var nethdr, nlen int
-	var ipVer uint8
+	h := Headers{Version: f.Version, Eth: f.Eth, IPv4: f.IPv4, IPv6: f.IPv6, GRH: f.GRH, UDP: f.UDP}
+	b, nethdr, nlen, ipVer, err := h.appendHeaders(b)
+	if err != nil {
+		return b, err
+	}
+	if !opcodeTable[f.BTH.Opcode].Valid() {
+		return b[:start], fmt.Errorf("encode: unknown opcode %#02x", uint8(f.BTH.Opcode))
+	}
+	b = f.AppendTransport(b)
+	b = append(b, 0, 0, 0, 0) // ICRC
+	end := len(b)
+	// Lengths and checksums, then the ICRC over the final headers.
+	h.setLengths(b[nethdr:], nlen, ipVer, end-nethdr)
+	putICRC(b[end-ICRCLen:], icrcInPlace(b[nethdr:end-ICRCLen], nlen, ipVer, f.Version)) // Append owns b
+	return append(b, f.Trailer...), nil
+}
+
+// Headers holds the headers that precede a transport packet, for
+// encoding with Append: what PacketFields holds of them, in a struct small
+// enough to build per packet.
+type Headers struct {
+	Version Version
+	Eth     *EthernetFields // EtherType is set by Append
+	IPv4    *IPv4Fields     // RoCE v2 over IPv4
+	IPv6    *IPv6Fields     // RoCE v2 over IPv6
+	GRH     *GRHFields      // RoCE v1
+	UDP     UDPFields       // RoCE v2; Length is set by Append
+}
+
+// Append appends the headers that precede a transport packet of
+// transportLen bytes (BTH through ICRC): the Ethernet header if h.Eth is
+// set, then the GRH of RoCE v1, or the IPv4 or IPv6 header and the UDP
+// header of RoCE v2. It computes what PacketFields.Append computes for
+// them (the Ethertype, the IP and UDP lengths and the IPv4 header
+// checksum), and returns b and the length of the network header, which
+// ICRC needs. It allocates nothing when b has the room: the links encode
+// into the headroom before their transport packets with it.
+func (h *Headers) Append(b []byte, transportLen int) ([]byte, int, error) {
+	b, nethdr, nlen, ipVer, err := h.appendHeaders(b)
+	if err != nil {
+		return b, 0, err
+	}
+	h.setLengths(b[nethdr:], nlen, ipVer, len(b)-nethdr+transportLen)
+	return b, nlen, nil
+}
+
+// appendHeaders appends the Ethernet (if any), network and UDP headers as
+// given, the Ethertype set; it returns b, the offset of the network header
+// in b, its length and its IP version (6 for a GRH).
+func (f *Headers) appendHeaders(b []byte) (_ []byte, nethdr, nlen int, ipVer uint8, _ error) {
 	switch f.Version {
 	case RoCEv1:
 		if f.GRH == nil || f.IPv4 != nil || f.IPv6 != nil {
-			return b, fmt.Errorf("encode: RoCE v1 needs a GRH and no IP header")
+			return b, 0, 0, 0, fmt.Errorf("encode: RoCE v1 needs a GRH and no IP header")
 		}
 		if f.Eth != nil {
 			e := *f.Eth
@@ -172,11 +220,11 @@ func (f *PacketFields) Append(b []byte) ([]byte, error) {
 		b = f.GRH.Append(b)
 	case RoCEv2:
 		if f.GRH != nil || (f.IPv4 == nil) == (f.IPv6 == nil) {
-			return b, fmt.Errorf("encode: RoCE v2 needs exactly one of IPv4 and IPv6")
+			return b, 0, 0, 0, fmt.Errorf("encode: RoCE v2 needs exactly one of IPv4 and IPv6")
 		}
 		if f.IPv4 != nil {
 			if err := checkIPv4(f.IPv4); err != nil {
-				return b, err
+				return b, 0, 0, 0, err
 			}
 		}
 		if f.Eth != nil {
@@ -198,28 +246,26 @@ func (f *PacketFields) Append(b []byte) ([]byte, error) {
 		nlen = len(b) - nethdr
 		b = f.UDP.Append(b)
 	default:
-		return b, fmt.Errorf("encode: RoCE version %v", f.Version)
+		return b, 0, 0, 0, fmt.Errorf("encode: RoCE version %v", f.Version)
 	}
-	if !opcodeTable[f.BTH.Opcode].Valid() {
-		return b[:start], fmt.Errorf("encode: unknown opcode %#02x", uint8(f.BTH.Opcode))
-	}
-	b = f.AppendTransport(b)
-	b = append(b, 0, 0, 0, 0) // ICRC
-	end := len(b)
-	// Lengths and checksums, then the ICRC over the final headers.
+	return b, nethdr, nlen, ipVer, nil
+}
+
+// setLengths sets the lengths in the headers at the start of n, a network
+// header of nlen bytes (IP version ipVer) followed by a packet of total
+// bytes in all, and the IPv4 header checksum over the result.
+func (f *Headers) setLengths(n []byte, nlen int, ipVer uint8, total int) {
 	switch {
 	case f.Version == RoCEv1 || ipVer == 6:
-		IPv6(b[nethdr:]).SetPayloadLen(end - nethdr - IPv6Len)
+		IPv6(n).SetPayloadLen(total - IPv6Len)
 	default:
-		ip := IPv4(b[nethdr : nethdr+nlen])
-		ip.SetTotalLen(end - nethdr)
+		ip := IPv4(n[:nlen])
+		ip.SetTotalLen(total)
 		ip.SetChecksum(ip.ComputeChecksum())
 	}
 	if f.Version == RoCEv2 {
-		UDP(b[nethdr+nlen:]).SetLength(end - nethdr - nlen)
+		UDP(n[nlen:]).SetLength(total - nlen)
 	}
-	putICRC(b[end-ICRCLen:], icrcInPlace(b[nethdr:end-ICRCLen], nlen, ipVer, f.Version)) // Append owns b
-	return append(b, f.Trailer...), nil
 }
 
 // checkIPv4 reports what IPv4Fields.Append cannot encode: an address that

@@ -1,5 +1,7 @@
 package wire
 
+//go:generate go run ../internal/enumgen
+
 import "fmt"
 
 // Opcode is the BTH OpCode (IBTA Vol 1 §9.2.1, Table 35): the upper three
@@ -78,47 +80,41 @@ func (o Opcode) String() string {
 // Header identifies one transport header after the BTH. The constants are in
 // the order the headers appear in a packet (IBTA Vol 1 §9.2, Figure 24), so
 // a header's offset is the sum of the sizes of the present headers before it.
+// String returns the header's IBTA name.
+//
+//enum:string Header(%d)
 type Header uint8
 
 // Extended transport headers.
 const (
-	HdrRDETH        Header = iota // Reliable Datagram ETH, 4 bytes
-	HdrDETH                       // Datagram ETH, 8 bytes
-	HdrXRCETH                     // XRC ETH, 4 bytes
-	HdrFETH                       // FLUSH ETH, 4 bytes (precedes the RETH)
-	HdrRETH                       // RDMA ETH, 16 bytes
-	HdrAtomicETH                  // Atomic ETH, 28 bytes
-	HdrAETH                       // ACK ETH, 4 bytes
-	HdrAtomicAckETH               // Atomic ACK ETH, 8 bytes
-	HdrImmDt                      // Immediate data, 4 bytes
-	HdrIETH                       // Invalidate ETH, 4 bytes
-	HdrCNPReserved                // 16 reserved bytes of a CNP (RoCE v2 Annex A17.9.3)
+	HdrRDETH        Header = iota // "RDETH": Reliable Datagram ETH, 4 bytes
+	HdrDETH                       // "DETH": Datagram ETH, 8 bytes
+	HdrXRCETH                     // "XRCETH": XRC ETH, 4 bytes
+	HdrFETH                       // "FETH": FLUSH ETH, 4 bytes (precedes the RETH)
+	HdrRETH                       // "RETH": RDMA ETH, 16 bytes
+	HdrAtomicETH                  // "AtomicETH": Atomic ETH, 28 bytes
+	HdrAETH                       // "AETH": ACK ETH, 4 bytes
+	HdrAtomicAckETH               // "AtomicAckETH": Atomic ACK ETH, 8 bytes
+	HdrImmDt                      // "ImmDt": Immediate data, 4 bytes
+	HdrIETH                       // "IETH": Invalidate ETH, 4 bytes
+	HdrCNPReserved                // "CNP reserved": 16 reserved bytes of a CNP (RoCE v2 Annex A17.9.3)
 	numHeaders
 )
 
 var headerInfo = [numHeaders]struct {
-	name string
 	size int
 }{
-	HdrRDETH:        {"RDETH", RDETHLen},
-	HdrDETH:         {"DETH", DETHLen},
-	HdrXRCETH:       {"XRCETH", XRCETHLen},
-	HdrFETH:         {"FETH", FETHLen},
-	HdrRETH:         {"RETH", RETHLen},
-	HdrAtomicETH:    {"AtomicETH", AtomicETHLen},
-	HdrAETH:         {"AETH", AETHLen},
-	HdrAtomicAckETH: {"AtomicAckETH", AtomicAckETHLen},
-	HdrImmDt:        {"ImmDt", ImmDtLen},
-	HdrIETH:         {"IETH", IETHLen},
-	HdrCNPReserved:  {"CNP reserved", CNPReservedLen},
-}
-
-// String returns the header's IBTA name.
-func (h Header) String() string {
-	if h < numHeaders {
-		return headerInfo[h].name
-	}
-	return fmt.Sprintf("Header(%d)", uint8(h))
+	HdrRDETH:        {RDETHLen},
+	HdrDETH:         {DETHLen},
+	HdrXRCETH:       {XRCETHLen},
+	HdrFETH:         {FETHLen},
+	HdrRETH:         {RETHLen},
+	HdrAtomicETH:    {AtomicETHLen},
+	HdrAETH:         {AETHLen},
+	HdrAtomicAckETH: {AtomicAckETHLen},
+	HdrImmDt:        {ImmDtLen},
+	HdrIETH:         {IETHLen},
+	HdrCNPReserved:  {CNPReservedLen},
 }
 
 // Size returns the header's length in bytes.

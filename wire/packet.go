@@ -6,24 +6,16 @@ import (
 )
 
 // Version is the RoCE version of a packet.
+//
+//enum:string unknown
 type Version uint8
 
 // RoCE versions.
 const (
 	VersionUnknown Version = iota
-	RoCEv1                 // Ethertype 0x8915, GRH, IBA transport (Annex A16)
-	RoCEv2                 // IPv4/IPv6, UDP port 4791, IBA transport (Annex A17)
+	RoCEv1                 // "RoCEv1": Ethertype 0x8915, GRH, IBA transport (Annex A16)
+	RoCEv2                 // "RoCEv2": IPv4/IPv6, UDP port 4791, IBA transport (Annex A17)
 )
-
-func (v Version) String() string {
-	switch v {
-	case RoCEv1:
-		return "RoCEv1"
-	case RoCEv2:
-		return "RoCEv2"
-	}
-	return "unknown"
-}
 
 // Packet is a parsed RoCE packet: offsets into the bytes it was parsed from.
 // It does not copy; its views alias Bytes and are valid while Bytes is.

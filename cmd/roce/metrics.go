@@ -82,13 +82,13 @@ func newMetricsCmd() *cobra.Command {
 		Use:   "metrics --metrics-addr ADDR",
 		Short: "a Prometheus exporter of every running device's counters",
 		Long: `metrics serves Prometheus metrics at http://ADDR/metrics until interrupted:
-each running device's port counters, named after roce stat's (rxe's, such as
-goroce_port_sent_pkts_total, then goroce's own: retransmitted packets
-goroce_port_retrans_pkts_total, drops goroce_port_rcvd_bad_icrc_total ...; each
-HELP says which), drops by cause including the link's
-(goroce_port_drops_total{cause}), link packets and bytes, QPs by state, and
-the RDMA CM events counted on the device. Any other command serves the same while
-it runs when given --metrics-addr.`,
+each running device's port counters, one family per counter named after roce
+stat's (each HELP says what it counts, and whether rxe has the counter), drops
+by cause including the link's, link packets and bytes, QPs by state, and the
+RDMA CM events counted on the device. Any other command serves the same while
+it runs when given --metrics-addr.
+
+` + metricsHelp(),
 		Example: `  roce metrics --metrics-addr :9464
   roce pingpong -d rxe0 -g 1 --metrics-addr 127.0.0.1:9464`,
 		Args: usageArgs(cobra.NoArgs),
@@ -144,6 +144,28 @@ var dropCauses = func() (d []dropCause) {
 	}
 	return d
 }()
+
+// metricsHelp lists the exporter's counter families and drop causes, from
+// the tables it exports (verbs.CounterTable, dropCauses).
+func metricsHelp() string {
+	var b strings.Builder
+	b.WriteString("Port counters (roce stat --help says what each counts):\n")
+	var names []string
+	for _, c := range verbs.CounterTable {
+		names = append(names, "goroce_port_"+c.Name+"_total")
+	}
+	writeWrapped(&b, "  ", strings.Join(names, " "), 80)
+	b.WriteString("\n" + "Drops, goroce_port_drops_total{cause}, by cause:\n")
+	var causes []string
+	for _, d := range dropCauses {
+		causes = append(causes, d.cause)
+	}
+	writeWrapped(&b, "  ", strings.Join(causes, " "), 80)
+	b.WriteString("\n" + "And goroce_device_running, goroce_port_link_packets_total{direction},\n" +
+		"goroce_port_link_bytes_total{direction}, goroce_qps{type,state},\n" +
+		"goroce_cm_events_total{event}.")
+	return b.String()
+}
 
 type dropCause struct {
 	counter, link, cause string

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/goroce/goroce/host"
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/afpacket"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -84,5 +87,49 @@ func TestMetricsUsage(t *testing.T) {
 	}
 	if code, _, stderr := roce(t, "metrics"); code != exitUsage || !strings.HasPrefix(stderr, "roce: --metrics-addr ADDR is required\n") {
 		t.Errorf("roce metrics: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// TestHelpListsEveryCounter: roce stat --help lists every counter stat
+// prints, with what it counts, and roce metrics --help every port counter
+// family and drop cause the exporter has: the lists come from the counter
+// tables (the hand-written ones missed the DCQCN counters).
+func TestHelpListsEveryCounter(t *testing.T) {
+	code, stat, _ := roce(t, "stat", "--help")
+	if code != 0 {
+		t.Fatalf("roce stat --help: exit %d", code)
+	}
+	code, metrics, _ := roce(t, "metrics", "--help")
+	if code != 0 {
+		t.Fatalf("roce metrics --help: exit %d", code)
+	}
+	statLine := func(name, help string) {
+		t.Helper()
+		first, _, _ := strings.Cut(help, " ")
+		if !regexp.MustCompile(`\n  ` + regexp.QuoteMeta(name) + ` +` + regexp.QuoteMeta(first) + `\b`).MatchString(stat) {
+			t.Errorf("roce stat --help does not list %s (%s)", name, help)
+		}
+	}
+	for _, c := range verbs.CounterTable {
+		statLine(c.Name, c.Help)
+		if !strings.Contains(metrics, " goroce_port_"+c.Name+"_total") {
+			t.Errorf("roce metrics --help does not list goroce_port_%s_total", c.Name)
+		}
+	}
+	for _, c := range link.StatTable {
+		if c.Drop != "" {
+			statLine(c.Name, c.Help)
+		}
+	}
+	for _, c := range afpacket.CounterTable {
+		if c.Drop != "" {
+			statLine(c.Name, c.Help)
+		}
+	}
+	causes := metrics[strings.Index(metrics, "by cause:\n"):]
+	for _, d := range dropCauses {
+		if !regexp.MustCompile(`[ \n]` + regexp.QuoteMeta(d.cause) + `[ \n]`).MatchString(causes) {
+			t.Errorf("roce metrics --help does not list the drop cause %s", d.cause)
+		}
 	}
 }

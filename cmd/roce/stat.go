@@ -76,17 +76,15 @@ func newStatCmd() *cobra.Command {
 		Aliases: []string{"statistic"},
 		Short:   "per-port and per-QP counters, as rdma statistic show prints them",
 		Long: `stat prints each device's port counters on one line, as iproute2's
-'rdma statistic show' does for rxe, with rxe's names (sent_pkts, rcvd_pkts,
-duplicate_request, out_of_seq_request, rcvd_rnr_err, send_rnr_err,
-rcvd_seq_err, ack_deferred, retry_exceeded_err, retry_rnr_exceeded_err,
-completer_retry_err, send_err, link_downed, rdma_sends, rdma_recvs), then
-goroce's: drops by cause (rcvd_bad_*, rcvd_no_recv_wqe, rx_drop_not_for_us,
-tx_drop_*) and retransmitted packets (retrans_pkts).
+'rdma statistic show' does for rxe: rxe's counters, with rxe's names, then
+goroce's, then the link's drops by cause (all listed below).
 
 The counters live in the process running the device, which answers over its
 control socket; a device nobody runs has no counters: stat prints them as 0
 with a note on stderr. --qp N prints QP N's counters, as 'rdma statistic qp
-show' does.`,
+show' does.
+
+` + statCounterHelp(),
 		Example: `  roce stat
   roce stat rxe0/1
   roce stat rxe0 --qp 17
@@ -231,6 +229,66 @@ func writeJSONRows(w io.Writer, rows []jsonRow) error {
 	}
 	_, err = fmt.Fprintf(w, "%s\n", b)
 	return err
+}
+
+// statCounterHelp lists the counters stat prints, in its order, with what
+// each counts: from the tables counterKVs reads, so the help cannot miss one.
+func statCounterHelp() string {
+	var rxe, own, drops [][2]string
+	for _, c := range verbs.CounterTable {
+		if c.Rxe {
+			rxe = append(rxe, [2]string{c.Name, c.Help})
+		} else {
+			own = append(own, [2]string{c.Name, c.Help})
+		}
+	}
+	for _, c := range link.StatTable {
+		if c.Drop != "" {
+			drops = append(drops, [2]string{c.Name, c.Help})
+		}
+	}
+	for _, c := range afpacket.CounterTable {
+		if c.Drop != "" {
+			drops = append(drops, [2]string{c.Name, c.Help})
+		}
+	}
+	width := 0
+	for _, rows := range [][][2]string{rxe, own, drops} {
+		for _, r := range rows {
+			width = max(width, len(r[0]))
+		}
+	}
+	var b strings.Builder
+	b.WriteString("Counters, in the order stat prints them.\n")
+	for _, sec := range []struct {
+		title string
+		rows  [][2]string
+	}{{"rxe's (drivers/infiniband/sw/rxe/rxe_hw_counters.c)", rxe}, {"goroce's", own}, {"the link's drops", drops}} {
+		b.WriteString("\n" + sec.title + ":\n")
+		for _, r := range sec.rows {
+			writeWrapped(&b, fmt.Sprintf("  %-*s  ", width, r[0]), r[1], 80)
+		}
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// writeWrapped writes head then text, wrapped at width columns, its
+// continuation lines indented as far as head.
+func writeWrapped(b *strings.Builder, head, text string, width int) {
+	b.WriteString(head)
+	col := len(head)
+	for i, w := range strings.Fields(text) {
+		if i > 0 && col+1+len(w) > width {
+			b.WriteString("\n" + strings.Repeat(" ", len(head)))
+			col = len(head)
+		} else if i > 0 {
+			b.WriteByte(' ')
+			col++
+		}
+		b.WriteString(w)
+		col += len(w)
+	}
+	b.WriteByte('\n')
 }
 
 // counterKVs are a counter set in rdma's order: rxe's names first, then

@@ -19,7 +19,7 @@
 //	6  rsocket                        streams over RC
 //	7  cmd/roce/internal/*            the applications the CLI runs
 //	8  cmd/roce                       the CLI
-//	9  internal/{testenv,nettest,lab,archtest}, bench
+//	9  internal/{testenv,nettest,lab,archtest,enumgen}, bench
 //	                                  test helpers and benchmarks, imported by tests only
 //
 // Besides the table, two rules hold transitively: wire and wire/mad depend
@@ -122,6 +122,9 @@ var Table = map[string]rule{
 	"internal/nettest":  {9, "internal/testenv link link/pcap wire", ""},
 	"internal/lab":      {9, "host verbs internal/nettest internal/testenv", ""},
 	"internal/archtest": {9, "", ""},
+	// go generate's: the String methods of wire's, wire/mad's and verbs'
+	// enums, from the names beside their constants (stdlib only).
+	"internal/enumgen": {9, "", ""},
 	"bench": {9, "",
 		"rsocket rdmacm host verbs verbs/verbstest link link/linktest link/udp wire internal/nettest internal/testenv internal/lab"},
 	"bench/cmd/benchtable": {9, "", ""},

@@ -4,7 +4,8 @@
 // that check what went on the wire; Writer writes classic pcap, as tcpdump
 // -w does; Link is a link.Link decorator that writes every packet the
 // wrapped link sends and receives, as an Ethernet frame, to a Writer, in a
-// file that tshark, Wireshark and `roce decode` read.
+// file that tshark, Wireshark and `roce decode` read, or hands it to
+// subscribers (a tap: the host's devices stream captures with it).
 //
 // The frames are rebuilt from each packet's transport bytes and addressing
 // (link.Addr) with link.Encapsulate, so any link can be recorded, including
@@ -17,33 +18,90 @@ package pcap
 
 import (
 	"net/netip"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/wire"
 )
 
-// Link records the traffic of the link it wraps.
+// Link records the traffic of the link it wraps: into a Writer (New),
+// and to every current Subscription (Subscribe). A Link from NewTap has no
+// Writer and records only while subscribed; with nothing to record it
+// costs one atomic load per batch.
 type Link struct {
 	link.Link
-	w     *Writer
+	w     *Writer // nil for a tap
 	now   func() time.Time
-	mu    sync.Mutex // guards buf
+	sinks atomic.Int32 // w (if any) and len(subs); read without mu on the data path
+
+	mu    sync.Mutex // guards what follows
 	buf   []byte
-	count uint64 // frames written; guarded by mu
-	errs  uint64 // frames that could not be rebuilt or written; guarded by mu
+	subs  []*Subscription
+	count uint64 // frames written to w
+	errs  uint64 // frames that could not be rebuilt or written
+	seq   int    // frames rebuilt
 }
 
 // New wraps l; every packet it sends or receives is written to w.
 func New(l link.Link, w *Writer) *Link {
-	return &Link{Link: l, w: w, now: time.Now, buf: make([]byte, FrameBufSize)}
+	r := &Link{Link: l, w: w, now: time.Now, buf: make([]byte, FrameBufSize)}
+	r.sinks.Store(1)
+	return r
+}
+
+// NewTap wraps l; the packets it sends or receives are recorded for the
+// subscriptions current at the time, and not at all while there are none.
+func NewTap(l link.Link) *Link { return &Link{Link: l, now: time.Now} }
+
+// A Subscription receives the frames a Link records, through a queue of
+// bounded length: a subscriber that does not keep up loses frames, never
+// the link's traffic (the tap never blocks the data path).
+type Subscription struct {
+	ch      chan Frame
+	dropped atomic.Uint64
+}
+
+// C is the channel the frames arrive on. A Frame's Data is shared by every
+// subscriber and must not be modified; its Number is the link's count of
+// frames recorded, so a subscriber sees gaps where it dropped frames.
+func (s *Subscription) C() <-chan Frame { return s.ch }
+
+// Dropped returns how many frames did not fit s's queue.
+func (s *Subscription) Dropped() uint64 { return s.dropped.Load() }
+
+// Subscribe returns a subscription to the frames l records from now on,
+// queue of them at most waiting to be read.
+func (l *Link) Subscribe(queue int) *Subscription {
+	s := &Subscription{ch: make(chan Frame, queue)}
+	l.mu.Lock()
+	l.subs = append(l.subs, s)
+	l.sinks.Add(1)
+	if l.buf == nil {
+		l.buf = make([]byte, FrameBufSize)
+	}
+	l.mu.Unlock()
+	return s
+}
+
+// Unsubscribe ends s: no frame is queued for it after Unsubscribe returns.
+func (l *Link) Unsubscribe(s *Subscription) {
+	l.mu.Lock()
+	if i := slices.Index(l.subs, s); i >= 0 {
+		l.subs = slices.Delete(l.subs, i, i+1)
+		l.sinks.Add(-1)
+	}
+	l.mu.Unlock()
 }
 
 // Send records pkts, then sends them through the wrapped link.
 func (l *Link) Send(pkts []link.Packet) (int, error) {
-	for i := range pkts {
-		l.record(&pkts[i])
+	if l.sinks.Load() > 0 {
+		for i := range pkts {
+			l.record(&pkts[i])
+		}
 	}
 	return l.Link.Send(pkts)
 }
@@ -51,8 +109,10 @@ func (l *Link) Send(pkts []link.Packet) (int, error) {
 // Recv receives through the wrapped link, then records what arrived.
 func (l *Link) Recv(pkts []link.Packet) (int, error) {
 	n, err := l.Link.Recv(pkts)
-	for i := range pkts[:n] {
-		l.record(&pkts[i])
+	if n > 0 && l.sinks.Load() > 0 {
+		for i := range pkts[:n] {
+			l.record(&pkts[i])
+		}
 	}
 	return n, err
 }
@@ -93,13 +153,31 @@ func RebuildFrame(buf []byte, pk *link.Packet) ([]byte, error) {
 func (l *Link) record(pk *link.Packet) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	frame, err := RebuildFrame(l.buf, pk)
-	if err == nil {
-		err = l.w.WritePacket(l.now(), frame)
+	if l.w == nil && len(l.subs) == 0 {
+		return // the last subscriber left since Send looked
 	}
+	frame, err := RebuildFrame(l.buf, pk)
 	if err != nil {
 		l.errs++
 		return
 	}
-	l.count++
+	ts := l.now()
+	l.seq++
+	if l.w != nil {
+		if err := l.w.WritePacket(ts, frame); err != nil {
+			l.errs++
+		} else {
+			l.count++
+		}
+	}
+	if len(l.subs) > 0 {
+		f := Frame{Number: l.seq, Time: ts, Data: slices.Clone(frame), OrigLen: len(frame)}
+		for _, s := range l.subs {
+			select {
+			case s.ch <- f:
+			default:
+				s.dropped.Add(1)
+			}
+		}
+	}
 }

@@ -330,39 +330,23 @@ func (l *Link) Close() error {
 // IP and UDP headers the kernel will send (IPv4 Identification id), and
 // returns the offset where they start and the IP header length.
 func (l *Link) pseudoHeaders(pk *link.Packet, sport uint16, id uint16) (int, int) {
+	// wire's encoder writes them; the fields the ICRC masks (TOS, TTL, flow
+	// label, checksums) are left zero, as the kernel's are unknown here.
 	a := &pk.Addr
+	h := wire.Headers{Version: wire.RoCEv2, UDP: wire.UDPFields{SrcPort: sport, DstPort: l.cfg.Port}}
+	nlen := wire.IPv6Len
 	if a.DstGID.Is4In6() {
-		start := pk.Off - wire.IPv4MinLen - wire.UDPLen
-		h := pk.Buf[start:pk.Off]
-		h[0], h[1] = 0x45, 0
-		binary.BigEndian.PutUint16(h[2:], uint16(wire.IPv4MinLen+wire.UDPLen+pk.Len))
-		binary.BigEndian.PutUint16(h[4:], id)
-		binary.BigEndian.PutUint16(h[6:], 0x4000) // DF
-		h[8], h[9] = 0, wire.IPProtocolUDP
-		h[10], h[11] = 0, 0
-		s, d := a.SrcGID.Unmap().As4(), a.DstGID.Unmap().As4()
-		copy(h[12:], s[:])
-		copy(h[16:], d[:])
-		putUDPHdr(h[20:], sport, l.cfg.Port, wire.UDPLen+pk.Len)
-		return start, wire.IPv4MinLen
+		h.IPv4 = &wire.IPv4Fields{ID: id, Flags: 2, Protocol: wire.IPProtocolUDP, Src: a.SrcGID, Dst: a.DstGID} // DF
+		nlen = wire.IPv4MinLen
+	} else {
+		h.IPv6 = &wire.IPv6Fields{NextHeader: wire.IPProtocolUDP, Src: a.SrcGID, Dst: a.DstGID}
 	}
-	start := pk.Off - wire.IPv6Len - wire.UDPLen
-	h := pk.Buf[start:pk.Off]
-	binary.BigEndian.PutUint32(h, 6<<28)
-	binary.BigEndian.PutUint16(h[4:], uint16(wire.UDPLen+pk.Len))
-	h[6], h[7] = wire.IPProtocolUDP, 0
-	s, d := a.SrcGID.As16(), a.DstGID.As16()
-	copy(h[8:], s[:])
-	copy(h[24:], d[:])
-	putUDPHdr(h[40:], sport, l.cfg.Port, wire.UDPLen+pk.Len)
-	return start, wire.IPv6Len
-}
-
-func putUDPHdr(u []byte, sport, dport uint16, n int) {
-	binary.BigEndian.PutUint16(u[0:], sport)
-	binary.BigEndian.PutUint16(u[2:], dport)
-	binary.BigEndian.PutUint16(u[4:], uint16(n))
-	binary.BigEndian.PutUint16(u[6:], 0)
+	start := pk.Off - nlen - wire.UDPLen
+	// Send checked pk's addresses (sendable) and the kernel gave the
+	// receive path's: one family, so the encoder has no error to return.
+	// Were it to, the headroom keeps stale bytes and the ICRC fails.
+	h.Append(pk.Buf[start:start], pk.Len)
+	return start, nlen
 }
 
 // sendable reports whether the link can send pk.

@@ -10,57 +10,31 @@ import (
 )
 
 // Kind says how the bits of a [Field] are interpreted and printed.
+//
+//enum:string Kind(%d)
 type Kind uint8
 
 // Field kinds.
 const (
-	KindUint          Kind = iota // unsigned integer, printed in decimal
-	KindHex                       // identifier (QPN, PSN, Q_Key, comm ID, GUID), printed in hex
-	KindFlag                      // one bit
-	KindReserved                  // reserved: sent as zero, ignored on receipt
-	KindBytes                     // opaque bytes (private data, ARI), printed in hex
-	KindGID                       // 16-byte GID, printed as an IPv6 address
-	KindIPAddr                    // IP CM address slot, printed as IPv4 or IPv6 address
-	KindServiceID                 // 64-bit service ID, see [ServiceID]
-	KindTimeout                   // 5-bit exponent: 4.096 µs × 2^n
-	KindMTU                       // IBTA MTU code: 1=256 … 5=4096
-	KindMgmtClass                 // [MgmtClass]
-	KindMethod                    // [Method]
-	KindStatus                    // [Status]
-	KindAttributeID               // [AttributeID]
-	KindMsgType                   // [MsgType]
-	KindTransportType             // [TransportType]
-	KindRejectReason              // [RejectReason]
-	KindSIDRStatus                // [SIDRStatus]
+	KindUint          Kind = iota // "uint": unsigned integer, printed in decimal
+	KindHex                       // "hex": identifier (QPN, PSN, Q_Key, comm ID, GUID), printed in hex
+	KindFlag                      // "flag": one bit
+	KindReserved                  // "reserved": sent as zero, ignored on receipt
+	KindBytes                     // "bytes": opaque bytes (private data, ARI), printed in hex
+	KindGID                       // "gid": 16-byte GID, printed as an IPv6 address
+	KindIPAddr                    // "ipaddr": IP CM address slot, printed as IPv4 or IPv6 address
+	KindServiceID                 // "serviceid": 64-bit service ID, see [ServiceID]
+	KindTimeout                   // "timeout": 5-bit exponent: 4.096 µs × 2^n
+	KindMTU                       // "mtu": IBTA MTU code: 1=256 … 5=4096
+	KindMgmtClass                 // "mgmtclass": [MgmtClass]
+	KindMethod                    // "method": [Method]
+	KindStatus                    // "status": [Status]
+	KindAttributeID               // "attributeid": [AttributeID]
+	KindMsgType                   // "msgtype": [MsgType]
+	KindTransportType             // "transporttype": [TransportType]
+	KindRejectReason              // "rejectreason": [RejectReason]
+	KindSIDRStatus                // "sidrstatus": [SIDRStatus]
 )
-
-var kindNames = [...]string{
-	KindUint:          "uint",
-	KindHex:           "hex",
-	KindFlag:          "flag",
-	KindReserved:      "reserved",
-	KindBytes:         "bytes",
-	KindGID:           "gid",
-	KindIPAddr:        "ipaddr",
-	KindServiceID:     "serviceid",
-	KindTimeout:       "timeout",
-	KindMTU:           "mtu",
-	KindMgmtClass:     "mgmtclass",
-	KindMethod:        "method",
-	KindStatus:        "status",
-	KindAttributeID:   "attributeid",
-	KindMsgType:       "msgtype",
-	KindTransportType: "transporttype",
-	KindRejectReason:  "rejectreason",
-	KindSIDRStatus:    "sidrstatus",
-}
-
-func (k Kind) String() string {
-	if int(k) < len(kindNames) {
-		return kindNames[k]
-	}
-	return "Kind(" + strconv.Itoa(int(k)) + ")"
-}
 
 // IsBytes reports whether fields of this kind are byte strings ([Value.Bytes])
 // rather than unsigned integers ([Value.Uint]).

@@ -7,56 +7,38 @@ import (
 )
 
 // MgmtClass is the management class of a MAD (IBTA Vol 1 §13.4.4).
+//
+//enum:string MgmtClass(0x%02x)
 type MgmtClass uint8
 
 // Management classes (IBTA Vol 1 §13.4.4, Management Class Values).
 const (
-	ClassSubnLIDRouted     MgmtClass = 0x01 // subnet management, LID routed
-	ClassSubnAdm           MgmtClass = 0x03 // subnet administration
-	ClassPerfMgt           MgmtClass = 0x04 // performance management
-	ClassBM                MgmtClass = 0x05 // baseboard management
-	ClassDevMgt            MgmtClass = 0x06 // device management
-	ClassCM                MgmtClass = 0x07 // communication management (Chapter 12)
-	ClassSNMP              MgmtClass = 0x08 // SNMP tunnelling
-	ClassSubnDirectedRoute MgmtClass = 0x81 // subnet management, directed route
+	ClassSubnLIDRouted     MgmtClass = 0x01 // "SubnMgt (LID routed)": subnet management, LID routed
+	ClassSubnAdm           MgmtClass = 0x03 // "SubnAdm": subnet administration
+	ClassPerfMgt           MgmtClass = 0x04 // "PerfMgt": performance management
+	ClassBM                MgmtClass = 0x05 // "BM": baseboard management
+	ClassDevMgt            MgmtClass = 0x06 // "DevMgt": device management
+	ClassCM                MgmtClass = 0x07 // "CM": communication management (Chapter 12)
+	ClassSNMP              MgmtClass = 0x08 // "SNMP": SNMP tunnelling
+	ClassSubnDirectedRoute MgmtClass = 0x81 // "SubnMgt (directed route)": subnet management, directed route
 )
-
-func (c MgmtClass) String() string {
-	switch c {
-	case ClassSubnLIDRouted:
-		return "SubnMgt (LID routed)"
-	case ClassSubnAdm:
-		return "SubnAdm"
-	case ClassPerfMgt:
-		return "PerfMgt"
-	case ClassBM:
-		return "BM"
-	case ClassDevMgt:
-		return "DevMgt"
-	case ClassCM:
-		return "CM"
-	case ClassSNMP:
-		return "SNMP"
-	case ClassSubnDirectedRoute:
-		return "SubnMgt (directed route)"
-	}
-	return fmt.Sprintf("MgmtClass(0x%02x)", uint8(c))
-}
 
 // Method is the method byte of a MAD, including the R (response) bit in its
 // most significant bit (IBTA Vol 1 §13.4.5): GetResp is Get with R set.
+//
+//enum:string Method(0x%02x)
 type Method uint8
 
 // Methods common to all management classes (IBTA Vol 1 §13.4.5).
 const (
-	MethodGet         Method = 0x01
-	MethodSet         Method = 0x02
-	MethodSend        Method = 0x03
-	MethodTrap        Method = 0x05
-	MethodReport      Method = 0x06
-	MethodTrapRepress Method = 0x07
-	MethodGetResp     Method = 0x81
-	MethodReportResp  Method = 0x86
+	MethodGet         Method = 0x01 // "Get"
+	MethodSet         Method = 0x02 // "Set"
+	MethodSend        Method = 0x03 // "Send"
+	MethodTrap        Method = 0x05 // "Trap"
+	MethodReport      Method = 0x06 // "Report"
+	MethodTrapRepress Method = 0x07 // "TrapRepress"
+	MethodGetResp     Method = 0x81 // "GetResp"
+	MethodReportResp  Method = 0x86 // "ReportResp"
 
 	// MethodResponse is the R bit: set in every response method.
 	MethodResponse Method = 0x80
@@ -64,28 +46,6 @@ const (
 
 // IsResponse reports whether the R bit is set.
 func (m Method) IsResponse() bool { return m&MethodResponse != 0 }
-
-func (m Method) String() string {
-	switch m {
-	case MethodGet:
-		return "Get"
-	case MethodSet:
-		return "Set"
-	case MethodSend:
-		return "Send"
-	case MethodTrap:
-		return "Trap"
-	case MethodReport:
-		return "Report"
-	case MethodTrapRepress:
-		return "TrapRepress"
-	case MethodGetResp:
-		return "GetResp"
-	case MethodReportResp:
-		return "ReportResp"
-	}
-	return fmt.Sprintf("Method(0x%02x)", uint8(m))
-}
 
 // Status is the 16-bit MAD status field (IBTA Vol 1 §13.4.7, MAD Status
 // Field): bit 0 busy, bit 1 redirect required, bits 2–4 an invalid-field
@@ -156,57 +116,29 @@ func (s Status) String() string {
 
 // AttributeID identifies the attribute a MAD carries. The names are those of
 // the CM class (IBTA Vol 1 §12.6, CM Attributes); ClassPortInfo
-// is common to every class (§13.4.8.1).
+// is common to every class (§13.4.8.1). String returns the attribute name
+// IBTA and Wireshark use, such as "ConnectRequest"; Short the message
+// abbreviation IBTA uses in Chapter 12, such as "REQ" or "SIDR_REQ".
+//
+//enum:string AttributeID(0x%04x)
+//enum:method Short 0x%04x
 type AttributeID uint16
 
 // Attribute IDs of the CM class.
 const (
-	AttrClassPortInfo AttributeID = 0x0001
-	AttrREQ           AttributeID = 0x0010 // ConnectRequest
-	AttrMRA           AttributeID = 0x0011 // MsgRcptAck
-	AttrREJ           AttributeID = 0x0012 // ConnectReject
-	AttrREP           AttributeID = 0x0013 // ConnectReply
-	AttrRTU           AttributeID = 0x0014 // ReadyToUse
-	AttrDREQ          AttributeID = 0x0015 // DisconnectRequest
-	AttrDREP          AttributeID = 0x0016 // DisconnectReply
-	AttrSIDRREQ       AttributeID = 0x0017 // ServiceIDResReq
-	AttrSIDRREP       AttributeID = 0x0018 // ServiceIDResReqResp
-	AttrLAP           AttributeID = 0x0019 // LoadAlternatePath
-	AttrAPR           AttributeID = 0x001A // AlternatePathResponse
+	AttrClassPortInfo AttributeID = 0x0001 // "ClassPortInfo" "ClassPortInfo"
+	AttrREQ           AttributeID = 0x0010 // "ConnectRequest" "REQ"
+	AttrMRA           AttributeID = 0x0011 // "MsgRcptAck" "MRA"
+	AttrREJ           AttributeID = 0x0012 // "ConnectReject" "REJ"
+	AttrREP           AttributeID = 0x0013 // "ConnectReply" "REP"
+	AttrRTU           AttributeID = 0x0014 // "ReadyToUse" "RTU"
+	AttrDREQ          AttributeID = 0x0015 // "DisconnectRequest" "DREQ"
+	AttrDREP          AttributeID = 0x0016 // "DisconnectReply" "DREP"
+	AttrSIDRREQ       AttributeID = 0x0017 // "ServiceIDResReq" "SIDR_REQ"
+	AttrSIDRREP       AttributeID = 0x0018 // "ServiceIDResReqResp" "SIDR_REP"
+	AttrLAP           AttributeID = 0x0019 // "LoadAlternatePath" "LAP"
+	AttrAPR           AttributeID = 0x001A // "AlternatePathResponse" "APR"
 )
-
-var attrNames = [...]struct{ long, short string }{
-	AttrClassPortInfo: {"ClassPortInfo", "ClassPortInfo"},
-	AttrREQ:           {"ConnectRequest", "REQ"},
-	AttrMRA:           {"MsgRcptAck", "MRA"},
-	AttrREJ:           {"ConnectReject", "REJ"},
-	AttrREP:           {"ConnectReply", "REP"},
-	AttrRTU:           {"ReadyToUse", "RTU"},
-	AttrDREQ:          {"DisconnectRequest", "DREQ"},
-	AttrDREP:          {"DisconnectReply", "DREP"},
-	AttrSIDRREQ:       {"ServiceIDResReq", "SIDR_REQ"},
-	AttrSIDRREP:       {"ServiceIDResReqResp", "SIDR_REP"},
-	AttrLAP:           {"LoadAlternatePath", "LAP"},
-	AttrAPR:           {"AlternatePathResponse", "APR"},
-}
-
-// String returns the attribute name IBTA and Wireshark use, such as
-// "ConnectRequest".
-func (a AttributeID) String() string {
-	if int(a) < len(attrNames) && attrNames[a].long != "" {
-		return attrNames[a].long
-	}
-	return fmt.Sprintf("AttributeID(0x%04x)", uint16(a))
-}
-
-// Short returns the message abbreviation IBTA uses in Chapter 12, such as
-// "REQ" or "SIDR_REQ".
-func (a AttributeID) Short() string {
-	if int(a) < len(attrNames) && attrNames[a].short != "" {
-		return attrNames[a].short
-	}
-	return fmt.Sprintf("0x%04x", uint16(a))
-}
 
 // Header is a view of the 24-byte MAD common header (IBTA Vol 1 §13.4.2,
 // MAD Common Header). It must be at least [HeaderLen] bytes long.

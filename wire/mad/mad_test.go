@@ -3,6 +3,7 @@ package mad
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 )
@@ -339,7 +340,7 @@ func TestStrings(t *testing.T) {
 	}
 	// Every reason IBTA defines (1..33) has a name.
 	for r := RejectNoQP; r <= RejectInvalidAltFlowLabel; r++ {
-		if rejectReasonNames[r] == "" {
+		if r.String() == fmt.Sprintf("RejectReason(%d)", uint16(r)) {
 			t.Errorf("reject reason %d has no name", r)
 		}
 	}

@@ -23,29 +23,17 @@ const IPCMServicePrefix = 0x0000000001
 
 // PortSpace is the rdma_cm port space of an IP CM service ID (Linux enum
 // rdma_ucm_port_space, low byte).
+//
+//enum:string PortSpace(0x%02x)
 type PortSpace uint8
 
 // Port spaces.
 const (
-	PortSpaceIPoIB PortSpace = 0x02 // RDMA_PS_IPOIB
-	PortSpaceTCP   PortSpace = 0x06 // RDMA_PS_TCP: RC connections
-	PortSpaceUDP   PortSpace = 0x11 // RDMA_PS_UDP: UD, resolved with SIDR
-	PortSpaceIB    PortSpace = 0x3F // RDMA_PS_IB: RC or UD
+	PortSpaceIPoIB PortSpace = 0x02 // "RDMA_PS_IPOIB"
+	PortSpaceTCP   PortSpace = 0x06 // "RDMA_PS_TCP": RC connections
+	PortSpaceUDP   PortSpace = 0x11 // "RDMA_PS_UDP": UD, resolved with SIDR
+	PortSpaceIB    PortSpace = 0x3F // "RDMA_PS_IB": RC or UD
 )
-
-func (p PortSpace) String() string {
-	switch p {
-	case PortSpaceIPoIB:
-		return "RDMA_PS_IPOIB"
-	case PortSpaceTCP:
-		return "RDMA_PS_TCP"
-	case PortSpaceUDP:
-		return "RDMA_PS_UDP"
-	case PortSpaceIB:
-		return "RDMA_PS_IB"
-	}
-	return fmt.Sprintf("PortSpace(0x%02x)", uint8(p))
-}
 
 // NewIPCMServiceID returns the IP CM service ID for port space ps and port.
 func NewIPCMServiceID(ps PortSpace, port uint16) ServiceID {

@@ -182,14 +182,26 @@ type params struct {
 
 func (c Config) resolve() (*params, error) {
 	p := &params{Config: c, client: c.Server != ""}
+	// In perftest's order of checks: the first error is the one reported.
+	for _, step := range []func() error{p.resolveTest, p.resolveSize, p.resolveConnection, p.resolveDepths, p.resolveReads} {
+		if err := step(); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// resolveTest checks the verb, ports, QPs, the test's kind and atomic type.
+func (p *params) resolveTest() error {
+	atomicGiven := p.Atomic != ""
 	if p.Verb < Send || p.Verb > Atomic {
-		return nil, usage("unknown verb %d", int(p.Verb))
+		return usage("unknown verb %d", int(p.Verb))
 	}
 	if p.Port == 0 {
 		p.Port = DefaultPort
 	}
 	if p.Port < 0 || p.Port > 65535 {
-		return nil, usage("-p %d: port must be 1-65535", p.Port)
+		return usage("-p %d: port must be 1-65535", p.Port)
 	}
 	if p.IBPort == 0 {
 		p.IBPort = 1
@@ -198,27 +210,32 @@ func (c Config) resolve() (*params, error) {
 		p.NumQPs = 1
 	}
 	if p.NumQPs < 1 || p.NumQPs > 1024 {
-		return nil, usage("-q %d: number of QPs must be 1-1024", p.NumQPs)
+		return usage("-q %d: number of QPs must be 1-1024", p.NumQPs)
 	}
 	if !p.Lat && (p.Histogram || p.Unsorted) {
-		return nil, usage("-H/-U: the latency samples are printed by the latency tests only (--lat); drop -H/-U or add --lat")
+		return usage("-H/-U: the latency samples are printed by the latency tests only (--lat); drop -H/-U or add --lat")
 	}
 	if p.Lat && p.Bidirectional {
-		return nil, usage("-b: Bidirectional is only available in BW tests (write, read, send and atomic without --lat); drop -b or --lat")
+		return usage("-b: Bidirectional is only available in BW tests (write, read, send and atomic without --lat); drop -b or --lat")
 	}
 	if p.Lat && p.NumQPs > 1 {
-		return nil, usage("-q %d: latency tests run on one QP", p.NumQPs)
+		return usage("-q %d: latency tests run on one QP", p.NumQPs)
 	}
 	switch p.Atomic {
 	case "", FetchAndAdd:
 		p.Atomic, p.atomicFA = FetchAndAdd, true
 	case CmpAndSwap:
 	default:
-		return nil, usage("-A %s: atomic type must be CMP_AND_SWAP or FETCH_AND_ADD", p.Atomic)
+		return usage("-A %s: atomic type must be CMP_AND_SWAP or FETCH_AND_ADD", p.Atomic)
 	}
-	if p.Verb != Atomic && c.Atomic != "" {
-		return nil, usage("-A applies to atomic tests only")
+	if p.Verb != Atomic && atomicGiven {
+		return usage("-A applies to atomic tests only")
 	}
+	return nil
+}
+
+// resolveSize sets and checks the message size, iterations, duration and MTU.
+func (p *params) resolveSize() error {
 	if p.Size == 0 {
 		switch {
 		case p.Verb == Atomic:
@@ -230,13 +247,13 @@ func (c Config) resolve() (*params, error) {
 		}
 	}
 	if p.Verb == Atomic && p.Size != defSizeAtomic {
-		return nil, usage("-s %d: Message size cannot be changed for Atomic tests", p.Size)
+		return usage("-s %d: Message size cannot be changed for Atomic tests", p.Size)
 	}
 	if p.Size < 1 || p.Size > maxSize {
-		return nil, usage("-s %d: size must be 1-%d", p.Size, maxSize)
+		return usage("-s %d: size must be 1-%d", p.Size, maxSize)
 	}
 	if p.All && p.Verb == Atomic {
-		return nil, usage("-a: atomic tests have one size")
+		return usage("-a: atomic tests have one size")
 	}
 	if p.Iters == 0 {
 		p.Iters = defIters
@@ -245,47 +262,59 @@ func (c Config) resolve() (*params, error) {
 		}
 	}
 	if p.Iters < minIters || p.Iters > maxIters {
-		return nil, usage("-n %d: Iteration num should be between %d and %d", p.Iters, minIters, maxIters)
+		return usage("-n %d: Iteration num should be between %d and %d", p.Iters, minIters, maxIters)
 	}
 	if p.Duration < 0 || p.Duration > 0 && p.Duration < time.Second {
-		return nil, usage("-D %v: duration must be at least 1 second", p.Duration)
+		return usage("-D %v: duration must be at least 1 second", p.Duration)
 	}
 	if p.Duration > 0 && p.All {
-		return nil, usage("Duration mode currently doesn't support running on all sizes")
+		return usage("Duration mode currently doesn't support running on all sizes")
 	}
 	if p.MTU != 0 && p.MTU != 256 && p.MTU != 512 && p.MTU != 1024 && p.MTU != 2048 && p.MTU != 4096 {
-		return nil, usage("-m %d: MTU must be 256, 512, 1024, 2048 or 4096", p.MTU)
+		return usage("-m %d: MTU must be 256, 512, 1024, 2048 or 4096", p.MTU)
 	}
+	return nil
+}
+
+// resolveConnection checks the connection type, TOS and QP timeout.
+func (p *params) resolveConnection() error {
 	switch p.Connection {
 	case "", "RC":
 		p.Connection = "RC"
 	case "UC":
 		if p.Verb != Send && p.Verb != Write {
-			return nil, usage("-c UC: %s needs a reliable connection (UC carries SEND and RDMA WRITE only); use -c RC", p.Verb)
+			return usage("-c UC: %s needs a reliable connection (UC carries SEND and RDMA WRITE only); use -c RC", p.Verb)
 		}
 		if p.RDMACM {
-			return nil, usage("-c UC with -R: goroce's perf connects UC QPs through the TCP exchange only; drop -R")
+			return usage("-c UC with -R: goroce's perf connects UC QPs through the TCP exchange only; drop -R")
 		}
 	case "UD":
-		return nil, usage("-c UD: not implemented by goroce's perf; connection types are RC and UC")
+		return usage("-c UD: not implemented by goroce's perf; connection types are RC and UC")
 	default:
-		return nil, usage("-c %s: connection type must be RC or UC (UD is not implemented)", p.Connection)
+		return usage("-c %s: connection type must be RC or UC (UD is not implemented)", p.Connection)
 	}
 	if p.SetTOS {
 		// perftest's parser checks the range, force_dependecies the -R.
 		if p.TOS < minTOS || p.TOS > maxTOS {
-			return nil, usage("-T %d: TOS should be between %d and %d", p.TOS, minTOS, maxTOS)
+			return usage("-T %d: TOS should be between %d and %d", p.TOS, minTOS, maxTOS)
 		}
 		if !p.RDMACM {
-			return nil, usage("-T %d without -R: TOS only valid for rdma_cm based QP and RawEth QP", p.TOS)
+			return usage("-T %d without -R: TOS only valid for rdma_cm based QP and RawEth QP", p.TOS)
 		}
 	}
 	if p.QPTimeout == 0 && !p.SetQPTimeout {
 		p.QPTimeout = defQPTimeout
 	}
 	if p.QPTimeout < 0 || p.QPTimeout > 31 {
-		return nil, usage("-u %d: QP timeout must be 0-31", p.QPTimeout)
+		return usage("-u %d: QP timeout must be 0-31", p.QPTimeout)
 	}
+	return nil
+}
+
+// resolveDepths sets and checks the queue depths and CQ moderation, then
+// what follows from the whole configuration (force_dependecies): depths
+// capped by the iterations, the duration's margin, when a peak is measured.
+func (p *params) resolveDepths() error {
 	if p.TxDepth == 0 {
 		p.TxDepth = defTxBW
 		if p.Lat {
@@ -299,20 +328,20 @@ func (c Config) resolve() (*params, error) {
 		}
 	}
 	if p.TxDepth < 1 || p.TxDepth > maxTxDepth {
-		return nil, usage("-t %d: Tx depth should be between 1 and %d", p.TxDepth, maxTxDepth)
+		return usage("-t %d: Tx depth should be between 1 and %d", p.TxDepth, maxTxDepth)
 	}
 	if p.RxDepth < 1 || p.RxDepth > maxRxDepth {
-		return nil, usage("-r %d: Rx depth should be between 1 and %d", p.RxDepth, maxRxDepth)
+		return usage("-r %d: Rx depth should be between 1 and %d", p.RxDepth, maxRxDepth)
 	}
 	if p.Verb != Send && p.RxDepth > 1 {
-		return nil, usage("-r %d: On RDMA verbs rx depth can be only 1 (-r is for send)", p.RxDepth)
+		return usage("-r %d: On RDMA verbs rx depth can be only 1 (-r is for send)", p.RxDepth)
 	}
 	reqCQMod := p.CQMod != 0
 	if p.CQMod == 0 {
 		p.CQMod = defCQMod
 	}
 	if p.CQMod < 1 || p.CQMod > maxCQMod {
-		return nil, usage("-Q %d: CQ moderation should be between 1 and %d", p.CQMod, maxCQMod)
+		return usage("-Q %d: CQ moderation should be between 1 and %d", p.CQMod, maxCQMod)
 	}
 	if p.JSONFile == "" {
 		p.JSONFile = "perftest_out.json"
@@ -338,13 +367,18 @@ func (c Config) resolve() (*params, error) {
 	if !p.Lat && (p.Iters > maxPeakIters || p.Verb == Send && !p.client && !p.Bidirectional) {
 		p.noPeak = true
 	}
+	return nil
+}
+
+// resolveReads checks the outstanding reads (-o).
+func (p *params) resolveReads() error {
 	if p.OutReads < 0 {
-		return nil, usage("-o %d: outstanding reads must be 0 (the device maximum) or more", p.OutReads)
+		return usage("-o %d: outstanding reads must be 0 (the device maximum) or more", p.OutReads)
 	}
 	if p.OutReads > 0 && p.Verb != Read && p.Verb != Atomic {
-		return nil, usage("-o %d: Setting Outstanding reads only available on READ verb (and atomics)", p.OutReads)
+		return usage("-o %d: Setting Outstanding reads only available on READ verb (and atomics)", p.OutReads)
 	}
-	return p, nil
+	return nil
 }
 
 // sizes lists the message sizes of the run: 2 B .. 8 MiB with -a.

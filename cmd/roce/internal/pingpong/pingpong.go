@@ -183,12 +183,45 @@ func run(ctx context.Context, dev *verbs.Device, c Config, prog *progress) error
 	go watchFatal(ctx, dev, cancel)
 	w := startWatch(c.Notice)
 	defer w.close()
-	out := c.Out
-	if out == nil {
-		out = io.Discard
+	s := &session{c: c, dev: dev, out: c.Out, ud: c.Type == verbs.UD}
+	if s.out == nil {
+		s.out = io.Discard
 	}
-	ud := c.Type == verbs.UD
-	if ud {
+	defer s.close()
+	if err := s.setup(); err != nil {
+		return err
+	}
+	if err := s.exchange(ctx, w, prog); err != nil {
+		return err
+	}
+	return s.iterate(ctx, w, prog)
+}
+
+// session is one run's resources and what it learned, from setup to the
+// last iteration.
+type session struct {
+	c      Config
+	dev    *verbs.Device
+	out    io.Writer
+	ud     bool
+	buf    []byte // bufLen bytes: for UD, room for the GRH before the message
+	bufLen int
+	pd     *verbs.PD
+	mr     *verbs.MR
+	cq     *verbs.CQ
+	qp     *verbs.QP
+	ah     *verbs.AH // UD: the peer's
+	routs  int       // receives posted
+	my     Dest
+	rem    Dest
+}
+
+// setup creates the PD, MR, CQ and QP, takes the QP to INIT, posts the
+// receives and prints the local address, as the tools' pp_init_ctx and
+// main do before the exchange.
+func (s *session) setup() error {
+	c, dev := s.c, s.dev
+	if s.ud {
 		pa, err := dev.QueryPort(c.IBPort)
 		if err != nil {
 			return err
@@ -197,37 +230,33 @@ func run(ctx context.Context, dev *verbs.Device, c Config, prog *progress) error
 			return fmt.Errorf("Requested size larger than port MTU (%d): pass -s %d or less (UD sends one packet per message)", mtu, mtu)
 		}
 	}
-	bufLen := c.Size
-	if ud {
-		bufLen += grhLen
+	s.bufLen = c.Size
+	if s.ud {
+		s.bufLen += grhLen
 	}
-	buf := make([]byte, bufLen)
-	for i := range buf {
-		buf[i] = 0x7b
+	s.buf = make([]byte, s.bufLen)
+	for i := range s.buf {
+		s.buf[i] = 0x7b
 	}
-	pd, err := dev.AllocPD()
-	if err != nil {
+	var err error
+	if s.pd, err = dev.AllocPD(); err != nil {
 		return fmt.Errorf("Couldn't allocate PD: %w", err)
 	}
-	mr, err := pd.RegMR(buf, verbs.AccessLocalWrite)
-	if err != nil {
+	if s.mr, err = s.pd.RegMR(s.buf, verbs.AccessLocalWrite); err != nil {
 		return fmt.Errorf("Couldn't register MR: %w", err)
 	}
-	defer mr.Dereg()
-	cq, err := dev.CreateCQ(c.RxDepth + 1)
-	if err != nil {
+	if s.cq, err = dev.CreateCQ(c.RxDepth + 1); err != nil {
 		return fmt.Errorf("Couldn't create CQ: %w", err)
 	}
-	defer cq.Destroy()
-	qp, err := pd.CreateQP(verbs.QPInitAttr{Type: c.Type, SendCQ: cq, RecvCQ: cq,
+	qp, err := s.pd.CreateQP(verbs.QPInitAttr{Type: c.Type, SendCQ: s.cq, RecvCQ: s.cq,
 		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: c.RxDepth, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		return fmt.Errorf("Couldn't create QP: %w", err)
 	}
-	defer qp.Destroy()
+	s.qp = qp
 	init := &verbs.QPAttr{State: verbs.QPSInit, PKeyIndex: 0, PortNum: uint8(c.IBPort), QKey: udQKey}
 	mask := verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort
-	if ud {
+	if s.ud {
 		mask |= verbs.AttrQKey
 	} else {
 		mask |= verbs.AttrAccessFlags
@@ -235,109 +264,141 @@ func run(ctx context.Context, dev *verbs.Device, c Config, prog *progress) error
 	if err := qp.Modify(init, mask); err != nil {
 		return fmt.Errorf("Failed to modify QP to INIT: %w", err)
 	}
-	recvSGE := mr.SGE(0, bufLen)
-	postRecv := func(n int) int {
-		for i := 0; i < n; i++ {
-			if qp.PostRecv(verbs.RecvWR{WRID: recvWRID, SGList: []verbs.SGE{recvSGE}}) != nil {
-				return i
-			}
-		}
-		return n
+	s.routs = s.postRecv(c.RxDepth)
+	if s.routs < c.RxDepth {
+		return fmt.Errorf("Couldn't post receive (%d)", s.routs)
 	}
-	routs := postRecv(c.RxDepth)
-	if routs < c.RxDepth {
-		return fmt.Errorf("Couldn't post receive (%d)", routs)
-	}
-	my := Dest{QPN: qp.Num(), PSN: rand.Uint32() & 0xffffff}
+	s.my = Dest{QPN: qp.Num(), PSN: rand.Uint32() & 0xffffff}
 	g, err := dev.GID(c.GIDIndex)
 	if err != nil {
 		return fmt.Errorf("can't read sgid of index %d (roce gids shows the GIDs): %w", c.GIDIndex, err)
 	}
-	my.GID = g.GID
+	s.my.GID = g.GID
 	sep := ","
-	if ud {
+	if s.ud {
 		sep = ":" // ibv_ud_pingpong prints "PSN 0x…: GID"
 	}
-	fmt.Fprintf(out, "  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x%s GID %s\n", my.LID, my.QPN, my.PSN, sep, gidString(my.GID))
+	my := s.my
+	fmt.Fprintf(s.out, "  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x%s GID %s\n", my.LID, my.QPN, my.PSN, sep, gidString(my.GID))
+	return nil
+}
 
-	var ah *verbs.AH
-	connect := func(rem Dest) error {
-		global := rem.GID.IsValid() && rem.GID != netip.IPv6Unspecified() && !isZeroIID(rem.GID)
-		if !global {
-			// The tools leave the path without a GRH, which RoCE cannot
-			// send (rxe: "ah_attr.is_global is 0").
-			return noPeerGID(c.Server != "")
+// close destroys what setup created, the last first.
+func (s *session) close() {
+	if s.qp != nil {
+		s.qp.Destroy()
+	}
+	if s.cq != nil {
+		s.cq.Destroy()
+	}
+	if s.mr != nil {
+		s.mr.Dereg()
+	}
+}
+
+// postRecv posts n receives of the whole buffer and returns how many it
+// posted.
+func (s *session) postRecv(n int) int {
+	sge := s.mr.SGE(0, s.bufLen)
+	for i := 0; i < n; i++ {
+		if s.qp.PostRecv(verbs.RecvWR{WRID: recvWRID, SGList: []verbs.SGE{sge}}) != nil {
+			return i
 		}
-		ahAttr := verbs.AHAttr{PortNum: uint8(c.IBPort), SL: uint8(c.SL), IsGlobal: true,
-			GRH: verbs.GlobalRoute{HopLimit: 1, DGID: rem.GID, SGIDIndex: uint8(c.GIDIndex)}}
-		if ud {
-			if err := qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR}, verbs.AttrState); err != nil {
-				return fmt.Errorf("Failed to modify QP to RTR: %w", err)
-			}
-			if err := qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: pingPSN(my.PSN)}, verbs.AttrState|verbs.AttrSQPSN); err != nil {
-				return fmt.Errorf("Failed to modify QP to RTS: %w", err)
-			}
-			var err error
-			if ah, err = pd.CreateAH(ahAttr); err != nil {
-				return fmt.Errorf("Failed to create AH: %w", err)
-			}
-			return nil
-		}
-		rtr := &verbs.QPAttr{State: verbs.QPSRTR, PathMTU: c.MTU, DestQPN: rem.QPN, RQPSN: pingPSN(rem.PSN),
-			MaxDestRdAtomic: 1, MinRNRTimer: 12, AH: ahAttr}
-		m := verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN
-		if c.Type == verbs.RC {
-			m |= verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer
-		}
-		if err := qp.Modify(rtr, m); err != nil {
+	}
+	return n
+}
+
+// connect takes the QP to RTR and RTS towards rem (pp_connect_ctx); for
+// UD it creates the address handle to rem instead of a path.
+func (s *session) connect(rem Dest) error {
+	c, qp := s.c, s.qp
+	global := rem.GID.IsValid() && rem.GID != netip.IPv6Unspecified() && !isZeroIID(rem.GID)
+	if !global {
+		// The tools leave the path without a GRH, which RoCE cannot
+		// send (rxe: "ah_attr.is_global is 0").
+		return noPeerGID(c.Server != "")
+	}
+	ahAttr := verbs.AHAttr{PortNum: uint8(c.IBPort), SL: uint8(c.SL), IsGlobal: true,
+		GRH: verbs.GlobalRoute{HopLimit: 1, DGID: rem.GID, SGIDIndex: uint8(c.GIDIndex)}}
+	if s.ud {
+		if err := qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR}, verbs.AttrState); err != nil {
 			return fmt.Errorf("Failed to modify QP to RTR: %w", err)
 		}
-		rts := &verbs.QPAttr{State: verbs.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, SQPSN: pingPSN(my.PSN), MaxRdAtomic: 1}
-		m = verbs.AttrState | verbs.AttrSQPSN
-		if c.Type == verbs.RC {
-			m |= verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic
-		}
-		if err := qp.Modify(rts, m); err != nil {
+		if err := qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: pingPSN(s.my.PSN)}, verbs.AttrState|verbs.AttrSQPSN); err != nil {
 			return fmt.Errorf("Failed to modify QP to RTS: %w", err)
+		}
+		var err error
+		if s.ah, err = s.pd.CreateAH(ahAttr); err != nil {
+			return fmt.Errorf("Failed to create AH: %w", err)
 		}
 		return nil
 	}
+	rtr := &verbs.QPAttr{State: verbs.QPSRTR, PathMTU: c.MTU, DestQPN: rem.QPN, RQPSN: pingPSN(rem.PSN),
+		MaxDestRdAtomic: 1, MinRNRTimer: 12, AH: ahAttr}
+	m := verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN
+	if c.Type == verbs.RC {
+		m |= verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer
+	}
+	if err := qp.Modify(rtr, m); err != nil {
+		return fmt.Errorf("Failed to modify QP to RTR: %w", err)
+	}
+	rts := &verbs.QPAttr{State: verbs.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, SQPSN: pingPSN(s.my.PSN), MaxRdAtomic: 1}
+	m = verbs.AttrState | verbs.AttrSQPSN
+	if c.Type == verbs.RC {
+		m |= verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic
+	}
+	if err := qp.Modify(rts, m); err != nil {
+		return fmt.Errorf("Failed to modify QP to RTS: %w", err)
+	}
+	return nil
+}
 
-	var rem Dest
+// exchange trades addresses with the peer over TCP, as the client or the
+// server, and connects: the server before it answers, the client after.
+func (s *session) exchange(ctx context.Context, w *watcher, prog *progress) error {
+	c := s.c
+	var err error
 	if c.Server != "" {
 		w.set(func() string {
 			return fmt.Sprintf("the server at %s, TCP port %d, to exchange QP numbers", c.Server, c.Port)
 		})
 		prog.stage = fmt.Sprintf("while exchanging addresses with %s port %d", c.Server, c.Port)
-		rem, err = clientExchange(ctx, c.Dial, c.Server, c.Port, my)
+		s.rem, err = clientExchange(ctx, c.Dial, c.Server, c.Port, s.my)
 	} else {
 		w.set(func() string { return fmt.Sprintf("a client to connect to TCP port %d", c.Port) })
 		prog.stage = fmt.Sprintf("while waiting for a client on port %d", c.Port)
 		if c.Listener != nil {
 			prog.stage = "while waiting for a client on " + c.Listener.Addr().String()
 		}
-		rem, err = serverExchange(ctx, c.Port, c.Listener, my, connect)
+		s.rem, err = serverExchange(ctx, c.Port, c.Listener, s.my, s.connect)
 	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "  remote address: LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", rem.LID, rem.QPN, rem.PSN, gidString(rem.GID))
+	rem := s.rem
+	fmt.Fprintf(s.out, "  remote address: LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", rem.LID, rem.QPN, rem.PSN, gidString(rem.GID))
 	if c.Server != "" {
-		if err := connect(rem); err != nil {
+		if err := s.connect(rem); err != nil {
 			return err
 		}
 	}
+	return nil
+}
 
-	sendSGE := mr.SGE(0, c.Size)
+// iterate runs the iterations (the client sends first), then prints the
+// tools' two result lines.
+func (s *session) iterate(ctx context.Context, w *watcher, prog *progress) error {
+	c, dev, buf, ud, rem := s.c, s.dev, s.buf, s.ud, s.rem
+	sendSGE := s.mr.SGE(0, c.Size)
 	if ud {
-		sendSGE = mr.SGE(grhLen, c.Size)
+		sendSGE = s.mr.SGE(grhLen, c.Size)
 	}
 	postSend := func() error {
 		wr := verbs.SendWR{WRID: sendWRID, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{sendSGE}}
 		if ud {
-			wr.AH, wr.RemoteQPN, wr.RemoteQKey = ah, rem.QPN, udQKey
+			wr.AH, wr.RemoteQPN, wr.RemoteQKey = s.ah, rem.QPN, udQKey
 		}
-		return qp.PostSend(wr)
+		return s.qp.PostSend(wr)
 	}
 	// --chk: the client marks the first byte of every page (with
 	// i/page_size % sizeof(char), i.e. 0, exactly as rdma-core does) and
@@ -375,27 +436,7 @@ func run(ctx context.Context, dev *verbs.Device, c Config, prog *progress) error
 	wcs := make([]verbs.WC, 2)
 	for rcnt < c.Iters || scnt < c.Iters {
 		prog.rcnt, prog.scnt = rcnt, scnt
-		var n int
-		if c.Events {
-			n, err = cq.PollWait(ctx, wcs)
-		} else {
-			// Poll like the tools, yielding so the device's receive
-			// goroutine runs (C tools have the kernel for that), and after a
-			// short spin block in Wait: a goroutine that never blocks keeps
-			// the Go scheduler from polling the network, which on one CPU
-			// leaves packets waiting for sysmon's 10 ms rounds.
-			for spins := 0; n == 0 && err == nil; spins++ {
-				n, err = cq.Poll(wcs)
-				if n != 0 || err != nil {
-					break
-				}
-				if spins < 64 {
-					runtime.Gosched()
-				} else if err = cq.Wait(ctx); err != nil {
-					break
-				}
-			}
-		}
+		n, err := s.poll(ctx, wcs)
 		if err != nil {
 			var fe deviceFatal
 			if errors.As(context.Cause(ctx), &fe) {
@@ -416,11 +457,11 @@ func run(ctx context.Context, dev *verbs.Device, c Config, prog *progress) error
 			case sendWRID:
 				scnt++
 			case recvWRID:
-				routs--
-				if routs <= 1 {
-					routs += postRecv(c.RxDepth - routs)
-					if routs < c.RxDepth {
-						return fmt.Errorf("Couldn't post receive (%d)", routs)
+				s.routs--
+				if s.routs <= 1 {
+					s.routs += s.postRecv(c.RxDepth - s.routs)
+					if s.routs < c.RxDepth {
+						return fmt.Errorf("Couldn't post receive (%d)", s.routs)
 					}
 				}
 				rcnt++
@@ -447,9 +488,33 @@ func run(ctx context.Context, dev *verbs.Device, c Config, prog *progress) error
 		usec = 1
 	}
 	bytes := int64(c.Size) * int64(c.Iters) * 2
-	fmt.Fprintf(out, "%d bytes in %.2f seconds = %.2f Mbit/sec\n", bytes, usec/1e6, float64(bytes)*8/usec)
-	fmt.Fprintf(out, "%d iters in %.2f seconds = %.2f usec/iter\n", c.Iters, usec/1e6, usec/float64(c.Iters))
+	fmt.Fprintf(s.out, "%d bytes in %.2f seconds = %.2f Mbit/sec\n", bytes, usec/1e6, float64(bytes)*8/usec)
+	fmt.Fprintf(s.out, "%d iters in %.2f seconds = %.2f usec/iter\n", c.Iters, usec/1e6, usec/float64(c.Iters))
 	return nil
+}
+
+// poll waits for completions: with --events in the CQ's channel, else by
+// polling like the tools, yielding so the device's receive goroutine runs
+// (C tools have the kernel for that), and after a short spin blocking in
+// Wait: a goroutine that never blocks keeps the Go scheduler from polling
+// the network, which on one CPU leaves packets waiting for sysmon's 10 ms
+// rounds.
+func (s *session) poll(ctx context.Context, wcs []verbs.WC) (n int, err error) {
+	if s.c.Events {
+		return s.cq.PollWait(ctx, wcs)
+	}
+	for spins := 0; n == 0 && err == nil; spins++ {
+		n, err = s.cq.Poll(wcs)
+		if n != 0 || err != nil {
+			break
+		}
+		if spins < 64 {
+			runtime.Gosched()
+		} else if err = s.cq.Wait(ctx); err != nil {
+			break
+		}
+	}
+	return n, err
 }
 
 // peerWait says what the exchange loop waits for: the peer's next message,

@@ -1,0 +1,282 @@
+// Command enumgen writes the String methods of a package's enum types from
+// the names written beside their constants, so that a name is typed once,
+// where its value is. `go generate` runs it in wire, wire/mad and verbs;
+// its test fails when a generated file is not what enumgen writes now.
+//
+// A type takes part when its declaration carries the directive
+//
+//	//enum:string FORMAT
+//
+// and its constants name themselves with a Go string literal at the start
+// of their line comment (text may follow it):
+//
+//	//enum:string IBV_WC_STATUS(%d)
+//	type WCStatus uint8
+//	const (
+//		WCSuccess   WCStatus = iota // "IBV_WC_SUCCESS" "success"
+//		WCLocLenErr                 // "IBV_WC_LOC_LEN_ERR" "local length error"
+//	)
+//
+// String returns the name of each named constant, and for any other value
+// FORMAT applied to the value as its underlying integer type (a FORMAT
+// without a verb is returned as it is). A second literal in the comments
+// is the result of the method a directive
+//
+//	//enum:method Description unknown
+//
+// names, with its own FORMAT for other values. Constants whose comment
+// does not start with a literal (a mask, an alias) are not named. Like
+// stringer's -linecomment, with the fallback the types already print.
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"go/ast"
+	"go/format"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Output is the file enumgen writes in the package's directory.
+const Output = "names_gen.go"
+
+func main() {
+	flag.Usage = func() {
+		fmt.Fprintf(os.Stderr, "usage: enumgen [dir]\n(writes dir/%s; dir defaults to .)\n", Output)
+	}
+	flag.Parse()
+	dir := "."
+	if flag.NArg() > 1 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	if flag.NArg() == 1 {
+		dir = flag.Arg(0)
+	}
+	src, err := Generate(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "enumgen:", err)
+		os.Exit(1)
+	}
+	if err := os.WriteFile(filepath.Join(dir, Output), src, 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "enumgen:", err)
+		os.Exit(1)
+	}
+}
+
+// enum is one type's directives and named constants.
+type enum struct {
+	name, underlying string
+	pos              token.Position
+	format           string // //enum:string
+	method, mformat  string // //enum:method
+	consts           []constant
+}
+
+type constant struct {
+	ident, name, second string
+	hasSecond           bool
+}
+
+// Generate returns the source of dir's generated file: the String (and
+// //enum:method) methods of every type in the package's non-test files
+// that has an //enum:string directive.
+func Generate(dir string) ([]byte, error) {
+	fset := token.NewFileSet()
+	names, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(names)
+	var files []*ast.File
+	pkg := ""
+	for _, n := range names {
+		if strings.HasSuffix(n, "_test.go") || filepath.Base(n) == Output {
+			continue
+		}
+		f, err := parser.ParseFile(fset, n, nil, parser.ParseComments)
+		if err != nil {
+			return nil, err
+		}
+		if pkg == "" {
+			pkg = f.Name.Name
+		}
+		files = append(files, f)
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("%s: no Go files", dir)
+	}
+	enums := map[string]*enum{}
+	var order []string
+	for _, f := range files {
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.TYPE {
+				continue
+			}
+			for _, s := range g.Specs {
+				ts := s.(*ast.TypeSpec)
+				doc := ts.Doc
+				if doc == nil && len(g.Specs) == 1 {
+					doc = g.Doc
+				}
+				e, err := directives(fset, ts, doc)
+				if err != nil {
+					return nil, err
+				}
+				if e != nil {
+					enums[e.name] = e
+					order = append(order, e.name)
+				}
+			}
+		}
+	}
+	for _, f := range files {
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.CONST {
+				continue
+			}
+			typ := "" // the type implicit repetition carries on
+			for _, s := range g.Specs {
+				vs := s.(*ast.ValueSpec)
+				switch {
+				case vs.Type != nil:
+					typ = ""
+					if id, ok := vs.Type.(*ast.Ident); ok {
+						typ = id.Name
+					}
+				case len(vs.Values) > 0:
+					typ = "" // untyped, or typed by a conversion enumgen does not follow
+				}
+				e := enums[typ]
+				if e == nil || vs.Comment == nil {
+					continue
+				}
+				lits, err := literals(vs.Comment.Text())
+				if err != nil {
+					return nil, fmt.Errorf("%s: %v", fset.Position(vs.Pos()), err)
+				}
+				if len(lits) == 0 {
+					continue
+				}
+				if len(vs.Names) != 1 {
+					return nil, fmt.Errorf("%s: a named constant of %s must be declared alone", fset.Position(vs.Pos()), typ)
+				}
+				c := constant{ident: vs.Names[0].Name, name: lits[0]}
+				if len(lits) > 1 {
+					c.second, c.hasSecond = lits[1], true
+				}
+				if e.method != "" && !c.hasSecond {
+					return nil, fmt.Errorf("%s: %s has //enum:method %s: the comment needs a second literal", fset.Position(vs.Pos()), typ, e.method)
+				}
+				e.consts = append(e.consts, c)
+			}
+		}
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "// Code generated by internal/enumgen; DO NOT EDIT.\n\npackage %s\n\n", pkg)
+	needFmt := false
+	for _, n := range order {
+		e := enums[n]
+		if len(e.consts) == 0 {
+			return nil, fmt.Errorf("%s: %s has //enum:string but no constant names itself", e.pos, n)
+		}
+		needFmt = needFmt || strings.Contains(e.format, "%") || strings.Contains(e.mformat, "%")
+	}
+	if needFmt {
+		b.WriteString("import \"fmt\"\n\n")
+	}
+	for _, n := range order {
+		e := enums[n]
+		writeMethod(&b, e, "String", "the name", e.format, func(c constant) string { return c.name })
+		if e.method != "" {
+			writeMethod(&b, e, e.method, "the second literal", e.mformat, func(c constant) string { return c.second })
+		}
+	}
+	src, err := format.Source(b.Bytes())
+	if err != nil {
+		return nil, fmt.Errorf("formatting the output: %v\n%s", err, b.Bytes())
+	}
+	return src, nil
+}
+
+// directives reads a type's //enum: lines; nil if it has none.
+func directives(fset *token.FileSet, ts *ast.TypeSpec, doc *ast.CommentGroup) (*enum, error) {
+	if doc == nil {
+		return nil, nil
+	}
+	var e *enum
+	for _, c := range doc.List {
+		d, ok := strings.CutPrefix(c.Text, "//enum:")
+		if !ok {
+			continue
+		}
+		pos := fset.Position(c.Pos())
+		if e == nil {
+			u, ok := ts.Type.(*ast.Ident)
+			if !ok {
+				return nil, fmt.Errorf("%s: %s: an enum's underlying type must be an integer type", pos, ts.Name.Name)
+			}
+			e = &enum{name: ts.Name.Name, underlying: u.Name, pos: pos}
+		}
+		kind, arg, _ := strings.Cut(d, " ")
+		switch kind {
+		case "string":
+			if arg == "" {
+				return nil, fmt.Errorf("%s: //enum:string needs the format of unnamed values", pos)
+			}
+			e.format = arg
+		case "method":
+			m, f, ok := strings.Cut(arg, " ")
+			if !ok || !token.IsIdentifier(m) {
+				return nil, fmt.Errorf("%s: want //enum:method NAME FORMAT", pos)
+			}
+			e.method, e.mformat = m, f
+		default:
+			return nil, fmt.Errorf("%s: unknown directive //enum:%s (want string or method)", pos, kind)
+		}
+	}
+	if e != nil && e.format == "" {
+		return nil, fmt.Errorf("%s: %s has //enum: directives but no //enum:string", e.pos, e.name)
+	}
+	return e, nil
+}
+
+// literals returns the Go string literals at the start of a line comment,
+// separated by spaces; what follows them is free text.
+func literals(comment string) ([]string, error) {
+	var out []string
+	s := strings.TrimSpace(comment)
+	for strings.HasPrefix(s, `"`) || strings.HasPrefix(s, "`") {
+		q, err := strconv.QuotedPrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("bad name literal in %q: %v", comment, err)
+		}
+		v, _ := strconv.Unquote(q)
+		out = append(out, v)
+		s = strings.TrimLeft(s[len(q):], " ")
+	}
+	return out, nil
+}
+
+func writeMethod(b *bytes.Buffer, e *enum, method, what, unknown string, name func(constant) string) {
+	fmt.Fprintf(b, "// %s returns %s written beside x's constant; for another value, %q.\n", method, what, unknown)
+	fmt.Fprintf(b, "func (x %s) %s() string {\n\tswitch x {\n", e.name, method)
+	for _, c := range e.consts {
+		fmt.Fprintf(b, "\tcase %s:\n\t\treturn %s\n", c.ident, strconv.Quote(name(c)))
+	}
+	b.WriteString("\t}\n")
+	if strings.Contains(unknown, "%") {
+		fmt.Fprintf(b, "\treturn fmt.Sprintf(%s, %s(x))\n}\n\n", strconv.Quote(unknown), e.underlying)
+	} else {
+		fmt.Fprintf(b, "\treturn %s\n}\n\n", strconv.Quote(unknown))
+	}
+}
