@@ -669,6 +669,35 @@ func (t *tap) Recv(pkts []link.Packet) (int, error) {
 	return n, err
 }
 
+// pollerTap is a tap over a link.Poller, which stays one, so that the
+// device's CQ pollers can drive the link (verbs' run to completion).
+type pollerTap struct {
+	*tap
+	p link.Poller
+}
+
+// TryRecv takes what arrived, then records it.
+func (t pollerTap) TryRecv(pkts []link.Packet) (int, error) {
+	n, err := t.p.TryRecv(pkts)
+	if n > 0 && t.n.Load() > 0 {
+		for i := range pkts[:n] {
+			t.record(&pkts[i])
+		}
+	}
+	return n, err
+}
+
+// RecvLocked takes what arrived with mu held, then records it.
+func (t pollerTap) RecvLocked(pkts []link.Packet, mu sync.Locker) (int, error) {
+	n, err := t.p.RecvLocked(pkts, mu)
+	if n > 0 && t.n.Load() > 0 {
+		for i := range pkts[:n] {
+			t.record(&pkts[i])
+		}
+	}
+	return n, err
+}
+
 func (t *tap) record(pk *link.Packet) {
 	ts := time.Now()
 	t.mu.Lock()

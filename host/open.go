@@ -196,7 +196,11 @@ func Open(name string, o Options) (*Device, error) {
 		l = o.Wrap(l)
 	}
 	d.ctl.tap = &tap{Link: l, res: d.res} // captures through the control socket
-	l = d.ctl.tap
+	if p, ok := l.(link.Poller); ok {
+		l = pollerTap{tap: d.ctl.tap, p: p}
+	} else {
+		l = d.ctl.tap
+	}
 	// The netlink watch already runs (refresh): read what it writes, and
 	// publish the device to it, under d.mu.
 	d.mu.Lock()
