@@ -78,10 +78,14 @@ func BenchmarkUDPThroughput(b *testing.B) {
 //     acknowledged by a 20-byte datagram sent with the next message in
 //     one sendmmsg, which the receiver reads and skips: the floor under
 //     RCSendRecvRTT64 (4 datagrams per round trip, as RC's two SENDs and
-//     two ACKs).
+//     two ACKs) with the CQ busy-polled;
+//   - netpoll+ack (rttBlockingFloorMode): the same four datagrams and two
+//     sendmmsg calls, each side a goroutine parked in the netpoller as in
+//     netpoll: the floor under RCSendRecvRTT64/*/wait, whose goroutines
+//     sleep in CQ.PollWait.
 func BenchmarkUDPRoundTrip64(b *testing.B) {
 	ha, hb := newVeth(b)
-	for _, mode := range []string{"blocking", "netpoll", "busypoll", rttFloorMode} {
+	for _, mode := range []string{"blocking", "netpoll", "busypoll", rttFloorMode, rttBlockingFloorMode} {
 		b.Run(mode, func(b *testing.B) { benchUDPRTT(b, ha, hb, mode) })
 	}
 }
@@ -487,7 +491,7 @@ func openUDPRTT(b *testing.B, ha, hb *nettest.Host, mode string) *udpRTT {
 	u := &udpRTT{done: make(chan error, 1), iters: make(chan int)}
 	var pong func([]byte) (int, error)
 	switch mode {
-	case "netpoll":
+	case "netpoll", rttBlockingFloorMode:
 		dial := func(h *nettest.Host, peer netip.Addr) *net.UDPConn {
 			var c *net.UDPConn
 			err := h.Do(func() (err error) {
@@ -505,6 +509,10 @@ func openUDPRTT(b *testing.B, ha, hb *nettest.Host, mode string) *udpRTT {
 		u.ping, pong = ca.Read, cb.Read
 		u.sendA = func(p []byte) error { _, err := ca.Write(p); return err }
 		u.sendB = func(p []byte) error { _, err := cb.Write(p); return err }
+		if mode == rttBlockingFloorMode {
+			u.ping, pong = skipACKs(ca.Read), skipACKs(cb.Read)
+			u.sendA, u.sendB = sendConnWithACK(b, ca), sendConnWithACK(b, cb)
+		}
 	default:
 		nb := mode == "busypoll" || mode == rttFloorMode
 		fa, fb := udpSocket(b, ha, hb.IPv4, port, nb), udpSocket(b, hb, ha.IPv4, port, nb)
@@ -533,7 +541,7 @@ func openUDPRTT(b *testing.B, ha, hb *nettest.Host, mode string) *udpRTT {
 	// B echoes n datagrams for every n it is told. Blocking and
 	// busy-polling sides get an OS thread each; netpoll ones do not, as a
 	// goroutine locked to a thread is woken through an extra hand-off.
-	u.lock = mode != "netpoll"
+	u.lock = mode != "netpoll" && mode != rttBlockingFloorMode
 	go func() {
 		if u.lock {
 			runtime.LockOSThread()
@@ -567,6 +575,51 @@ func openUDPRTT(b *testing.B, ha, hb *nettest.Host, mode string) *udpRTT {
 // the same sendmmsg as its next message (the cheapest an RC transport can
 // do: no ACK on its own syscall). The floor under RCSendRecvRTT64.
 const rttFloorMode = "busypoll+ack"
+
+// rttBlockingFloorMode is rttFloorMode's datagrams with netpoll's waiting:
+// the floor under a round trip whose two sides sleep until a packet comes
+// (RCSendRecvRTT64's wait modes: CQ.PollWait).
+const rttBlockingFloorMode = "netpoll+ack"
+
+// skipACKs wraps a read function to skip the ACK-sized datagrams.
+func skipACKs(read func([]byte) (int, error)) func([]byte) (int, error) {
+	return func(p []byte) (int, error) {
+		for {
+			n, err := read(p)
+			if err == nil && n == rttACKLen {
+				continue
+			}
+			return n, err
+		}
+	}
+}
+
+// sendConnWithACK is sendWithACK on a Go UDP socket: the sendmmsg runs in
+// the socket's RawConn.Write, which waits in the netpoller if the socket's
+// buffer is full.
+func sendConnWithACK(b *testing.B, c *net.UDPConn) func([]byte) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var send func([]byte) error
+	var msg []byte
+	var serr error
+	write := func(fd uintptr) bool {
+		if send == nil {
+			send = sendWithACK(int(fd))
+		}
+		serr = send(msg)
+		return !errors.Is(serr, unix.EAGAIN)
+	}
+	return func(p []byte) error {
+		msg = p
+		if err := rc.Write(write); err != nil {
+			return err
+		}
+		return serr
+	}
+}
 
 // rttACKLen is the size of an RC ACK's UDP payload: BTH, AETH, ICRC.
 const rttACKLen = wire.BTHLen + wire.AETHLen + wire.ICRCLen

@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
 
@@ -46,24 +47,40 @@ func BenchmarkRCWrite64K(b *testing.B) {
 // wait: the links sleep in the netpoller between packets (the default);
 // busypoll: they poll their sockets for 50µs after each packet
 // (udp.Link.SetBusyPoll). x-udp-busypoll is the ratio to the busy-polled
-// UDP round trip (the goal is ≤ 1.25).
-//
-// The application does not spin on the CQ: a goroutine that polls in a
-// loop, even yielding with runtime.Gosched, keeps the Go scheduler from
-// polling the network, and the round trip grew to hundreds of µs.
+// UDP round trip. cqpoll: the links wait in the netpoller, and each side
+// busy-polls its CQ instead of waiting in PollWait (CQ.Poll in a loop that
+// yields with runtime.Gosched but never sleeps), as perftest and roce perf
+// do by default. The floors (bench/run.sh's "× floor") are
+// UDPRoundTrip64/busypoll+ack for busypoll and cqpoll, and
+// UDPRoundTrip64/netpoll+ack for wait.
 func BenchmarkRCSendRecvRTT64(b *testing.B) {
 	ha, hb := newVeth(b)
 	for _, mode := range linkModes {
-		for _, poll := range []string{"wait", "busypoll"} {
+		for _, poll := range []string{"wait", "busypoll", "cqpoll"} {
 			b.Run(mode+"/"+poll, func(b *testing.B) {
 				var bp time.Duration
-				if poll != "wait" {
+				if poll == "busypoll" {
 					bp = 50 * time.Microsecond
 				}
 				p := openRoCE(b, ha, hb, mode == "unprivileged", bp, verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
-				benchRCRTT(b, p, ha, hb)
+				benchRCRTT(b, p, ha, hb, poll == "cqpoll")
 			})
 		}
+	}
+}
+
+// spinPoll busy-polls cq for one completion, as perftest does: it never
+// sleeps, and yields the P between polls.
+func spinPoll(ctx context.Context, cq *verbs.CQ, wc []verbs.WC) (int, error) {
+	for spins := 0; ; spins++ {
+		n, err := cq.Poll(wc)
+		if n > 0 || err != nil {
+			return n, err
+		}
+		if spins&1023 == 1023 && ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		runtime.Gosched()
 	}
 }
 
@@ -270,7 +287,7 @@ func benchRCWrite(b *testing.B, p *rocePair, ha, hb *nettest.Host) {
 	}
 }
 
-func benchRCRTT(b *testing.B, p *rocePair, ha, hb *nettest.Host) {
+func benchRCRTT(b *testing.B, p *rocePair, ha, hb *nettest.Host, spin bool) {
 	type end struct {
 		qp   *verbs.QP
 		rcq  *verbs.CQ
@@ -295,8 +312,12 @@ func benchRCRTT(b *testing.B, p *rocePair, ha, hb *nettest.Host) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	// await takes one receive completion and reposts the receive.
+	wait := pollWait
+	if spin {
+		wait = spinPoll
+	}
 	await := func(e *end) error {
-		if _, err := e.rcq.PollWait(ctx, e.wc[:]); err != nil {
+		if _, err := wait(ctx, e.rcq, e.wc[:]); err != nil {
 			return err
 		}
 		if wc := &e.wc[0]; wc.Status != verbs.WCSuccess || wc.ByteLen != rttSize {
@@ -349,6 +370,11 @@ func benchRCRTT(b *testing.B, p *rocePair, ha, hb *nettest.Host) {
 	if base := busyPollRTT(b, ha, hb); base > 0 {
 		b.ReportMetric(r.ns/base, "x-udp-busypoll")
 	}
+}
+
+// pollWait is CQ.PollWait as a function of the CQ.
+func pollWait(ctx context.Context, cq *verbs.CQ, wc []verbs.WC) (int, error) {
+	return cq.PollWait(ctx, wc)
 }
 
 // BenchmarkLinkRoundTrip64: the UDP link alone, without the engine: a

@@ -73,7 +73,7 @@ func BenchmarkRsocket(b *testing.B) {
 	})
 	b.Run("RCSendRecvRTT64", func(b *testing.B) {
 		p := openRoCE(b, ha, hb, false, 0, verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
-		benchRCRTT(b, p, ha, hb)
+		benchRCRTT(b, p, ha, hb, false)
 		rcRTT = lastResult(b).ns
 	})
 	b.Run("RequestResponse64", func(b *testing.B) {

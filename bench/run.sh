@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # bench/run.sh: run goroce's benchmarks over veth between two network
 # namespaces and print the table of BENCHMARKS.md (goroce beside the raw-UDP
-# baselines of the same run, as ratios, and the scale figures).
+# baselines and the floors of the same run, as ratios: the "× floor" column;
+# the fairness under a hostile READ; the scale figures). Round trips that
+# wait in PollWait are compared with the blocking floor
+# (UDPRoundTrip64/netpoll+ack), the others with the busy-polled one.
 #
 # Usage, as root, from anywhere in the repository:
 #

@@ -16,6 +16,7 @@ import (
 	"github.com/google/gopacket/pcapgo"
 
 	"github.com/goroce/goroce/internal/testenv"
+	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/verbs/verbstest"
 	"github.com/goroce/goroce/wire"
@@ -337,5 +338,21 @@ func openLo(t *testing.T, o Options) (*Device, error) {
 			return d, err
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestOpenKeepsPoller: the capture tap host puts over every device's link
+// must not hide link/udp's link.Poller, or the device's CQ pollers never
+// drive the link (verbs' run to completion) and every host device falls
+// back to the receive goroutine's hand-off (the datapath branch's finding).
+func TestOpenKeepsPoller(t *testing.T) {
+	r := loDevice(t)
+	d, err := openLo(t, Options{RunDir: r.Dir, Unprivileged: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if _, ok := d.Device.Link().(link.Poller); !ok {
+		t.Fatalf("the device's link %T is not a link.Poller", d.Device.Link())
 	}
 }

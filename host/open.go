@@ -197,7 +197,11 @@ func Open(name string, o Options) (*Device, error) {
 		l = o.Wrap(l)
 	}
 	d.ctl.tap = pcap.NewTap(pathLink{Link: l, res: d.res}) // captures through the control socket
-	l = d.ctl.tap
+	if p, ok := l.(link.Poller); ok {
+		l = d.ctl.tap.WithPoller(p) // so that CQ pollers drive the link (run to completion)
+	} else {
+		l = d.ctl.tap
+	}
 	// The netlink watch already runs (refresh): read what it writes, and
 	// publish the device to it, under d.mu.
 	d.mu.Lock()

@@ -17,6 +17,7 @@ package link
 
 import (
 	"net/netip"
+	"sync"
 	"sync/atomic"
 
 	"github.com/goroce/goroce/wire"
@@ -75,6 +76,25 @@ type Link interface {
 	Stats() *Stats
 	// Close stops the link and unblocks Recv.
 	Close() error
+}
+
+// A Poller is a link whose receive path the engine can drive from any
+// goroutine: the one that polls a completion queue receives, processes and
+// answers packets itself (run to completion, as DPDK- and eRPC-style
+// user-space stacks do), instead of waiting for a hand-off from a receive
+// goroutine blocked in Recv. Packets must be taken and handled in the
+// order they arrived, so the engine takes them only under a lock of its
+// own, mu, which RecvLocked takes before it takes packets, and not while
+// it sleeps.
+type Poller interface {
+	// TryRecv fills pkts[:n] with what has arrived, without waiting: n is
+	// 0 when nothing has. The buffers are as Recv's.
+	TryRecv(pkts []Packet) (n int, err error)
+	// RecvLocked is Recv that takes the packets with mu held: it blocks
+	// until at least one packet arrives, without holding mu while it
+	// waits, and returns with mu held if and only if err is nil. After
+	// Close it returns net.ErrClosed.
+	RecvLocked(pkts []Packet, mu sync.Locker) (n int, err error)
 }
 
 // A PathReporter is a link that can say why packets to a destination could

@@ -48,9 +48,16 @@ type Device struct {
 	portUp  bool           // guarded by mu
 
 	rxDone chan struct{}
-	// rxMu is held while the receive goroutine handles a batch: Barrier
-	// takes it to order the caller after everything handled so far.
+	// rxMu is held while a batch is taken from the link and handled, by
+	// the receive goroutine or by a goroutine polling a CQ (pollLink):
+	// Barrier takes it to order the caller after everything handled so
+	// far, and holding it across the take and the handling keeps the
+	// packets in the order the link delivered them.
 	rxMu sync.Mutex
+	rx   rxPath // guarded by rxMu
+	// poller is the link's link.Poller, or nil: then only the receive
+	// goroutine takes packets, in Recv.
+	poller link.Poller
 	// sched gives the QPs with bulk work their turns (sched.go).
 	sched sched
 }
@@ -92,6 +99,8 @@ func openDevice(cfg DeviceConfig, sched bool) (*Device, error) {
 		}
 	}
 	d.txPool.New = func() any { b := make([]byte, link.MaxFrameSize); return &b }
+	d.poller, _ = cfg.Link.(link.Poller)
+	d.rx.init(d)
 	d.events.init(&d.counters[AsyncEventsDropped])
 	d.sched.init()
 	if sched {
@@ -354,62 +363,124 @@ func (d *Device) lookupQP(qpn uint32) *QP {
 	return d.qps[qpn]
 }
 
-// receive is the device's one receive goroutine: it takes batches from the
-// link and hands each packet to its QP.
+// rxPath is what taking and handling a batch of packets needs; whoever
+// holds Device.rxMu uses it.
+type rxPath struct {
+	bufs              []link.Packet
+	out               txBatch
+	p                 wire.Packet
+	prevICRC, prevMal uint64 // the link's drop counters, as last mirrored
+}
+
+func (r *rxPath) init(d *Device) {
+	r.bufs = make([]link.Packet, d.link.BatchSize())
+	for i := range r.bufs {
+		r.bufs[i].Buf = make([]byte, 0, link.MaxFrameSize)
+	}
+	r.out.dev = d
+}
+
+// receive is the device's receive goroutine: it takes batches from the
+// link and hands each packet to its QP. With a link.Poller it only does so
+// while nobody polls: a goroutine spinning on a CQ takes the packets
+// itself (pollLink), and the receive goroutine, woken by the same
+// packets, finds nothing left and waits again.
 func (d *Device) receive() {
 	defer close(d.rxDone)
-	n := d.link.BatchSize()
-	bufs := make([]link.Packet, n)
-	for i := range bufs {
-		bufs[i].Buf = make([]byte, 0, link.MaxFrameSize)
-	}
-	var out txBatch
-	out.dev = d
-	var p wire.Packet
-	prevICRC, prevMal := uint64(0), uint64(0)
+	var turn txBatch // for the scheduler's turns, served without rxMu
+	turn.dev = d
 	for {
+		var k int
+		var err error
 		d.sched.rxIdle(true)
-		k, err := d.link.Recv(bufs)
-		d.sched.rxIdle(false)
+		if d.poller != nil {
+			// The packets are taken under rxMu, which the link lets go
+			// of while it waits, so that pollLink can take them instead.
+			k, err = d.poller.RecvLocked(d.rx.bufs, &d.rxMu)
+			d.sched.rxIdle(false)
+			if err == nil {
+				d.handleBatch(k)
+				d.rxMu.Unlock()
+			}
+		} else {
+			// Recv blocks, so it runs without rxMu; the goroutine is the
+			// only one that takes packets, and their order holds.
+			k, err = d.link.Recv(d.rx.bufs)
+			d.sched.rxIdle(false)
+			if err == nil {
+				d.rxMu.Lock()
+				d.handleBatch(k)
+				d.rxMu.Unlock()
+			}
+		}
 		if err != nil {
 			if !errors.Is(err, net.ErrClosed) {
 				d.events.post(AsyncEvent{Type: EventDeviceFatal, Detail: "link receive failed: " + err.Error()})
 			}
 			return
 		}
-		// Mirror the link's drop counters into the port's.
-		st := d.link.Stats()
-		if v := st.RxBadICRC.Load(); v != prevICRC {
-			d.counters[RcvdBadICRC].Add(v - prevICRC)
-			prevICRC = v
-		}
-		if v := st.RxMalformed.Load(); v != prevMal {
-			d.counters[RcvdBadHeader].Add(v - prevMal)
-			prevMal = v
-		}
-		// The batch's responses (ACKs, READ responses) go out before rxMu
-		// is released: a program that sees a completion from this batch
-		// and closes the device at once must not lose the ACK its peer
-		// waits for (Close takes rxMu before it closes the link), or the
-		// peer, which has heard from us, retries forever.
-		d.rxMu.Lock()
-		// The batch's responses and the requester runs it triggers may
-		// send burstBytes inline; the rest of any bulk work waits for the
-		// QPs' turns in the scheduler, so a READ of 256 MiB does not hold
-		// the receive goroutine (and every other QP) while it is answered.
-		out.budget, out.unlimited = burstBytes, false
-		for i := range bufs[:k] {
-			d.dispatch(&bufs[i], &p, &out)
-		}
-		out.release()
-		d.rxMu.Unlock()
 		// One turn of the scheduler's per batch received: while packets
 		// keep the receive goroutine busy, the scheduler's goroutine waits
 		// (runSched), and bulk work still moves a burst at a time.
-		if d.sched.waitingQPs.Load() > 0 {
-			d.serveTurn(&out)
+		if k > 0 && d.sched.waitingQPs.Load() > 0 {
+			d.serveTurn(&turn)
 		}
 	}
+}
+
+// pollLink is run to completion: a goroutine that polls a CQ and finds it
+// empty takes what the link has received and handles it itself —
+// receive, process, respond, complete — instead of waiting for the
+// receive goroutine to be woken and to hand it over. It reports whether
+// it handled packets. Without a link.Poller, or while another goroutine
+// handles a batch, it does nothing.
+func (d *Device) pollLink() bool {
+	if d.poller == nil || !d.rxMu.TryLock() {
+		return false
+	}
+	// An error is the receive goroutine's to report: it gets the same.
+	k, _ := d.poller.TryRecv(d.rx.bufs)
+	if k > 0 {
+		d.handleBatch(k)
+	}
+	d.rxMu.Unlock()
+	if k > 0 && d.sched.waitingQPs.Load() > 0 {
+		// As the receive goroutine does after a batch.
+		out := getTxBatch(d)
+		d.serveTurn(out)
+		putTxBatch(out)
+	}
+	return k > 0
+}
+
+// handleBatch handles d.rx.bufs[:k]. Called with rxMu held.
+func (d *Device) handleBatch(k int) {
+	r := &d.rx
+	// Mirror the link's drop counters into the port's.
+	st := d.link.Stats()
+	if v := st.RxBadICRC.Load(); v != r.prevICRC {
+		d.counters[RcvdBadICRC].Add(v - r.prevICRC)
+		r.prevICRC = v
+	}
+	if v := st.RxMalformed.Load(); v != r.prevMal {
+		d.counters[RcvdBadHeader].Add(v - r.prevMal)
+		r.prevMal = v
+	}
+	// The batch's responses (ACKs, READ responses) go out before rxMu is
+	// released: a program that sees a completion from this batch and
+	// closes the device at once must not lose the ACK its peer waits for
+	// (Close takes rxMu before it closes the link), or the peer, which
+	// has heard from us, retries forever.
+	//
+	// The batch's responses and the requester runs it triggers may send
+	// burstBytes inline; the rest of any bulk work waits for the QPs'
+	// turns in the scheduler, so a READ of 256 MiB does not hold the
+	// receive path (and every other QP) while it is answered.
+	r.out.budget, r.out.unlimited = burstBytes, false
+	for i := range r.bufs[:k] {
+		d.dispatch(&r.bufs[i], &r.p, &r.out)
+	}
+	r.out.release()
 }
 
 // dispatch checks a packet's transport headers and hands it to its QP.

@@ -170,6 +170,12 @@ func newPerfVerbCmd(name string, verb perftest.Verb, bw, lat string) *cobra.Comm
 	f.BoolVarP(&rdmaCM, "rdma_cm", "R", false, "connect QPs with RDMA CM and exchange over RDMA CM (the server argument is then the peer's RoCE address)")
 	f.IntVarP(&tos, "tos", "T", 0, "set `tos` (0-255) on the test's RDMA CM QPs, with -R only: the IP TOS of their packets both ways (the server's QPs take the client's)")
 	f.StringVar(&pcapFile, "pcap", "", "write every packet the device sends and receives to `file` (pcap)")
+	// perftest's -e, --events (its use_event); ib_write_* refuse it, in
+	// perftest's words (Config.Validate). --use_event, the name of
+	// perftest's field, is accepted too, unlisted.
+	f.BoolVarP(&c.UseEvent, "events", "e", false, "sleep on CQ events (default poll); not with write or -D")
+	f.BoolVar(&c.UseEvent, "use_event", false, "the same as --events")
+	_ = f.MarkHidden("use_event")
 	if name == "atomic" {
 		f.StringVarP(&c.Atomic, "atomic_type", "A", "", "CMP_AND_SWAP or FETCH_AND_ADD (default FETCH_AND_ADD)")
 	}

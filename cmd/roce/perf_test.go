@@ -40,6 +40,10 @@ func TestPerfUsage(t *testing.T) {
 		{"perf write -T 106", "TOS only valid for rdma_cm based QP and RawEth QP"},
 		{"perf send -R --lat -T 256", "TOS should be between 0 and 255"},
 		{"perf read -R -T -1 192.0.2.1", "TOS should be between 0 and 255"},
+		// -e, perftest's --events, in perftest's words.
+		{"perf write -e", "Events feature not available on WRITE verb"},
+		{"perf write --lat --use_event", "Events feature not available on WRITE verb"},
+		{"perf send -e -D 2", "Duration mode doesn't work with events"},
 	} {
 		if code, _, stderr := roceAt(t, dir, strings.Fields(c.args)...); code != exitUsage || !strings.Contains(stderr, c.want) {
 			t.Errorf("roce %s: exit %d, stderr %q; want %d and %q", c.args, code, stderr, exitUsage, c.want)
@@ -76,6 +80,9 @@ func TestPerfOverVeth(t *testing.T) {
 		{"read", "--lat", "-s", "64", "-n", "50"},
 		{"send", "--lat", "-s", "64", "-n", "50"},
 		{"atomic", "--lat", "-n", "50"},
+		// -e: sleeping on CQ events instead of busy-polling the CQ.
+		{"send", "--lat", "-e", "-s", "64", "-n", "50"},
+		{"read", "--events", "-s", "4096", "-n", "50"},
 		{"write", "-s", "65536", "-D", "2", "-q", "2"},
 		// -R: the exchange and the QPs through RDMA CM.
 		{"write", "-R", "-s", "4096", "-n", "50"},

@@ -187,6 +187,7 @@ func (f *Fabric) AddPort(cfg PortConfig) (*Port, error) {
 		fab:    f,
 		cfg:    cfg,
 		queue:  make(chan *frame, cfg.QueueLen),
+		ready:  make(chan struct{}, 1),
 		closed: make(chan struct{}),
 		rng:    rand.New(rand.NewPCG(cfg.Seed, uint64(n))),
 		bn:     cfg.Bottleneck,
@@ -233,6 +234,12 @@ func (f *Fabric) deliver(fr *frame) {
 	fr.queued = false
 	select {
 	case dst.queue <- fr:
+		// After the frame is queued, so that a WaitRecv that found the
+		// queue empty hears of it.
+		select {
+		case dst.ready <- struct{}{}:
+		default:
+		}
 	default:
 		src.faults.QueueFull.Add(1)
 		f.putFrame(fr)
@@ -335,6 +342,7 @@ func (p *Port) SetBottleneck(b Bottleneck) error {
 type Port struct {
 	fab    *Fabric
 	queue  chan *frame
+	ready  chan struct{} // a token after each frame queued, for WaitRecv
 	closed chan struct{}
 	once   sync.Once
 	stats  link.Stats
@@ -353,7 +361,10 @@ type Port struct {
 	busyUntil time.Time  // guarded by bnMu: when the bottleneck's queue empties
 }
 
-var _ link.Link = (*Port)(nil)
+var (
+	_ link.Link   = (*Port)(nil)
+	_ link.Poller = (*Port)(nil)
+)
 
 // Name returns the port's name.
 func (p *Port) Name() string { return p.cfg.Name }
@@ -515,6 +526,52 @@ func (p *Port) Recv(pkts []link.Packet) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// TryRecv is Recv without the wait (link.Poller).
+func (p *Port) TryRecv(pkts []link.Packet) (int, error) {
+	p.rxMu.Lock()
+	defer p.rxMu.Unlock()
+	if p.isClosed() {
+		return 0, net.ErrClosed
+	}
+	n := 0
+	for n < len(pkts) {
+		select {
+		case fr := <-p.queue:
+			if p.recvOne(fr, &pkts[n]) {
+				n++
+			}
+		default:
+			return n, nil
+		}
+	}
+	return n, nil
+}
+
+// RecvLocked is Recv that takes the frames with mu held (link.Poller). A
+// frame queued after its look at the queue leaves a token in ready, so
+// none is missed; a stale token only makes a wake-up with nothing to take.
+func (p *Port) RecvLocked(pkts []link.Packet, mu sync.Locker) (int, error) {
+	for {
+		if len(p.queue) == 0 {
+			select {
+			case <-p.ready:
+			case <-p.closed:
+				return 0, net.ErrClosed
+			}
+		}
+		mu.Lock()
+		n, err := p.TryRecv(pkts)
+		if err != nil {
+			mu.Unlock()
+			return 0, err
+		}
+		if n > 0 {
+			return n, nil
+		}
+		mu.Unlock()
+	}
 }
 
 // recvOne decapsulates fr into pk and releases fr; it reports whether pk

@@ -117,6 +117,40 @@ func (l *Link) Recv(pkts []link.Packet) (int, error) {
 	return n, err
 }
 
+// WithPoller returns l as a link.Poller over p, the link.Poller that l
+// wraps (perhaps through decorators that hide it), recording what p's
+// TryRecv and RecvLocked take as Recv records, so that a recorded link's
+// CQ pollers still drive it (verbs' run to completion).
+func (l *Link) WithPoller(p link.Poller) link.Link { return pollerLink{l, p} }
+
+// pollerLink is a Link whose wrapped link is a link.Poller.
+type pollerLink struct {
+	*Link
+	p link.Poller
+}
+
+// TryRecv takes what has arrived, then records it.
+func (l pollerLink) TryRecv(pkts []link.Packet) (int, error) {
+	n, err := l.p.TryRecv(pkts)
+	l.recordRecv(pkts[:max(n, 0)])
+	return n, err
+}
+
+// RecvLocked takes what arrives with mu held, then records it.
+func (l pollerLink) RecvLocked(pkts []link.Packet, mu sync.Locker) (int, error) {
+	n, err := l.p.RecvLocked(pkts, mu)
+	l.recordRecv(pkts[:max(n, 0)])
+	return n, err
+}
+
+func (l *Link) recordRecv(pkts []link.Packet) {
+	if len(pkts) > 0 && l.sinks.Load() > 0 {
+		for i := range pkts {
+			l.record(&pkts[i])
+		}
+	}
+}
+
 // PathError forwards the wrapped link's (link.PathReporter).
 func (l *Link) PathError(dst netip.Addr, v wire.Version) error {
 	return link.PathErrorOf(l.Link, dst, v)

@@ -8,6 +8,9 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -91,18 +94,29 @@ type rxState struct {
 	meta    rxMeta       // of the message (or pending segment) being accepted
 	pkt     wire.Packet
 
-	lastRx int64 // nanotime of the last read that returned data
+	// lastRx is the nanotime of the last read that returned data; atomic,
+	// as WaitRecv's spin reads it without rxMu.
+	lastRx atomic.Int64
 
 	planned  planKey // the layout the iovecs hold
 	planBase []*byte // per caller slot: the buffer its iovec points into
 	planCap  []int
 	filled   int // messages the last recvmmsg filled
 
-	// The read in progress (see read).
+	// The read in progress (see read, try).
 	readFn    func(fd uintptr) bool
+	tryFn     func(fd uintptr)
 	m, n      int
 	errno     unix.Errno
 	spinUntil int64
+
+	// RecvLocked's read in progress (see readLocked): the caller's lock,
+	// and the link's rxMu, which readLocked takes and leaves held when it
+	// returns true.
+	lockedFn func(fd uintptr) bool
+	lockMu   sync.Locker
+	linkMu   *sync.Mutex
+	lockPkts []link.Packet
 
 	// How segments reached the caller's buffers (for tests): in place, by
 	// a copy within the read, by way of the queue.
@@ -117,6 +131,8 @@ type rxState struct {
 func (r *rxState) init(batch int, raw bool) {
 	r.raw = raw
 	r.readFn = r.read
+	r.tryFn = r.try
+	r.lockedFn = r.readLocked
 	r.hdrs = make([]unix.Mmsghdr, batch)
 	r.iovs = make([]unix.Iovec, batch*maxIov)
 	r.names = make([]byte, batch*nameLen)
@@ -283,6 +299,48 @@ func (r *rxState) read(fd uintptr) bool {
 	}
 }
 
+// try is TryRecv's callback (bound once as tryFn): one recvmmsg, which
+// does not wait (MSG_DONTWAIT).
+func (r *rxState) try(fd uintptr) {
+	for {
+		r.n, r.errno = recvmmsg(fd, r.hdrs[:r.m])
+		if r.errno != unix.EINTR {
+			return
+		}
+	}
+}
+
+// readLocked is RecvLocked's callback (bound once as lockedFn): read
+// with the caller's lock and the link's rxMu held, which it keeps when a
+// read returned data (or an error), and lets go of before the netpoller's
+// wait, so that TryRecv runs meanwhile. It runs inside RawConn.Read, after
+// the netpoller's readiness was reset: a datagram that arrives after the
+// read that found none wakes the wait that follows a false.
+func (r *rxState) readLocked(fd uintptr) bool {
+	for {
+		r.lockMu.Lock()
+		r.linkMu.Lock()
+		r.m = r.plan(r.lockPkts)
+		r.n, r.errno = recvmmsg(fd, r.hdrs[:r.m])
+		switch {
+		case r.errno == unix.EINTR:
+		case r.errno != unix.EAGAIN:
+			return true
+		case r.spinUntil == 0 || nanotime() > r.spinUntil:
+			r.linkMu.Unlock()
+			r.lockMu.Unlock()
+			return false // sleep in the netpoller
+		default:
+			r.linkMu.Unlock()
+			r.lockMu.Unlock()
+			runtime.Gosched()
+			continue
+		}
+		r.linkMu.Unlock()
+		r.lockMu.Unlock()
+	}
+}
+
 // nanotime is a monotonic clock in nanoseconds.
 func nanotime() int64 { return int64(time.Since(epoch)) }
 
@@ -307,19 +365,16 @@ func (l *Link) Recv(pkts []link.Packet) (int, error) {
 		r.m = r.plan(pkts)
 		// Busy-poll while a packet arrived within the last BusyPoll.
 		r.spinUntil = 0
-		if bp := l.busyPoll.Load(); bp > 0 && r.lastRx != 0 {
-			r.spinUntil = r.lastRx + bp
+		if bp, last := l.busyPoll.Load(), r.lastRx.Load(); bp > 0 && last != 0 {
+			r.spinUntil = last + bp
 		}
 		err := rc.Read(r.readFn)
 		n, errno := r.n, r.errno
 		if errno == 0 && err == nil && l.busyPoll.Load() > 0 {
-			r.lastRx = nanotime()
+			r.lastRx.Store(nanotime())
 		}
 		if err != nil {
-			if l.raw != nil && l.raw.closed.Load() || errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrClosed) {
-				return 0, net.ErrClosed
-			}
-			return 0, err
+			return 0, l.rxError(err)
 		}
 		if errno == unix.EINVAL && l.raw != nil {
 			// An AF_PACKET socket with PACKET_VNET_HDR returns EINVAL, and
@@ -343,6 +398,139 @@ func (l *Link) Recv(pkts []link.Packet) (int, error) {
 		if got := l.deliverPending(pkts); got > 0 {
 			return got, nil
 		}
+	}
+}
+
+// rxError maps a RawConn's error after Close to net.ErrClosed.
+func (l *Link) rxError(err error) error {
+	if l.raw != nil && l.raw.closed.Load() || errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrClosed) {
+		return net.ErrClosed
+	}
+	return err
+}
+
+// rxConn is the socket packets arrive on.
+func (l *Link) rxConn() syscall.RawConn {
+	if l.raw != nil {
+		return l.raw.rc
+	}
+	return l.rc
+}
+
+// TryRecv is Recv without the wait (link.Poller): one recvmmsg that does
+// not block, or the queued segments of an earlier one.
+func (l *Link) TryRecv(pkts []link.Packet) (int, error) {
+	l.rxMu.Lock()
+	defer l.rxMu.Unlock()
+	if len(pkts) == 0 {
+		return 0, nil
+	}
+	if got := l.deliverPending(pkts); got > 0 {
+		return got, nil
+	}
+	rc := l.rxConn()
+	r := &l.rx
+	for {
+		r.m = r.plan(pkts)
+		// Control, not Read: Read holds the socket's read lock while
+		// WaitRecv sleeps in it.
+		err := rc.Control(r.tryFn)
+		n, errno := r.n, r.errno
+		if err != nil {
+			return 0, l.rxError(err)
+		}
+		if l.raw != nil && l.raw.closed.Load() {
+			return 0, net.ErrClosed
+		}
+		switch {
+		case errno == unix.EAGAIN:
+			return 0, nil
+		case errno == unix.EINVAL && l.raw != nil:
+			l.stats.RxKernelRefused.Add(1) // as Recv
+			l.disableGRO()
+			continue
+		case errno != 0:
+			return 0, errno
+		}
+		if l.busyPoll.Load() > 0 {
+			r.lastRx.Store(nanotime())
+		}
+		r.filled = n
+		if got := l.process(pkts, n); got > 0 {
+			return got, nil
+		}
+		if got := l.deliverPending(pkts); got > 0 {
+			return got, nil
+		}
+	}
+}
+
+// RecvLocked is Recv that takes the packets with mu held (link.Poller):
+// the caller's lock and rxMu are taken for each read and let go of while
+// the socket is empty. One goroutine at a time calls it (the socket's
+// read lock would serialize more).
+func (l *Link) RecvLocked(pkts []link.Packet, mu sync.Locker) (int, error) {
+	if len(pkts) == 0 {
+		return 0, nil
+	}
+	mu.Lock()
+	l.rxMu.Lock()
+	if got := l.deliverPending(pkts); got > 0 {
+		l.rxMu.Unlock()
+		return got, nil
+	}
+	l.rxMu.Unlock()
+	mu.Unlock()
+	rc := l.rxConn()
+	r := &l.rx
+	for {
+		// Not under rxMu, but only this goroutine writes them, and
+		// readLocked reads them.
+		spin := int64(0)
+		if bp, last := l.busyPoll.Load(), r.lastRx.Load(); bp > 0 && last != 0 {
+			spin = last + bp
+		}
+		l.rxMu.Lock()
+		r.spinUntil, r.lockMu, r.linkMu, r.lockPkts = spin, mu, &l.rxMu, pkts
+		l.rxMu.Unlock()
+		err := rc.Read(r.lockedFn)
+		if err != nil {
+			// readLocked returned false, or never ran: no lock is held.
+			return 0, l.rxError(err)
+		}
+		// Both locks are held.
+		n, errno := r.n, r.errno
+		r.lockPkts = nil
+		if l.raw != nil && l.raw.closed.Load() {
+			l.rxMu.Unlock()
+			mu.Unlock()
+			return 0, net.ErrClosed
+		}
+		if errno == unix.EINVAL && l.raw != nil {
+			l.stats.RxKernelRefused.Add(1) // as Recv
+			l.disableGRO()
+			l.rxMu.Unlock()
+			mu.Unlock()
+			continue
+		}
+		if errno != 0 {
+			l.rxMu.Unlock()
+			mu.Unlock()
+			return 0, errno
+		}
+		if l.busyPoll.Load() > 0 {
+			r.lastRx.Store(nanotime())
+		}
+		r.filled = n
+		got := l.process(pkts, n)
+		if got == 0 {
+			got = l.deliverPending(pkts)
+		}
+		l.rxMu.Unlock()
+		if got > 0 {
+			return got, nil
+		}
+		mu.Unlock()
 	}
 }
 
@@ -637,3 +825,5 @@ func releaseAtLeast(release string, major, minor int) bool {
 	}
 	return ma > major || ma == major && mi >= minor
 }
+
+var _ link.Poller = (*Link)(nil)

@@ -47,7 +47,41 @@ const (
 	// be met on the machine that measured them.
 	floorWrite = "UDPThroughput/gso+gro+roce"
 	floorRTT   = "UDPRoundTrip64/busypoll+ack"
+	// floorRTTBlocking is the floor of a round trip whose sides sleep
+	// until a packet comes (RCSendRecvRTT64's wait modes, in PollWait):
+	// floorRTT's datagrams, each side parked in Go's netpoller.
+	floorRTTBlocking = "UDPRoundTrip64/netpoll+ack"
 )
+
+// Goals of issue 15 ("Run to completion"), against the floors.
+const (
+	goalRTTPolled  = 1.5 // RCSendRecvRTT64/*/cqpoll ≤ 1.5 × floorRTT
+	goalRTTBlocked = 2.0 // RCSendRecvRTT64/*/wait ≤ 2 × floorRTTBlocking
+	goalFair       = 0.5 // ReadFairness fair-ratio ≥ 0.5 (hostile-peers issue)
+)
+
+// rttGoal is issue 15's goal for a latency row, × its floor, or 0.
+func rttGoal(n string) float64 {
+	switch {
+	case !strings.HasPrefix(n, "RCSendRecvRTT64/"):
+		return 0
+	case strings.HasSuffix(n, "/cqpoll"):
+		return goalRTTPolled
+	case strings.HasSuffix(n, "/wait"):
+		return goalRTTBlocked
+	}
+	return 0
+}
+
+// rttFloor is the floor a latency row is measured against: the blocking
+// floor for the rows that wait in PollWait (and that floor itself), the
+// busy-polled one for the others.
+func rttFloor(n string) string {
+	if n == floorRTTBlocking || strings.HasSuffix(n, "/wait") {
+		return floorRTTBlocking
+	}
+	return floorRTT
+}
 
 // floorRatio is a row's "× floor" cell: its median over the floor's, for
 // goroce's rows and the floor itself.
@@ -243,8 +277,37 @@ func render(w io.Writer, res *results) {
 			if n == rbaseName {
 				ratio = "1 (baseline)"
 			}
-			fl := floorRatio(res, n, "ns/op", floorRTT, strings.HasPrefix(n, "RCSendRecvRTT64"))
+			floor := rttFloor(n)
+			// Issue 15's goals are against the floors.
+			if g := rttGoal(n); g > 0 {
+				if f, ok := res.stat(floor, "ns/op"); ok && f.med > 0 {
+					goal = fmt.Sprintf("≤ %.2f× floor: %s", g, verdict(s.med/f.med <= g))
+				} else {
+					goal = fmt.Sprintf("≤ %.2f× floor: no floor in this run", g)
+				}
+			}
+			fl := floorRatio(res, n, "ns/op", floor, strings.HasPrefix(n, "RCSendRecvRTT64"))
 			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", n, spread(s, "%.1f", 1e3), res.cpu(n), ratio, fl, goal)
+		}
+		fmt.Fprintln(w)
+	}
+
+	// Fairness.
+	if fair := group(res.names, "ReadFairness"); len(fair) > 0 {
+		fmt.Fprintf(w, "**Fairness**, one QP's 64-byte WRITEs while another QP of the same device answers a 256 MiB READ:\n\n")
+		fmt.Fprintf(w, "| benchmark | rate during the READ / before | other figures | goal |\n|---|---|---|---|\n")
+		for _, n := range fair {
+			s, ok := res.stat(n, "fair-ratio")
+			if !ok {
+				continue
+			}
+			var other []string
+			for _, m := range [][2]string{{"base-ops/s", "%.0f ops/s before"}, {"read-ops/s", "%.0f ops/s during"}, {"read-MB/s", "the READ at %.0f MB/s"}} {
+				if v, ok := res.stat(n, m[0]); ok {
+					other = append(other, fmt.Sprintf(m[1], v.med))
+				}
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | ≥ %.2f: %s |\n", n, spread(s, "%.3f", 1), strings.Join(other, "; "), goalFair, verdict(s.med >= goalFair))
 		}
 		fmt.Fprintln(w)
 	}
@@ -309,7 +372,7 @@ func latencyBase(res *results) (name string, base stat, ok bool, note string) {
 	}
 	best, bestName := base, ""
 	for _, n := range group(res.names, "UDPRoundTrip64") {
-		if n == floorRTT {
+		if n == floorRTT || n == floorRTTBlocking {
 			continue // not a plain UDP round trip
 		}
 		if s, ok := res.stat(n, "ns/op"); ok && s.med < best.med {

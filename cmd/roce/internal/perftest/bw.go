@@ -37,18 +37,43 @@ func (p *params) window(c clock, start int64) window {
 
 func (w window) in(t int64) bool { return t >= w.sampleStart && t < w.sampleStop }
 
-// waitCQ polls cq into wcs, spinning briefly before it blocks: a goroutine
-// that never blocks keeps the Go scheduler from polling the network (see
-// internal/pingpong). A zero deadline waits for ctx only.
-func waitCQ(ctx context.Context, cq *verbs.CQ, wcs []verbs.WC, deadline time.Time) (int, error) {
+// waitCQ polls cq into wcs until it returns a completion, ctx ends or
+// the deadline passes (a zero deadline waits for ctx only), as perftest
+// waits for completions: by default it busy-polls the CQ, ibv_poll_cq in a
+// loop that never sleeps; with -e (UseEvent) it sleeps on the CQ's
+// completion event (ibv_req_notify_cq + ibv_get_cq_event: CQ.Wait).
+func (p *params) waitCQ(ctx context.Context, cq *verbs.CQ, wcs []verbs.WC, deadline time.Time) (int, error) {
+	if p.UseEvent {
+		return waitCQEvent(ctx, cq, wcs, deadline)
+	}
 	for spins := 0; ; spins++ {
 		n, err := cq.Poll(wcs)
 		if n != 0 || err != nil {
 			return n, err
 		}
-		if spins < 64 {
-			runtime.Gosched()
-			continue
+		if spins&1023 == 1023 {
+			if err := ctx.Err(); err != nil {
+				return 0, fmt.Errorf("poll CQ failed: %w", err)
+			}
+			if !deadline.IsZero() && time.Now().After(deadline) {
+				return 0, nil // the deadline passed: let the caller look at the clock
+			}
+		}
+		// The poll never blocks, but it yields the P between polls: the
+		// device's own goroutines (its receive goroutine when the link is
+		// not driven by the poller, a fabric's in tests) run on the same
+		// GOMAXPROCS Ps as this loop, and a loop that never yields leaves
+		// them only the scheduler's 10 ms preemption.
+		runtime.Gosched()
+	}
+}
+
+// waitCQEvent is -e's wait: poll, and sleep on the CQ when it is empty.
+func waitCQEvent(ctx context.Context, cq *verbs.CQ, wcs []verbs.WC, deadline time.Time) (int, error) {
+	for {
+		n, err := cq.Poll(wcs)
+		if n != 0 || err != nil {
+			return n, err
 		}
 		wctx := ctx
 		if !deadline.IsZero() {
@@ -475,7 +500,7 @@ func (r *run) bwClientQP(ctx context.Context, q *qpRes, size int, clk clock, win
 			}
 			deadline = drainUntil
 		}
-		n, err := waitCQ(ctx, q.scq, wcs, deadline)
+		n, err := r.waitCQ(ctx, q.scq, wcs, deadline)
 		if err != nil {
 			return err
 		}
@@ -614,7 +639,7 @@ func (r *run) bwServerQP(ctx context.Context, q *qpRes, size int, clk clock, fir
 		if r.Duration > 0 && !win.on {
 			deadline = time.Now().Add(100 * time.Millisecond)
 		}
-		n, err := waitCQ(ctx, q.rcq, wcs, deadline)
+		n, err := r.waitCQ(ctx, q.rcq, wcs, deadline)
 		if err != nil {
 			return err
 		}

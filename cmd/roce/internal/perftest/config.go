@@ -153,6 +153,12 @@ type Config struct {
 	// what WRITE and SEND placed and what FETCH_AND_ADD summed, the client
 	// what READ brought back. perftest peers do not fill buffers this way.
 	Verify bool
+	// UseEvent is -e (perftest's --events, its use_event): wait for
+	// completions by sleeping on the CQ's event (CQ.Wait, ibv_get_cq_event)
+	// instead of busy-polling it, perftest's default, which goroce's perf
+	// does too. perftest refuses it for RDMA WRITE and with -D, and so does
+	// goroce.
+	UseEvent bool
 }
 
 // ErrUsage marks a configuration perftest would refuse.
@@ -267,6 +273,12 @@ func (p *params) resolveSize() error {
 	if p.Duration < 0 || p.Duration > 0 && p.Duration < time.Second {
 		return usage("-D %v: duration must be at least 1 second", p.Duration)
 	}
+	if p.UseEvent && p.Verb == Write {
+		return usage("-e: Events feature not available on WRITE verb")
+	}
+	if p.UseEvent && p.Duration > 0 {
+		return usage("-e with -D %v: Duration mode doesn't work with events", p.Duration)
+	}
 	if p.Duration > 0 && p.All {
 		return usage("Duration mode currently doesn't support running on all sizes")
 	}
@@ -355,7 +367,9 @@ func (p *params) resolveDepths() error {
 		p.margin = p.Duration / 4
 		p.noPeak = true
 	}
-	if p.Size > cqModLimit && !p.All && !reqCQMod {
+	// perftest keeps -Q with events: "having a lot of processes with
+	// use_event leads to bugs" (force_dependecies).
+	if p.Size > cqModLimit && !p.All && !reqCQMod && !p.UseEvent {
 		p.CQMod = 1
 	}
 	p.CQMod = min(p.CQMod, p.TxDepth)

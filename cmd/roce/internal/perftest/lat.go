@@ -120,7 +120,7 @@ func (r *run) latRead(ctx context.Context, q *qpRes, size int, clk clock, win wi
 		if err := q.qp.PostSend(wr); err != nil {
 			return nil, fmt.Errorf("Couldn't post send: scnt=%d: %w", scnt, err)
 		}
-		n, err := waitCQ(ctx, q.scq, wcs, time.Time{})
+		n, err := r.waitCQ(ctx, q.scq, wcs, time.Time{})
 		if err != nil {
 			return nil, err
 		}
@@ -147,7 +147,7 @@ func (r *run) latSend(ctx context.Context, q *qpRes, size int, clk clock, win wi
 			if win.on {
 				deadline = clk.base.Add(time.Duration(win.end))
 			}
-			n, err := waitCQ(ctx, q.rcq, wcs, deadline)
+			n, err := r.waitCQ(ctx, q.rcq, wcs, deadline)
 			if err != nil {
 				return nil, err
 			}
@@ -175,7 +175,7 @@ func (r *run) latSend(ctx context.Context, q *qpRes, size int, clk clock, win wi
 			if err := q.qp.PostSend(wr); err != nil {
 				return nil, fmt.Errorf("Couldn't post send: scnt=%d: %w", scnt, err)
 			}
-			if _, err := waitCQ(ctx, q.scq, wcs, time.Time{}); err != nil {
+			if _, err := r.waitCQ(ctx, q.scq, wcs, time.Time{}); err != nil {
 				return nil, err
 			}
 			if wcs[0].Status != verbs.WCSuccess {
@@ -223,7 +223,7 @@ func (r *run) latWrite(ctx context.Context, q *qpRes, size int, clk clock, win w
 			}
 		}
 		if win.on || ccnt < iters {
-			if _, err := waitCQ(ctx, q.scq, wcs, time.Time{}); err != nil {
+			if _, err := r.waitCQ(ctx, q.scq, wcs, time.Time{}); err != nil {
 				return nil, err
 			}
 			if wcs[0].Status != verbs.WCSuccess {

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -112,6 +113,7 @@ type modeCase struct {
 	// server's is another, which its passive connections never use): the
 	// exchange's connection carries it, the test's -T's instead.
 	defTOS int
+	event  bool // -e
 }
 
 // tosFlag returns -T's value and whether it is given.
@@ -144,6 +146,9 @@ func (m modeCase) name() string {
 	}
 	if m.defTOS != 0 {
 		s += "/default" + strconv.Itoa(m.defTOS)
+	}
+	if m.event {
+		s += "/events"
 	}
 	return s
 }
@@ -180,6 +185,11 @@ var modes = []modeCase{
 	{verb: Send, all: true, bidir: true},
 	{verb: Write, size: 4096, uc: true, bidir: true},
 	{verb: Send, size: 2048, uc: true, bidir: true},
+	// -e: both sides sleep on CQ events instead of busy-polling.
+	{verb: Send, lat: true, size: 64, event: true},
+	{verb: Read, lat: true, size: 64, event: true},
+	{verb: Send, size: 65536, event: true},
+	{verb: Atomic, event: true},
 }
 
 // Every mode, goroce against goroce on two devices of the in-memory
@@ -247,7 +257,7 @@ func runFabric(t *testing.T, m modeCase, rdmaCM bool) {
 		iters = 5
 	}
 	cfg := Config{Verb: m.verb, Lat: m.lat, Atomic: m.atomic, Size: m.size, NumQPs: m.qps, Iters: iters,
-		All: m.all, GIDIndex: -1, Verify: true, OutJSON: true, Bidirectional: m.bidir}
+		All: m.all, GIDIndex: -1, Verify: true, OutJSON: true, Bidirectional: m.bidir, UseEvent: m.event}
 	if m.uc {
 		cfg.Connection = "UC"
 	}
@@ -358,6 +368,15 @@ func runFabric(t *testing.T, m modeCase, rdmaCM bool) {
 	js, err := os.ReadFile(cc.JSONFile)
 	if err != nil || !strings.Contains(string(js), "results: {") || !strings.Contains(string(js), "Device: \"") {
 		t.Errorf("--out_json: %v\n%s", err, js)
+	}
+	// -e's banner line and --out_json entry are perftest's; without -e
+	// there are none.
+	events := regexp.MustCompile(`(?m)^ Test with events\. Using \w+_comp0$`)
+	if got := events.MatchString(cout.String()); got != m.event {
+		t.Errorf("client banner has %q: %v, want %v:\n%s", events, got, m.event, cout.String())
+	}
+	if got := regexp.MustCompile(`(?m)^Test with events: Using_\w+_comp0,$`).Match(js); got != m.event {
+		t.Errorf("--out_json has the events entry: %v, want %v:\n%s", got, m.event, js)
 	}
 	if m.bidir && !strings.Contains(string(js), "test: "+strings.ReplaceAll(duplexTitle(t, m), " ", "_")+",\n") {
 		t.Errorf("--out_json does not name the bidirectional test:\n%s", js)

@@ -57,6 +57,10 @@ func (p *params) receives() bool { return p.Verb == Send && (!p.client || p.Bidi
 func (p *params) banner(w io.Writer, mtu, gidIndex, outReads int) {
 	fmt.Fprint(w, resultLine)
 	fmt.Fprintf(w, "                    %s\n", p.title())
+	if p.UseEvent {
+		// The completion vector is always 0 (perftest's eq_num without -X).
+		fmt.Fprintf(w, " Test with events. Using %s_comp0\n", p.Device)
+	}
 	fmt.Fprintf(w, " Dual-port       : OFF\t\tDevice         : %s\n", p.Device)
 	fmt.Fprintf(w, " Number of qps   : %d\t\tTransport type : IB\n", p.NumQPs)
 	fmt.Fprintf(w, " Connection type : %s\t\tUsing SRQ      : OFF\n", p.Connection)
@@ -349,6 +353,9 @@ func (p *params) printLat(w io.Writer, r LatReport, mtu, gidIndex, outReads int)
 func (p *params) jsonInfo(sb *strings.Builder, mtu, gidIndex, outReads int) {
 	sb.WriteString("test_info: {\n")
 	sb.WriteString("test: " + strings.ReplaceAll(p.title(), " ", "_") + ",\n")
+	if p.UseEvent {
+		fmt.Fprintf(sb, "Test with events: Using_%s_comp0,\n", p.Device)
+	}
 	fmt.Fprintf(sb, "Dual_port: OFF,\nDevice: %q,\n", p.Device)
 	fmt.Fprintf(sb, "Number_of_qps: %d,\nTransport_type: IB,\n", p.NumQPs)
 	fmt.Fprintf(sb, "Connection_type: %s,\nUsing_SRQ: OFF,\nPCIe_relax_order: %s,\nibv_wr_API: OFF,\n", p.Connection, onOff(!p.RelaxedOrderingOff))
