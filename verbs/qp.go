@@ -278,6 +278,7 @@ func (q *QP) Destroy() error {
 	q.stopTimers()
 	q.mu.Unlock()
 	d := q.dev
+	d.detachAll(q)
 	d.mu.Lock()
 	if d.qps[q.num] == q {
 		delete(d.qps, q.num)
