@@ -1,6 +1,7 @@
 package link
 
 import (
+	"errors"
 	"net/netip"
 
 	"github.com/goroce/goroce/wire"
@@ -53,4 +54,25 @@ func MulticastMAC(mgid netip.Addr) (mac wire.MAC, ok bool) {
 		return wire.MAC{0x01, 0x00, 0x5e, b[13] & 0x7f, b[14], b[15]}, true
 	}
 	return wire.MAC{0x33, 0x33, b[12], b[13], b[14], b[15]}, true
+}
+
+// ErrNoMulticast is returned by JoinGroupOf for a link that cannot join
+// multicast groups.
+var ErrNoMulticast = errors.New("the link does not join multicast groups")
+
+// JoinGroupOf joins mgid on l if l is a Multicaster (decorators forward
+// with it), else returns ErrNoMulticast.
+func JoinGroupOf(l Link, mgid netip.Addr) error {
+	if m, ok := l.(Multicaster); ok {
+		return m.JoinGroup(mgid)
+	}
+	return ErrNoMulticast
+}
+
+// LeaveGroupOf leaves mgid on l if l is a Multicaster.
+func LeaveGroupOf(l Link, mgid netip.Addr) error {
+	if m, ok := l.(Multicaster); ok {
+		return m.LeaveGroup(mgid)
+	}
+	return nil
 }
