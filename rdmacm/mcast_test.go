@@ -50,7 +50,7 @@ func mcJoin(t *testing.T, s *side, group netip.Addr) (*ID, *verbs.QP, *verbs.MR,
 func TestJoinMulticast(t *testing.T) {
 	for _, c := range []struct {
 		net, group, mgid string
-		hop             uint8
+		hop              uint8
 	}{
 		{verbstest.NetV2IPv4, "239.1.2.3", "::ffff:239.1.2.3", 64},
 		{verbstest.NetV2IPv6, "ff0e::1:2:3", "ff0e::1:2:3", 1},
