@@ -3,12 +3,15 @@ package verbs_test
 import (
 	"errors"
 	"net/netip"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/verbs/verbstest"
+	"github.com/goroce/goroce/wire"
 )
 
 var mgid = netip.MustParseAddr("::ffff:239.1.2.3") // cma_iboe_set_mgid's MGID for 239.1.2.3 on RoCE v2
@@ -171,5 +174,50 @@ func TestMcastLimits(t *testing.T) {
 	}
 	if g, _ := p.B.Dev.McastGroups(); g != verbs.MaxMcastGrp {
 		t.Errorf("%d groups, want %d", g, verbs.MaxMcastGrp)
+	}
+}
+
+// sendRecorder records the address of every packet a device sends.
+type sendRecorder struct {
+	link.Link
+	mu    sync.Mutex
+	addrs []link.Addr // guarded by mu
+}
+
+func (s *sendRecorder) Send(pkts []link.Packet) (int, error) {
+	s.mu.Lock()
+	for i := range pkts {
+		s.addrs = append(s.addrs, pkts[i].Addr)
+	}
+	s.mu.Unlock()
+	return s.Link.Send(pkts)
+}
+
+// TestUDSourcePort: a UD QP's datagrams, to a group or to a peer, leave
+// from UDP source port 0xC000 + hash_32(QPN, 14), as rxe's (mckey.pcap:
+// QPN 0x20 sends from 52804), not from port 0: UD QPs get no address
+// vector from modify_qp to compute it from.
+func TestUDSourcePort(t *testing.T) {
+	var rec *sendRecorder
+	p := buildPair(t, pairConfig{Options: verbstest.Options{Type: verbs.UD}, Wrap: func(side int, l link.Link) link.Link {
+		if side == 0 {
+			rec = &sendRecorder{Link: l}
+			return rec
+		}
+		return l
+	}})
+	sendToGroup(t, p, udQKey, 1)
+	mustPostSend(t, p.A.QP, udTo(t, p, verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled}))
+	wantOK(t, p.A.CQ, 2, verbs.WCSend)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	want := wire.UDSport(p.A.QP.Num())
+	if len(rec.addrs) != 2 {
+		t.Fatalf("%d packets sent, want 2", len(rec.addrs))
+	}
+	for _, a := range rec.addrs {
+		if a.UDPSrcPort != want {
+			t.Errorf("datagram to %v from UDP port %d, want %d (0xC000 + hash of QPN %#x)", a.DstGID, a.UDPSrcPort, want, p.A.QP.Num())
+		}
 	}
 }
