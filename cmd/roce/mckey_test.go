@@ -33,7 +33,19 @@ func mckeyOut(sender bool, mgid string) string {
 // QP 0xffffff, Q_Key 0x01234567, to the group and its MAC, decoded by
 // tshark, every ICRC right.
 func TestMckeyVeth(t *testing.T) {
-	a, b, dir, roceBin := pingHosts(t, "", "")
+	// The default devices (RoCE v1 and v2) run on link/afpacket; RoCE v2
+	// only devices on link/udp.
+	for _, vers := range []string{"", "v2"} {
+		name := "afpacket"
+		if vers == "v2" {
+			name = "udp"
+		}
+		t.Run(name, func(t *testing.T) { testMckeyVeth(t, vers) })
+	}
+}
+
+func testMckeyVeth(t *testing.T, vers string) {
+	a, b, dir, roceBin := pingHosts(t, vers, vers)
 	tshark := testenv.Tshark(t)
 	for _, c := range []struct {
 		name, group, mgid, mac string
