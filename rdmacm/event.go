@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"sync"
 
 	"github.com/goroce/goroce/wire/mad"
@@ -99,6 +100,10 @@ type Event struct {
 	// depths seen from this side (the peer's initiator depth is this
 	// side's responder resources) and the peer's QP number.
 	Param ConnParam
+	// UD is a MULTICAST_JOIN's rdma_ud_param: the group's QPN (0xFFFFFF),
+	// Q_Key and AH; Group is the IP group joined (MULTICAST_JOIN, _ERROR).
+	UD    UDParam
+	Group netip.Addr
 }
 
 func (e Event) String() string {

@@ -75,19 +75,20 @@ type ID struct {
 	rgid      netip.Addr
 	flow      uint32
 	tid       uint64
-	remoteKey remoteKey  // passive: key in cm.byRemote
-	local     ConnParam  // what this side asked for
-	peer      ConnParam  // what the peer's REQ/REP said, from this side's view
-	rd        rdParams   // the QP's RTR/RTS values, once the peer is known
-	lastRTU   []byte     // active: RTU sent, resent on a duplicate REP
-	lastDREP  []byte     // DREP sent, resent on a duplicate DREQ
-	sidr      sidrKey    // passive SIDR: key in cm.sidrs while the request is pending
-	addrGone  bool       // ADDR_CHANGE delivered: the source address left the device
-	backlog   int        // listener: CONNECT_REQUESTs it may have unread (rdma_listen's backlog)
-	addrQuery func()     // set while ResolveAddr's next-hop resolution runs: cancels it (resolve.go)
-	gateway   netip.Addr // the route's gateway to dst; invalid on-link or unknown
-	notice    *cmTimer   // tells Options.Logf what an unanswered MAD waits for (resolve.go)
-	resNum    uint32     // IDInfo.Num, once the ID has a device (resSet)
+	remoteKey remoteKey                 // passive: key in cm.byRemote
+	local     ConnParam                 // what this side asked for
+	peer      ConnParam                 // what the peer's REQ/REP said, from this side's view
+	rd        rdParams                  // the QP's RTR/RTS values, once the peer is known
+	lastRTU   []byte                    // active: RTU sent, resent on a duplicate REP
+	lastDREP  []byte                    // DREP sent, resent on a duplicate DREQ
+	sidr      sidrKey                   // passive SIDR: key in cm.sidrs while the request is pending
+	addrGone  bool                      // ADDR_CHANGE delivered: the source address left the device
+	backlog   int                       // listener: CONNECT_REQUESTs it may have unread (rdma_listen's backlog)
+	addrQuery func()                    // set while ResolveAddr's next-hop resolution runs: cancels it (resolve.go)
+	gateway   netip.Addr                // the route's gateway to dst; invalid on-link or unknown
+	notice    *cmTimer                  // tells Options.Logf what an unanswered MAD waits for (resolve.go)
+	resNum    uint32                    // IDInfo.Num, once the ID has a device (resSet)
+	mcasts    map[netip.Addr]netip.Addr // groups joined: IP address → MGID (mcast.go)
 	resSet    bool
 
 	// queued is how many of a listener's CONNECT_REQUESTs are queued and
@@ -333,7 +334,9 @@ func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Durat
 	}
 	id.ag, id.src, id.dst = ag, netip.AddrPortFrom(s, id.src.Port()), dst
 	id.gateway = netip.Addr{}
-	if nr, ok := ag.router.(NextHopResolver); ok && cm.agentFor(dst.Addr()) != ag && !cm.closed {
+	// A multicast destination has no next hop to ask: its MAC is the
+	// group's (the kernel's neighbour for it is NUD_NOARP, arp_mc_map).
+	if nr, ok := ag.router.(NextHopResolver); ok && cm.agentFor(dst.Addr()) != ag && !cm.closed && !dst.Addr().IsMulticast() {
 		// ADDR_RESOLVED once the next hop answers (resolve.go).
 		id.queryAddr(nr, dst.Addr(), timeout)
 		return nil
@@ -1144,6 +1147,7 @@ func (id *ID) destroy() error {
 			id.ag.send(id.rgid, id.sgid, id.tos, id.lastDREP, 1)
 		}
 	}
+	id.leaveAll()
 	id.disarm()
 	id.cancelQuery()
 	id.stopTimewait()

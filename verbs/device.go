@@ -47,6 +47,9 @@ type Device struct {
 	closed  bool           // guarded by mu
 	portUp  bool           // guarded by mu
 
+	mcMu  sync.Mutex
+	mcast mcastState // guarded by mcMu but its scratch, the receive goroutine's (mcast.go)
+
 	rxDone chan struct{}
 	// rxMu is held while a batch is taken from the link and handled, by
 	// the receive goroutine or by a goroutine polling a CQ (pollLink):
@@ -493,6 +496,10 @@ func (d *Device) dispatch(pk *link.Packet, p *wire.Packet, out *txBatch) {
 	bth := p.BTH()
 	if bth.PKey()&0x7FFF != wire.DefaultPKey&0x7FFF {
 		d.counters[RcvdBadPKey].Add(1)
+		return
+	}
+	if bth.DestQP() == MulticastQPN {
+		d.dispatchMcast(pk, p, out)
 		return
 	}
 	q := d.lookupQP(bth.DestQP())

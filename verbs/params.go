@@ -6,34 +6,39 @@ import "time"
 // rxe's rxe_param.h where a user could depend on them (ibv_devinfo -v on the
 // lab's rxe shows the same), so applications sized for rxe fit goroce.
 const (
-	MaxQP            = 1048560 // max_qp
-	MaxQPWR          = 1048576 // max_qp_wr
-	MaxSGE           = 32      // max_sge
-	MaxSGERD         = 32      // max_sge_rd
-	MaxCQ            = 1048576 // max_cq
-	MaxCQE           = 32767   // max_cqe (rxe: (1 << 15) - 1)
-	MaxMR            = 524287  // max_mr
-	MaxMW            = 524287  // max_mw (the lab's rxe: 524287)
-	MaxPD            = 1048576 // max_pd
-	MaxQPRdAtom      = 128     // max_qp_rd_atom
-	MaxQPInitRdAtom  = 128     // max_qp_init_rd_atom
-	MaxResRdAtom     = 258048  // max_res_rd_atom
-	MaxSRQ           = 917503  // max_srq
-	MaxSRQWR         = 1048576 // max_srq_wr
-	MaxSRQSGE        = 27      // max_srq_sge
-	MaxAH            = 32767   // max_ah
-	MaxInlineData    = 256     // max_inline_data (per QP cap)
-	MaxMsgSize       = 0x800000
-	MaxMRSize        = ^uint64(0) // max_mr_size
-	GIDTableLen      = 1024       // gid_tbl_len
-	PKeyTableLen     = 1          // pkey_tbl_len
-	LocalCAAckDelay  = 15         // local_ca_ack_delay
-	VendorID         = 0xFFFFFF   // vendor_id, as rxe
-	PageSizeCap      = 0xFFFFF000 // page_size_cap
-	AtomicCapHCA     = 1          // atomic_cap: ATOMIC_HCA
-	firstQPN         = 17         // rxe hands out QPNs from 17 (0x11), as the traces show
-	GSIQPN           = 1          // QP1, the General Services Interface
-	maxRDMAReadBytes = MaxMsgSize
+	MaxQP           = 1048560 // max_qp
+	MaxQPWR         = 1048576 // max_qp_wr
+	MaxSGE          = 32      // max_sge
+	MaxSGERD        = 32      // max_sge_rd
+	MaxCQ           = 1048576 // max_cq
+	MaxCQE          = 32767   // max_cqe (rxe: (1 << 15) - 1)
+	MaxMR           = 524287  // max_mr
+	MaxMW           = 524287  // max_mw (the lab's rxe: 524287)
+	MaxPD           = 1048576 // max_pd
+	MaxQPRdAtom     = 128     // max_qp_rd_atom
+	MaxQPInitRdAtom = 128     // max_qp_init_rd_atom
+	MaxResRdAtom    = 258048  // max_res_rd_atom
+	MaxSRQ          = 917503  // max_srq
+	MaxSRQWR        = 1048576 // max_srq_wr
+	MaxSRQSGE       = 27      // max_srq_sge
+	MaxAH           = 32767   // max_ah
+	// Multicast, as rxe_param.h: RXE_MAX_MCAST_GRP, RXE_MAX_MCAST_QP_ATTACH
+	// (QPs per group), RXE_MAX_TOT_MCAST_QP_ATTACH (0x70000).
+	MaxMcastGrp           = 8192   // max_mcast_grp
+	MaxMcastQPAttach      = 56     // max_mcast_qp_attach
+	MaxTotalMcastQPAttach = 458752 // max_total_mcast_qp_attach
+	MaxInlineData         = 256    // max_inline_data (per QP cap)
+	MaxMsgSize            = 0x800000
+	MaxMRSize             = ^uint64(0) // max_mr_size
+	GIDTableLen           = 1024       // gid_tbl_len
+	PKeyTableLen          = 1          // pkey_tbl_len
+	LocalCAAckDelay       = 15         // local_ca_ack_delay
+	VendorID              = 0xFFFFFF   // vendor_id, as rxe
+	PageSizeCap           = 0xFFFFF000 // page_size_cap
+	AtomicCapHCA          = 1          // atomic_cap: ATOMIC_HCA
+	firstQPN              = 17         // rxe hands out QPNs from 17 (0x11), as the traces show
+	GSIQPN                = 1          // QP1, the General Services Interface
+	maxRDMAReadBytes      = MaxMsgSize
 
 	// maxPktPerAck: the requester sets AckReq at least every this many
 	// packets of one message (rxe's RXE_MAX_PKT_PER_ACK).

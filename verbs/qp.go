@@ -231,6 +231,12 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 		q.num = d.nextQPN
 		d.nextQPN = (d.nextQPN + 1) & wire.PSNMask
 	}
+	if q.typ != RC && q.typ != UC {
+		// A UD or GSI QP's UDP source port follows from its QPN alone, as
+		// rxe sets it at creation (rxe_qp_init_req); no modify gives such a
+		// QP an address vector to compute it from (updateSport).
+		q.sport = wire.UDSport(q.num)
+	}
 	d.qps[q.num] = q
 	return q, nil
 }
@@ -278,6 +284,7 @@ func (q *QP) Destroy() error {
 	q.stopTimers()
 	q.mu.Unlock()
 	d := q.dev
+	d.detachAll(q)
 	d.mu.Lock()
 	if d.qps[q.num] == q {
 		delete(d.qps, q.num)

@@ -35,14 +35,19 @@ type DeviceAttr struct {
 	MaxRDD          int
 	MaxMW           int
 	MaxAH           int
-	MaxSRQ          int
-	MaxSRQWR        int
-	MaxSRQSGE       int
-	MaxPKeys        int
-	LocalCAAckDelay int
-	PhysPortCnt     int
-	MaxInlineData   int
-	MaxMsgSize      uint64
+	// MaxMcastGrp, MaxMcastQPAttach and MaxTotalMcastQPAttach are
+	// max_mcast_grp, max_mcast_qp_attach and max_total_mcast_qp_attach.
+	MaxMcastGrp           int
+	MaxMcastQPAttach      int
+	MaxTotalMcastQPAttach int
+	MaxSRQ                int
+	MaxSRQWR              int
+	MaxSRQSGE             int
+	MaxPKeys              int
+	LocalCAAckDelay       int
+	PhysPortCnt           int
+	MaxInlineData         int
+	MaxMsgSize            uint64
 }
 
 // DeviceCapFlags as rxe reports them (ibv_devinfo -v: 0x01223c76).
@@ -68,6 +73,7 @@ func DeviceAttrFor(guid uint64) DeviceAttr {
 		MaxResRdAtom: MaxResRdAtom, MaxQPInitRdAtom: MaxQPInitRdAtom, AtomicCap: AtomicCapHCA, MaxAH: MaxAH, MaxMW: MaxMW,
 		MaxSRQ: MaxSRQ, MaxSRQWR: MaxSRQWR, MaxSRQSGE: MaxSRQSGE, MaxPKeys: 64, LocalCAAckDelay: LocalCAAckDelay,
 		PhysPortCnt: 1, MaxInlineData: MaxInlineData, MaxMsgSize: MaxMsgSize,
+		MaxMcastGrp: MaxMcastGrp, MaxMcastQPAttach: MaxMcastQPAttach, MaxTotalMcastQPAttach: MaxTotalMcastQPAttach,
 	}
 }
 

@@ -368,12 +368,12 @@ func writeDevinfo(w io.Writer, name string, a verbs.DeviceAttr, p verbs.PortAttr
 		pf("\tmax_ee:\t\t\t\t%d\n", a.MaxEE)
 		pf("\tmax_rdd:\t\t\t%d\n", a.MaxRDD)
 		pf("\tmax_mw:\t\t\t\t%d\n", a.MaxMW)
-		// goroce has no raw QPs and no multicast: these read 0.
+		// goroce has no raw QPs: these read 0.
 		pf("\tmax_raw_ipv6_qp:\t\t%d\n", 0)
 		pf("\tmax_raw_ethy_qp:\t\t%d\n", 0)
-		pf("\tmax_mcast_grp:\t\t\t%d\n", 0)
-		pf("\tmax_mcast_qp_attach:\t\t%d\n", 0)
-		pf("\tmax_total_mcast_qp_attach:\t%d\n", 0)
+		pf("\tmax_mcast_grp:\t\t\t%d\n", a.MaxMcastGrp)
+		pf("\tmax_mcast_qp_attach:\t\t%d\n", a.MaxMcastQPAttach)
+		pf("\tmax_total_mcast_qp_attach:\t%d\n", a.MaxTotalMcastQPAttach)
 		pf("\tmax_ah:\t\t\t\t%d\n", a.MaxAH)
 		pf("\tmax_fmr:\t\t\t%d\n", 0)
 		pf("\tmax_srq:\t\t\t%d\n", a.MaxSRQ)

@@ -148,7 +148,7 @@ completed; a second Ctrl-C exits at once.`,
 	root.AddCommand(newDecodeCmd(), newDemoCmd(), newLinkCmd(), newDevCmd(), newDevicesCmd(), newGIDsCmd(), newPingpongCmd(), newPingCmd(), newModeCmd(), newTOSCmd(), newECNCmd(), newConfigfsCmd())
 	root.AddCommand(newStatCmd(), newResCmd(), newCaptureCmd(), newMetricsCmd())
 	root.AddCommand(newPerfCmd(), newProbeCmd())
-	root.AddCommand(newRstreamCmd(), newRcopyCmd())
+	root.AddCommand(newRstreamCmd(), newRcopyCmd(), newMckeyCmd())
 	addKernelRootFlags(root)
 	addMetricsFlag(root)
 	// Every command's numeric flags are checked against their ranges

@@ -93,6 +93,8 @@ type Link struct {
 	rx   rxState // guarded by rxMu
 
 	foreign foreignStats // RoCE v2 dropped by a v1-only link (foreign.go)
+
+	mc mcastState // multicast groups joined (mcast.go)
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
@@ -225,6 +227,7 @@ func (l *Link) PathError(dst netip.Addr, v wire.Version) error {
 // Close closes the socket; Recv returns net.ErrClosed.
 func (l *Link) Close() error {
 	l.closed.Store(true)
+	l.closeGroups()
 	l.res.SetSender(nil)
 	if l.ownRes {
 		l.res.Close()
@@ -298,8 +301,12 @@ func (l *Link) Send(pkts []link.Packet) (int, error) {
 			l.stats.TxBadAddress.Add(1)
 			continue
 		}
-		next, err := l.res.LookupWait(pk.Addr.DstGID, pk.Addr.Version, time.Second)
-		if err != nil {
+		var next neigh.Next
+		var err error
+		if mac, ok := link.MulticastMAC(pk.Addr.DstGID); ok {
+			// A group's packets go to its MAC, no neighbour to resolve.
+			next.MAC = mac
+		} else if next, err = l.res.LookupWait(pk.Addr.DstGID, pk.Addr.Version, time.Second); err != nil {
 			l.stats.TxNoRoute.Add(1)
 			continue
 		}

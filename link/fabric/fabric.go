@@ -115,6 +115,8 @@ type Fabric struct {
 	ports  []*Port              // guarded by mu
 	byGID  map[netip.Addr]*Port // guarded by mu
 	closed bool                 // guarded by mu
+	// groups are the multicast groups' members (Port.JoinGroup); guarded by mu.
+	groups map[netip.Addr]map[*Port]bool
 
 	sched scheduler
 	pool  sync.Pool // of *frame
@@ -352,6 +354,8 @@ type Port struct {
 	cfg  PortConfig // Faults guarded by mu; the rest is immutable
 	rng  *rand.Rand // guarded by mu
 	ipID uint16     // guarded by mu
+	// mcDsts is Send's scratch list of a packet's destinations; guarded by mu.
+	mcDsts []*Port
 
 	rxMu  sync.Mutex  // serializes Recv
 	rxPkt wire.Packet // guarded by rxMu
@@ -405,6 +409,7 @@ func (p *Port) Close() error {
 				delete(f.byGID, g)
 			}
 		}
+		f.leaveAllLocked(p)
 		f.mu.Unlock()
 		for {
 			select {
@@ -444,13 +449,23 @@ func (p *Port) Send(pkts []link.Packet) (int, error) {
 			p.stats.TxBadAddress.Add(1)
 			continue
 		}
-		dst := p.fab.route(pk.Addr.DstGID)
-		if dst == nil {
-			p.stats.TxNoRoute.Add(1)
-			continue
+		var dsts []*Port
+		var dmac wire.MAC
+		if mac, ok := link.MulticastMAC(pk.Addr.DstGID); ok {
+			// A multicast packet goes to every other member of its group,
+			// and on a wire without members it is sent and lost.
+			dsts, dmac = p.fab.members(pk.Addr.DstGID, p, p.mcDsts[:0]), mac
+			p.mcDsts = dsts[:0]
+		} else {
+			dst := p.fab.route(pk.Addr.DstGID)
+			if dst == nil {
+				p.stats.TxNoRoute.Add(1)
+				continue
+			}
+			dsts, dmac = append(p.mcDsts[:0], dst), dst.cfg.MAC
 		}
 		p.ipID++
-		fb, err := link.Encapsulate(pk, p.cfg.MAC, dst.cfg.MAC, p.ipID)
+		fb, err := link.Encapsulate(pk, p.cfg.MAC, dmac, p.ipID)
 		if err != nil {
 			p.stats.TxBadAddress.Add(1)
 			continue
@@ -467,10 +482,10 @@ func (p *Port) Send(pkts []link.Packet) (int, error) {
 			p.faults.Duplicated.Add(1)
 			copies = 2
 		}
-		for c := 0; c < copies; c++ {
+		for c := 0; c < copies*len(dsts); c++ {
 			fr := p.fab.getFrame()
 			fr.buf = append(fr.buf[:0], fb...)
-			fr.src, fr.dst = p, dst
+			fr.src, fr.dst = p, dsts[c%len(dsts)]
 			if fl.Corrupt > 0 && p.rng.Float64() < fl.Corrupt {
 				p.faults.Corrupted.Add(1)
 				fr.buf[p.rng.IntN(len(fr.buf))] ^= 1 << p.rng.IntN(8)
@@ -593,7 +608,7 @@ func (p *Port) recvOne(fr *frame, pk *link.Packet) bool {
 		p.stats.RxMalformed.Add(1)
 		return false
 	}
-	if !p.owns(pk.Addr.DstGID) {
+	if !p.owns(pk.Addr.DstGID) && !p.fab.isMember(pk.Addr.DstGID, p) {
 		p.stats.RxNotForUs.Add(1)
 		return false
 	}

@@ -130,7 +130,9 @@ func dropAll(c *net.UDPConn) error {
 func (l *Link) parseFrame(j, n int) (p, plen, segSize int, ok bool) {
 	r := &l.rx
 	// struct sockaddr_ll: family, protocol, ifindex, hatype, pkttype, …
-	if r.names[j*nameLen+10] != unix.PACKET_HOST {
+	// PACKET_MULTICAST: a group's packets (JoinGroup; the group check is
+	// isLocal's, after the headers are read).
+	if t := r.names[j*nameLen+10]; t != unix.PACKET_HOST && t != unix.PACKET_MULTICAST {
 		return 0, 0, 0, false // another host's traffic (a promiscuous bridge), or our own
 	}
 	const l2 = vnetLen + wire.EthernetLen

@@ -129,6 +129,7 @@ type Link struct {
 	groOff atomic.Bool
 	raw    *rawRecv // nil in unprivileged mode
 	local  atomic.Pointer[map[netip.Addr]bool]
+	mc     mcastState // multicast groups joined (mcast.go)
 	stats  link.Stats
 	ids    idSolver
 
@@ -300,7 +301,7 @@ func (l *Link) SetAddrs(addrs []netip.Addr) {
 	l.local.Store(&m)
 }
 
-func (l *Link) isLocal(a netip.Addr) bool { return (*l.local.Load())[a] }
+func (l *Link) isLocal(a netip.Addr) bool { return (*l.local.Load())[a] || l.joined(a) }
 
 // SetBusyPoll changes Config.BusyPoll (d ≤ 0: off); it takes effect at
 // the next Recv.
