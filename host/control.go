@@ -480,8 +480,13 @@ func peerAllowed(conn *net.UnixConn) bool {
 	}
 	var cred *unix.Ucred
 	var cerr error
-	rc.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) })
-	return cerr == nil && (cred.Uid == 0 || int(cred.Uid) == os.Geteuid())
+	// Control does not run the function on a connection already closed
+	// (Close stops every connection, and a client may hang up at once):
+	// then there is no credential, and no one is admitted.
+	if err := rc.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil {
+		return false
+	}
+	return cerr == nil && cred != nil && (cred.Uid == 0 || int(cred.Uid) == os.Geteuid())
 }
 
 func (d *Device) serveControl(conn *net.UnixConn) {

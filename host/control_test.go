@@ -356,3 +356,49 @@ func TestOpenKeepsPoller(t *testing.T) {
 		t.Fatalf("the device's link %T is not a link.Poller", d.Device.Link())
 	}
 }
+
+// TestPeerAllowedClosed: a control connection closed before its peer's
+// credentials are read (the device closing, or a client hanging up at
+// once) is refused; it crashed the process with a nil dereference (seen
+// in a CI run's race pass).
+func TestPeerAllowedClosed(t *testing.T) {
+	a, b, err := unixPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if !peerAllowed(a) {
+		t.Fatal("an open connection from our own user is refused")
+	}
+	a.Close()
+	if peerAllowed(a) {
+		t.Fatal("a closed connection is admitted")
+	}
+}
+
+// unixPair returns the two ends of a connected Unix stream socket pair.
+func unixPair() (*net.UnixConn, *net.UnixConn, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	conn := func(fd int) (*net.UnixConn, error) {
+		f := os.NewFile(uintptr(fd), "socketpair")
+		defer f.Close()
+		c, err := net.FileConn(f)
+		if err != nil {
+			return nil, err
+		}
+		return c.(*net.UnixConn), nil
+	}
+	a, err := conn(fds[0])
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := conn(fds[1])
+	if err != nil {
+		a.Close()
+		return nil, nil, err
+	}
+	return a, b, nil
+}
