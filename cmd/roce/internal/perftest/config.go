@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/goroce/goroce/rdmacm"
@@ -188,6 +189,12 @@ type params struct {
 
 func (c Config) resolve() (*params, error) {
 	p := &params{Config: c, client: c.Server != ""}
+	if p.Progress != nil {
+		// The progress ticker and each QP's goroutine (the -D drain
+		// notice) write it at once: one line at a time, whatever the
+		// writer (a test's bytes.Buffer is not safe for that).
+		p.Progress = &lockedWriter{w: p.Progress}
+	}
 	// In perftest's order of checks: the first error is the one reported.
 	for _, step := range []func() error{p.resolveTest, p.resolveSize, p.resolveConnection, p.resolveDepths, p.resolveReads} {
 		if err := step(); err != nil {
@@ -405,4 +412,16 @@ func (p *params) sizes() []int {
 		s = append(s, 1<<i)
 	}
 	return s
+}
+
+// lockedWriter serialises writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
 }

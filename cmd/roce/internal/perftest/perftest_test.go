@@ -922,3 +922,30 @@ func TestPerfDurationUnsorted(t *testing.T) {
 		t.Errorf("%d samples, report %+v: want the report's iterations minus one", n, cr.Lat)
 	}
 }
+
+// TestProgressOneWriterAtATime: the -D progress ticker and every QP's
+// goroutine (its drain notice) write Progress at once; whatever writer the
+// caller gives (here a bytes.Buffer, as the CLI tests do) sees one write at
+// a time. The race detector failed TestPerfOverVeth (-q 2 -D 2) on this in
+// a CI run; under -race this test fails the same way without the lock.
+func TestProgressOneWriterAtATime(t *testing.T) {
+	var out bytes.Buffer
+	p, err := Config{Verb: Write, Size: 65536, Iters: 5, Progress: &out}.resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 100; j++ {
+				fmt.Fprintf(p.Progress, "line %d\n", j)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := strings.Count(out.String(), "\n"); n != 400 {
+		t.Errorf("%d lines, want 400", n)
+	}
+}
