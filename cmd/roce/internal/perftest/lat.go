@@ -201,7 +201,7 @@ func (r *run) latWrite(ctx context.Context, q *qpRes, size int, clk clock, win w
 	for win.on || scnt < iters || ccnt < iters || rcnt < iters {
 		if (win.on || rcnt < iters) && !(scnt < 1 && !r.client) {
 			rcnt++
-			ok, err := r.watch(ctx, pollBuf, byte(rcnt), clk, win)
+			ok, err := r.watch(ctx, pollBuf, byte(rcnt), clk, win, q.scq)
 			if err != nil {
 				return nil, err
 			}
@@ -236,12 +236,22 @@ func (r *run) latWrite(ctx context.Context, q *qpRes, size int, clk clock, win w
 }
 
 // watch waits until *b == v, as perftest spins on a volatile byte the NIC
-// writes. Here the peer's WRITE lands from the device's receive goroutine,
-// and nothing tells this goroutine when: each look at the byte is taken
-// under Device.Observe, which holds the receive path still, so the poll
-// never races with the WRITE and the rest of it is ordered before what
-// follows. It reports false when -D's time is up first.
-func (r *run) watch(ctx context.Context, b *byte, v byte, clk clock, win window) (bool, error) {
+// writes. Here the peer's WRITE lands from whichever goroutine handles
+// the device's received packets, and nothing tells this goroutine when:
+// each look at the byte is taken under Device.Observe, which holds the
+// receive path still, so the poll never races with the WRITE and the rest
+// of it is ordered before what follows. It reports false when -D's time
+// is up first.
+//
+// Between looks it drives the link itself: a CQ.Poll that finds its CQ
+// empty takes what the link has received and handles it on this
+// goroutine (run to completion), so the WRITE lands without waiting for
+// the device's receive goroutine, which a spinning goroutine on a one-vCPU
+// VM leaves to Go's 10 ms background netpoll. It polls for no completion
+// (an empty slice, as ibv_poll_cq with num_entries 0): the send
+// completions on scq stay for latWrite's waitCQ. The loop yields between
+// looks and never sleeps, as ib_write_lat's spin.
+func (r *run) watch(ctx context.Context, b *byte, v byte, clk clock, win window, cq *verbs.CQ) (bool, error) {
 	for spins := 0; ; spins++ {
 		seen := false
 		r.dev.Observe(func() { seen = *b == v })
@@ -256,10 +266,9 @@ func (r *run) watch(ctx context.Context, b *byte, v byte, clk clock, win window)
 				return false, nil
 			}
 		}
-		if spins < 1024 {
-			runtime.Gosched()
-		} else {
-			time.Sleep(20 * time.Microsecond)
+		if _, err := cq.Poll(nil); err != nil {
+			return false, fmt.Errorf("waiting for the peer's RDMA WRITE: poll CQ failed: %w", err)
 		}
+		runtime.Gosched()
 	}
 }

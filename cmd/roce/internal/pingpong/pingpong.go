@@ -48,6 +48,8 @@ type Config struct {
 	// (the TCP exchange, a client, the peer's messages), once per wait,
 	// with what the link knows about the path when the peer is silent.
 	Notice func(format string, args ...any)
+
+	stats *pollStats // tests: how the run waited for completions
 }
 
 const (
@@ -493,28 +495,46 @@ func (s *session) iterate(ctx context.Context, w *watcher, prog *progress) error
 	return nil
 }
 
-// poll waits for completions: with --events in the CQ's channel, else by
-// polling like the tools, yielding so the device's receive goroutine runs
-// (C tools have the kernel for that), and after a short spin blocking in
-// Wait: a goroutine that never blocks keeps the Go scheduler from polling
-// the network, which on one CPU leaves packets waiting for sysmon's 10 ms
-// rounds.
+// poll waits for completions as ibv_rc_pingpong does (rdma-core's
+// libibverbs/examples/rc_pingpong.c): with --events (use_event) it sleeps
+// on the CQ's completion channel; by default it busy-polls, ibv_poll_cq in
+// a loop that never sleeps. A goroce CQ.Poll that finds the queue empty
+// drives the device's link itself (run to completion: receive, handle,
+// answer, complete), so the busy loop does the device's work between its
+// polls and never waits for a receive goroutine to be scheduled, which on
+// a one-vCPU VM meant Go's 10 ms background netpoll. The loop yields the P
+// between polls (runtime.Gosched, never a sleep) so the device's other
+// goroutines and the watchers still run, and it looks at ctx every 1024
+// polls, so a cancelled run or a dead device ends it.
 func (s *session) poll(ctx context.Context, wcs []verbs.WC) (n int, err error) {
+	st := s.c.stats
 	if s.c.Events {
+		if st != nil {
+			st.waits.Add(1)
+		}
 		return s.cq.PollWait(ctx, wcs)
 	}
-	for spins := 0; n == 0 && err == nil; spins++ {
+	for spins := 0; ; spins++ {
 		n, err = s.cq.Poll(wcs)
+		if st != nil {
+			st.polls.Add(1)
+		}
 		if n != 0 || err != nil {
-			break
+			return n, err
 		}
-		if spins < 64 {
-			runtime.Gosched()
-		} else if err = s.cq.Wait(ctx); err != nil {
-			break
+		if spins&1023 == 1023 {
+			if err := ctx.Err(); err != nil {
+				return 0, err
+			}
 		}
+		runtime.Gosched()
 	}
-	return n, err
+}
+
+// pollStats counts how a run waited for completions, for tests: CQ.Poll
+// calls of the busy loop, and blocking waits (PollWait).
+type pollStats struct {
+	polls, waits atomic.Int64
 }
 
 // peerWait says what the exchange loop waits for: the peer's next message,

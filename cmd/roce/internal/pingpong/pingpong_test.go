@@ -209,3 +209,87 @@ func TestPeerWithoutGID(t *testing.T) {
 		t.Errorf("GIDIndex -1: %v", err)
 	}
 }
+
+// gatedLink holds every packet its device sends until open says so: the
+// server of TestPingPongBusyPoll answers nothing until the client has
+// polled its empty CQ many times.
+type gatedLink struct {
+	link.Link
+	open func() bool
+	ctx  context.Context
+}
+
+func (l *gatedLink) Send(pkts []link.Packet) (int, error) {
+	for !l.open() && l.ctx.Err() == nil {
+		time.Sleep(time.Millisecond)
+	}
+	return l.Link.Send(pkts)
+}
+
+// As ibv_rc_pingpong, pingpong busy-polls its CQ by default (CQ.Poll in a
+// loop, which drives the link when the CQ is empty) and sleeps on the CQ
+// only with -e. The server here sends nothing until the client has polled
+// 1000 times: a client that stops polling to sleep on the CQ (as goroce's
+// did after 64 polls) never gets there, and the run times out. With -e the
+// client never calls Poll and waits in PollWait.
+func TestPingPongBusyPoll(t *testing.T) {
+	for _, events := range []bool{false, true} {
+		t.Run(fmt.Sprintf("events=%v", events), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var st pollStats
+			const gate = 1000
+			open := func() bool { return events || st.polls.Load() >= gate }
+			fab := fabric.New()
+			gids := verbstest.GIDs(verbstest.NetV2IPv4)
+			var devs [2]*verbs.Device
+			for i := range devs {
+				port, err := fab.AddPort(fabric.PortConfig{Name: fmt.Sprintf("fab%d", i), GIDs: []netip.Addr{gids[i].GID}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var l link.Link = port // the client's: a link.Poller
+				if i == 0 {
+					l = &gatedLink{Link: port, open: open, ctx: ctx}
+				}
+				devs[i], err = verbs.Open(verbs.DeviceConfig{Name: fmt.Sprintf("rxe%d", i), Link: l, MAC: port.MAC(),
+					GIDs: []verbs.GIDEntry{gids[i]}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { devs[i].Close() })
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			const iters = 20
+			var sout, cout bytes.Buffer
+			errc := make(chan error, 1)
+			go func() {
+				errc <- Run(ctx, devs[0], Config{Type: verbs.RC, Listener: ln, GIDIndex: 0, Iters: iters, Size: 64, Events: events, Out: &sout})
+			}()
+			port := ln.Addr().(*net.TCPAddr).Port
+			if err := Run(ctx, devs[1], Config{Type: verbs.RC, Server: "127.0.0.1", Port: port, GIDIndex: 0, Iters: iters,
+				Size: 64, Events: events, Out: &cout, stats: &st}); err != nil {
+				t.Fatalf("client: %v (polls %d, waits %d)\n%s", err, st.polls.Load(), st.waits.Load(), cout.String())
+			}
+			if err := <-errc; err != nil {
+				t.Fatalf("server: %v\n%s", err, sout.String())
+			}
+			for _, o := range []string{sout.String(), cout.String()} {
+				if !strings.Contains(o, fmt.Sprintf("%d iters in ", iters)) {
+					t.Errorf("output:\n%s", o)
+				}
+			}
+			polls, waits := st.polls.Load(), st.waits.Load()
+			if events {
+				if polls != 0 || waits < iters {
+					t.Errorf("-e: %d busy polls, %d waits; want 0 polls and at least %d waits", polls, waits, iters)
+				}
+			} else if polls < gate || waits != 0 {
+				t.Errorf("default: %d polls, %d waits; want at least %d polls and no wait", polls, waits, gate)
+			}
+		})
+	}
+}
