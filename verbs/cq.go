@@ -77,7 +77,10 @@ func (c *CQ) push(wc WC) bool {
 // perftest does, thus does its device's work between its polls, and does
 // not wait for the device's receive goroutine to be scheduled, which a
 // spinning goroutine can keep from happening (Go's scheduler polls the
-// network when a P has nothing else to run).
+// network when a P has nothing else to run). Poll(nil) takes no completion
+// and so always drives the link once: a loop that waits on something other
+// than a completion (ib_write_lat's spin on its buffer) calls it between
+// looks.
 func (c *CQ) Poll(wc []WC) (int, error) {
 	n, err := c.poll(wc)
 	if n == 0 && err == nil && c.dev.pollLink() {
