@@ -18,20 +18,9 @@ import (
 
 // labMckeyStart runs roce mckey in the lab's namespace, its output
 // readable while it runs.
-func labMckeyStart(t *testing.T, dir, bin string, args ...string) *mckeyProc {
+func labMckeyStart(t *testing.T, dir, bin string, args ...string) *pingProc {
 	t.Helper()
-	p := &mckeyProc{done: make(chan error, 1)}
-	p.cmd = exec.Command("ip", append([]string{"netns", "exec", lab.Netns, bin, "--rundir", dir, "mckey"}, args...)...)
-	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.done <- p.cmd.Wait() }()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.done
-	})
-	return p
+	return startRoceIn(t, lab.Netns, dir, bin, nil, "mckey", args...)
 }
 
 // joined polls until mckey in vm has joined group: its stdout goes to a

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -10,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/goroce/goroce/internal/nettest"
 	"github.com/goroce/goroce/internal/testenv"
@@ -143,45 +141,8 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// mckeyProc is a roce mckey process inside a host's namespace.
-type mckeyProc struct {
-	cmd            *exec.Cmd
-	stdout, stderr syncBuffer
-	done           chan error
-}
-
-func startMckey(t *testing.T, h *nettest.Host, dir, roceBin string, args ...string) *mckeyProc {
+// startMckey runs roce mckey in h's namespace.
+func startMckey(t *testing.T, h *nettest.Host, dir, roceBin string, args ...string) *pingProc {
 	t.Helper()
-	p := &mckeyProc{done: make(chan error, 1)}
-	p.cmd = exec.Command("ip", append([]string{"netns", "exec", h.NSName, roceBin, "--rundir", dir, "mckey"}, args...)...)
-	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.done <- p.cmd.Wait() }()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.done
-	})
-	return p
-}
-
-// wait returns the process's exit status, failing t after limit.
-func (p *mckeyProc) wait(t *testing.T, limit time.Duration) int {
-	t.Helper()
-	select {
-	case err := <-p.done:
-		p.done <- err // for the cleanup
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return ee.ExitCode()
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		return 0
-	case <-time.After(limit):
-		t.Fatalf("roce mckey %v still running after %v\nstdout: %s\nstderr: %s", p.cmd.Args, limit, p.stdout.String(), p.stderr.String())
-		return -1
-	}
+	return startRoce(t, h, dir, roceBin, "mckey", args...)
 }

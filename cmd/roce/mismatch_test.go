@@ -48,7 +48,7 @@ func pingHosts(t *testing.T, versA, versB string) (a, b *nettest.Host, dir, roce
 // pingProc is a roce ping process inside a host's namespace.
 type pingProc struct {
 	cmd            *exec.Cmd
-	stdout, stderr bytes.Buffer
+	stdout, stderr syncBuffer // readable while the process runs
 	done           chan error
 }
 
@@ -67,8 +67,15 @@ func startRoce(t *testing.T, h *nettest.Host, dir, roceBin, sub string, args ...
 // if not nil, as it comes.
 func startRoceTee(t *testing.T, h *nettest.Host, dir, roceBin string, tee io.Writer, sub string, args ...string) *pingProc {
 	t.Helper()
+	return startRoceIn(t, h.NSName, dir, roceBin, tee, sub, args...)
+}
+
+// startRoceIn is startRoceTee in the network namespace named ns (a
+// host's, or the lab's).
+func startRoceIn(t *testing.T, ns, dir, roceBin string, tee io.Writer, sub string, args ...string) *pingProc {
+	t.Helper()
 	p := &pingProc{done: make(chan error, 1)}
-	p.cmd = exec.Command("ip", append([]string{"netns", "exec", h.NSName, roceBin, "--rundir", dir, sub}, args...)...)
+	p.cmd = exec.Command("ip", append([]string{"netns", "exec", ns, roceBin, "--rundir", dir, sub}, args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	if tee != nil {
 		p.cmd.Stderr = io.MultiWriter(&p.stderr, tee)
@@ -99,7 +106,7 @@ func (p *pingProc) wait(t *testing.T, limit time.Duration) int {
 		}
 		return 0
 	case <-time.After(limit):
-		t.Fatalf("roce ping %v still running after %v\nstdout: %s\nstderr: %s", p.cmd.Args, limit, p.stdout.String(), p.stderr.String())
+		t.Fatalf("%v still running after %v\nstdout: %s\nstderr: %s", p.cmd.Args, limit, p.stdout.String(), p.stderr.String())
 		return -1
 	}
 }
