@@ -320,6 +320,14 @@ func (r *rxState) readLocked(fd uintptr) bool {
 	for {
 		r.lockMu.Lock()
 		r.linkMu.Lock()
+		if r.pendNext < len(r.pend) {
+			// Segments a TryRecv left queued while this goroutine
+			// slept arrived before anything recvmmsg would return now:
+			// RecvLocked delivers them first (link.Poller keeps the
+			// link's order).
+			r.n, r.errno = 0, 0
+			return true
+		}
 		r.m = r.plan(r.lockPkts)
 		r.n, r.errno = recvmmsg(fd, r.hdrs[:r.m])
 		switch {
@@ -522,7 +530,10 @@ func (l *Link) RecvLocked(pkts []link.Packet, mu sync.Locker) (int, error) {
 			r.lastRx.Store(nanotime())
 		}
 		r.filled = n
-		got := l.process(pkts, n)
+		got := 0
+		if n > 0 { // 0: readLocked found queued segments to deliver first
+			got = l.process(pkts, n)
+		}
 		if got == 0 {
 			got = l.deliverPending(pkts)
 		}
