@@ -1,0 +1,165 @@
+package udp
+
+import (
+	"bytes"
+	"net/netip"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/goroce/goroce/internal/nettest"
+	"github.com/goroce/goroce/internal/testenv"
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/linktest"
+	"github.com/goroce/goroce/wire"
+)
+
+// parkedInRecvLocked reports whether a goroutine sleeps in the netpoller
+// inside RecvLocked (its stack is "[IO wait]" with RecvLocked on it).
+func parkedInRecvLocked() bool {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for g := range bytes.SplitSeq(buf, []byte("\n\n")) {
+		s := string(g)
+		if strings.Contains(s, "[IO wait") && strings.Contains(s, ").RecvLocked(") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestRecvLockedKeepsOrderAfterTryRecv: link.Poller promises the link's
+// order to the two receivers that share a link, the device's receive
+// goroutine (RecvLocked) and a goroutine polling a CQ (TryRecv). While
+// RecvLocked sleeps, a TryRecv with few buffers takes a GRO superpacket
+// and queues the segments that did not fit; a datagram that arrives next
+// wakes RecvLocked, which must hand over the queued segments before it.
+// It used to look at the queue only on entry and returned the new datagram
+// first: READ responses reordered, which left a `roce perf read -u 0`
+// client waiting forever in clean-clone CI run 10.
+func TestRecvLockedKeepsOrderAfterTryRecv(t *testing.T) {
+	for _, fam := range []string{"IPv4", "IPv6"} {
+		t.Run(fam, func(t *testing.T) { testRecvLockedOrder(t, fam == "IPv6") })
+	}
+}
+
+func testRecvLockedOrder(t *testing.T, v6 bool) {
+	ha, hb := nettest.VethPair(t, nettest.Options{MTU: 9000})
+	open := func(h *nettest.Host) *Link {
+		var l *Link
+		if err := h.Do(func() (err error) {
+			l, err = New(Config{Addrs: []netip.Addr{h.IPv4, h.IPv6}})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	a, b := open(ha), open(hb)
+	testenv.Require(t, a.GSO(), "UDP GSO (UDP_SEGMENT, Linux 4.18)")
+	src, dst := ha.IPv4, hb.IPv4
+	if v6 {
+		src, dst = ha.IPv6, hb.IPv6
+	}
+	addr := link.Addr{Version: wire.RoCEv2, SrcGID: netip.AddrFrom16(src.As16()), DstGID: netip.AddrFrom16(dst.As16()), HopLimit: 64}
+	const psn0, writeLen = wire.PSN(100), 8
+	send := func(pkts []link.Packet) {
+		t.Helper()
+		if _, err := a.Send(pkts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	psns := func(pkts []link.Packet) []wire.PSN {
+		var s []wire.PSN
+		for _, p := range pkts {
+			s = append(s, wire.BTH(p.Transport()[:wire.BTHLen]).PSN())
+		}
+		return s
+	}
+	// Warm up the path (neighbour resolution) and learn whether this
+	// kernel hands the receiver superpackets at all (GRO).
+	send(writeBatch(a.Headroom(), addr, 1, 0, 1))
+	var warm []link.Packet
+	if !testenv.Poll(testenv.Slow, func() bool {
+		bufs := linktest.NewBuffers(4)
+		n, err := b.TryRecv(bufs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		warm = append(warm, bufs[:n]...)
+		return len(warm) > 0
+	}) {
+		t.Fatal("the warm-up datagram never arrived")
+	}
+
+	var mu sync.Mutex
+	type result struct {
+		pkts []link.Packet
+		err  error
+	}
+	first := make(chan result, 1)
+	go func() {
+		bufs := linktest.NewBuffers(64)
+		n, err := b.RecvLocked(bufs, &mu)
+		if err == nil {
+			mu.Unlock() // RecvLocked returns with mu held
+		}
+		first <- result{bufs[:n], err}
+	}()
+	if !testenv.Poll(testenv.Slow, parkedInRecvLocked) {
+		t.Fatal("RecvLocked never slept in the netpoller")
+	}
+	// The poller's turn, holding the caller's lock as verbs does: a WRITE
+	// of 8 packets (a FIRST and a GSO message of seven) taken with three
+	// buffers, so five segments are left queued in the link.
+	mu.Lock()
+	send(writeBatch(a.Headroom(), addr, psn0, writeLen, 0))
+	var polled []link.Packet
+	if !testenv.Poll(testenv.Slow, func() bool {
+		bufs := linktest.NewBuffers(3 - len(polled))
+		n, err := b.TryRecv(bufs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		polled = append(polled, bufs[:n]...)
+		return len(polled) == 3
+	}) {
+		mu.Unlock()
+		t.Fatalf("TryRecv took %d packets, want 3", len(polled))
+	}
+	b.rxMu.Lock()
+	queued := len(b.rx.pend) - b.rx.pendNext
+	b.rxMu.Unlock()
+	if queued == 0 {
+		mu.Unlock()
+		t.Fatalf("TryRecv queued no segments (took %v): the receiver got no GRO superpacket to split", psns(polled))
+	}
+	// Then a later datagram, which wakes RecvLocked once mu is free.
+	send(writeBatch(a.Headroom(), addr, psn0+writeLen, 0, 1))
+	mu.Unlock()
+	r := <-first
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	got := append(polled, r.pkts...)
+	for len(got) < writeLen+1 {
+		bufs := linktest.NewBuffers(64)
+		n, err := b.RecvLocked(bufs, &mu)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Unlock()
+		got = append(got, bufs[:n]...)
+	}
+	want := make([]wire.PSN, writeLen+1)
+	for i := range want {
+		want[i] = psn0 + wire.PSN(i)
+	}
+	if g := psns(got); !slices.Equal(g, want) {
+		t.Errorf("PSNs in the order the two receivers got them: %v, want %v (TryRecv took %v, RecvLocked's first batch %v; segments queued by TryRecv: %d)",
+			g, want, psns(polled), psns(r.pkts), b.rx.nQueued)
+	}
+}
