@@ -336,17 +336,25 @@ func (q *QP) onACK(psn wire.PSN, out *txBatch) {
 	if psn.Diff(q.comp.psn) < 0 {
 		return // duplicate ACK
 	}
-	stuck := q.completeThrough(psn)
-	if stuck {
-		// An ACK beyond an outstanding READ/ATOMIC: its response was lost (IBTA §9.7.5.1.3, implicit NAK).
-		w := q.sq.at(q.sq.head)
-		q.advanceCompPSN(w.firstPSN)
-		q.nakRetry(out)
+	if q.completeThrough(psn) {
+		q.laterResponse(out)
 		return
 	}
 	q.advanceCompPSN(psn.Next())
 	q.fastForward()
 	q.afterProgress(out)
+}
+
+// laterResponse handles a response (ACK, READ response or atomic ACK) for
+// a PSN beyond the READ or atomic at the head of the send queue, which is
+// still waiting for (the rest of) its own: those responses were lost, since
+// a responder answers in PSN order. The requester goes back to the first
+// missing PSN at once (IBTA §9.7.5.1.3, implicit NAK; rxe's check_psn
+// answers COMPST_ERROR_RETRY), rather than wait for the local ACK timer,
+// which a QP with timeout 0 does not have.
+func (q *QP) laterResponse(out *txBatch) {
+	q.advanceCompPSN(q.sq.at(q.sq.head).firstPSN)
+	q.nakRetry(out)
 }
 
 // fastForward moves the requester to comp.psn when the responder
@@ -381,7 +389,10 @@ func (q *QP) afterProgress(out *txBatch) {
 
 func (q *QP) onReadResponse(p *wire.Packet, psn wire.PSN, out *txBatch) {
 	// Responses acknowledge every earlier request.
-	q.completeThrough(psn.Add(-1))
+	if q.completeThrough(psn.Add(-1)) {
+		q.laterResponse(out)
+		return
+	}
 	if q.sq.head == q.sq.cur {
 		return
 	}
@@ -428,7 +439,10 @@ func (q *QP) onReadResponse(p *wire.Packet, psn wire.PSN, out *txBatch) {
 }
 
 func (q *QP) onAtomicAck(p *wire.Packet, psn wire.PSN, out *txBatch) {
-	q.completeThrough(psn.Add(-1))
+	if q.completeThrough(psn.Add(-1)) {
+		q.laterResponse(out)
+		return
+	}
 	if q.sq.head == q.sq.cur {
 		return
 	}

@@ -813,10 +813,17 @@ const firstPSN = wire.PSN(0x1000)
 // select, with the local ACK timeout at 4.096 µs × 2^8 ≈ 1 ms.
 func newDropPair(t *testing.T, mtu verbs.MTU, dropA, dropB dropFunc) (p *verbstest.Pair, a, b *dropLink) {
 	t.Helper()
+	return newDropPairTimeout(t, mtu, 8, dropA, dropB)
+}
+
+// newDropPairTimeout is newDropPair with the QPs' local ACK timeout
+// attribute (0: none, the requester never times out).
+func newDropPairTimeout(t *testing.T, mtu verbs.MTU, timeout uint8, dropA, dropB dropFunc) (p *verbstest.Pair, a, b *dropLink) {
+	t.Helper()
 	o := verbstest.Options{Type: verbs.RC, Net: verbstest.NetV2IPv4, MTU: mtu, CQE: 1024,
 		Cap:      verbs.QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 1, MaxRecvSGE: 1},
 		QPAccess: verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic,
-		Tune:     func(rtr, rts *verbs.QPAttr) { rts.Timeout = 8 }}
+		Tune:     func(rtr, rts *verbs.QPAttr) { rts.Timeout = timeout }}
 	var links [2]*dropLink
 	o.Wrap = func(i int, port link.Link) link.Link {
 		links[i] = &dropLink{Link: port, drop: [2]dropFunc{dropA, dropB}[i], sent: map[uint64]int{}}
@@ -951,6 +958,85 @@ func TestFaultsRCOneRetryPerGap(t *testing.T) {
 				retries, resent, n/4096)
 		}
 	})
+}
+
+// TestFaultsRCLaterResponseRetries: with no local ACK timeout (timeout 0,
+// perftest's -u 0), eight READs are outstanding and the last response of
+// the second is lost, or arrives after the responses of the READs behind
+// it. A response for a PSN beyond the READ (or atomic) still waiting for
+// its own says that its responses were lost: the requester goes back and
+// asks again at once (IBTA §9.7.5.1.3, implicit NAK; rxe's check_psn
+// returns COMPST_ERROR_RETRY). Ignored as a duplicate, as goroce did, the
+// lost response left the READ waiting for a timer that never comes: a
+// `roce perf read -u 0` client hung forever (clean-clone CI run 10, when
+// link/udp delivered two responses 60 packets early).
+func TestFaultsRCLaterResponseRetries(t *testing.T) {
+	for _, atomic := range []bool{false, true} {
+		name := "read"
+		if atomic {
+			name = "atomic"
+		}
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const reads, size = 8, 4096
+				// READ 1 takes PSNs first+4 … first+7 (4 responses at
+				// MTU 1024); an atomic, one PSN, first+1.
+				lost := firstPSN + 7
+				if atomic {
+					lost = firstPSN + 1
+				}
+				// Once: the answer to the retry is a READ_RESPONSE_ONLY at
+				// the same PSN, another opcode to dropLink's count.
+				once := true
+				dropB := func(b wire.BTH, sent int) bool {
+					if b.PSN() != lost || b.Opcode().Operation() == wire.OpAcknowledge || !once {
+						return false
+					}
+					once = false
+					return true
+				}
+				p, _, lb := newDropPairTimeout(t, verbs.MTU1024, 0, nil, dropB)
+				local, remote, mrA, mrB := dropRegions(t, p, reads*size)
+				copy(remote, local)
+				clear(local)
+				if atomic {
+					var err error
+					if mrB, err = p.B.PD.RegMR(remote, verbs.AccessLocalWrite|verbs.AccessRemoteAtomic); err != nil {
+						t.Fatal(err)
+					}
+				}
+				var wrs []verbs.SendWR
+				for i := range reads {
+					wr := verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
+						SGList: []verbs.SGE{mrA.SGE(i*size, size)}, RemoteAddr: mrB.Addr() + uint64(i*size), RKey: mrB.RKey()}
+					if atomic {
+						wr = verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRAtomicFetchAndAdd, Flags: verbs.SendSignaled,
+							SGList: []verbs.SGE{mrA.SGE(i*size, 8)}, RemoteAddr: mrB.Addr() + uint64(i*size),
+							RKey: mrB.RKey(), CompareAdd: 1}
+					}
+					wrs = append(wrs, wr)
+				}
+				if err := p.A.QP.PostSend(wrs...); err != nil {
+					t.Fatal(err)
+				}
+				for i := range uint64(reads) {
+					if wc := waitWC(t, p.A.CQ); wc.Status != verbs.WCSuccess || wc.WRID != i {
+						logFaultCounters(t, p)
+						t.Fatalf("completion %d: %v", i, &wc)
+					}
+				}
+				if lb.count() != 1 {
+					t.Errorf("dropped %d responses, want 1", lb.count())
+				}
+				if !atomic && !bytes.Equal(local, remote) {
+					t.Error("READ results differ from the remote contents")
+				}
+				if got := counterOf(p.A.QP.Counters(), "completer_retry_err"); got == 0 {
+					t.Error("completer_retry_err 0: no retry")
+				}
+			})
+		})
+	}
 }
 
 // TestFaultsRCLostACKBeforeRead: the ACK of a WRITE is lost and the READ
