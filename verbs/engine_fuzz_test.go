@@ -146,6 +146,7 @@ type fuzzRead struct {
 // fuzzHarness is a live device and its memory, kept across inputs.
 type fuzzHarness struct {
 	dev      *Device
+	noRecv   bool // the packet just delivered must complete no receive
 	lk       *fuzzLink
 	arena    []byte
 	pristine []byte
@@ -325,8 +326,23 @@ func (h *fuzzHarness) reset(t testing.TB) {
 			h.recvs[i] = append(h.recvs[i], r)
 		}
 	}
+	// The UD QP is in fuzzMGID's group (again: a reset QP stays attached,
+	// as in rxe, and attaching twice is allowed).
+	if err := h.qps[fuzzUD].AttachMcast(fuzzMGID, 0); err != nil {
+		t.Fatal(err)
+	}
 	h.bindWindows(t)
 }
+
+// fuzzUD is the UD QP's index among the harness's QPs. fuzzMGID is the
+// group it joins; fuzzOtherMGID one that no QP joins (the device drops
+// what is sent to it and counts rcvd_bad_qp).
+const fuzzUD = 2
+
+var (
+	fuzzMGID      = netip.MustParseAddr("::ffff:239.1.2.3")
+	fuzzOtherMGID = netip.MustParseAddr("::ffff:239.9.9.9")
+)
 
 // bindWindows binds the type 1 window again (a new key) and a fresh type 2
 // window through the RC QP: an input may have invalidated the type 2 one
@@ -475,7 +491,13 @@ func (h *fuzzHarness) build(qi int, r []byte, b []byte) ([]byte, link.Addr, int)
 		payload[i] = byte(i*13) ^ r[16]
 	}
 	dest, dqi := q.num, qi
-	if flags&0x08 != 0 {
+	mcast := flags&0x08 != 0 && r[6]&0x04 != 0
+	switch {
+	case mcast:
+		// The multicast QPN (IBTA §10.5.2.1): to the group the UD QP
+		// joined, or (r[6]&0x08) to a group no QP joined.
+		dest, dqi = MulticastQPN, fuzzUD
+	case flags&0x08 != 0:
 		dqi = (qi + 1 + int(r[6]&1)) % 3
 		dest = h.qps[dqi].num
 	}
@@ -504,6 +526,12 @@ func (h *fuzzHarness) build(qi int, r []byte, b []byte) ([]byte, link.Addr, int)
 	}
 	if flags&0x80 != 0 {
 		a.TrafficClass = ECNCE // a switch marked it: the device's DCQCN notification point answers
+	}
+	if mcast {
+		a.DstGID = fuzzMGID
+		if r[6]&0x08 != 0 {
+			a.DstGID = fuzzOtherMGID
+		}
 	}
 	return b, a, dqi
 }
@@ -541,6 +569,9 @@ func (h *fuzzHarness) check(t *testing.T, qi int, sent [][]byte, what string) {
 		for _, c := range wc[:n] {
 			if c.Opcode != WCRecv && c.Opcode != WCRecvRDMAWithImm {
 				continue
+			}
+			if h.noRecv {
+				t.Fatalf("%s: a datagram to a multicast group no QP joined completed a receive: %v", what, &c)
 			}
 			found := false
 			for i := range h.recvs {
@@ -698,6 +729,8 @@ func fuzzSequence(t *testing.T, qi int, data []byte) {
 		}
 		sent := h.lk.take()
 		h.checkRead(t, q, b, a, epsn, sent, what)
+		// A datagram to a group no QP joined reaches no QP.
+		h.noRecv = wire.BTH(b).DestQP() == MulticastQPN && a.DstGID == fuzzOtherMGID
 		h.check(t, dqi, sent, what)
 	}
 }
@@ -860,5 +893,13 @@ func FuzzUDSequence(f *testing.F) {
 		rec{op: ud | wire.OpSendOnly, flags: 32, plen: 1},
 		rec{op: ud | wire.OpSendOnly, flags: 8, plen: 1},
 		rec{op: wire.TransportUC | wire.OpSendLast, raw: true, flags: 8, plen: plenSmall, small: 9}))
+	// To the multicast QPN (flag 8 with small's bit 4): the UD QP's group,
+	// with a bad Q_Key, a group nobody joined (bit 8), and an RC opcode.
+	f.Add(seq(udOps,
+		rec{op: ud | wire.OpSendOnly, flags: 8, plen: plenSmall, small: 4},
+		rec{op: ud | wire.OpSendOnlyWithImmediate, flags: 8 | 32, plen: plenSmall, small: 4},
+		rec{op: ud | wire.OpSendOnly, flags: 8, plen: plenSmall, small: 12},
+		rec{op: wire.TransportRC | wire.OpSendOnly, raw: true, flags: 8, plen: plenSmall, small: 4},
+		rec{op: ud | wire.OpSendOnlyWithImmediate, flags: 8, plen: plenMTU, small: 4}))
 	f.Fuzz(func(t *testing.T, data []byte) { fuzzSequence(t, 2, data) })
 }
