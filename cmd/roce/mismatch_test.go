@@ -74,9 +74,20 @@ func startRoceTee(t *testing.T, h *nettest.Host, dir, roceBin string, tee io.Wri
 // host's, or the lab's).
 func startRoceIn(t *testing.T, ns, dir, roceBin string, tee io.Writer, sub string, args ...string) *pingProc {
 	t.Helper()
+	return startNSProc(t, ns, dir, roceBin, nil, tee, append([]string{sub}, args...)...)
+}
+
+// startNSProc runs roce ARGS... in the network namespace named ns, its
+// stdout also copied to echo and its stderr to tee as they come (either
+// may be nil).
+func startNSProc(t *testing.T, ns, dir, roceBin string, echo, tee io.Writer, args ...string) *pingProc {
+	t.Helper()
 	p := &pingProc{done: make(chan error, 1)}
-	p.cmd = exec.Command("ip", append([]string{"netns", "exec", ns, roceBin, "--rundir", dir, sub}, args...)...)
+	p.cmd = exec.Command("ip", append([]string{"netns", "exec", ns, roceBin, "--rundir", dir}, args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	if echo != nil {
+		p.cmd.Stdout = io.MultiWriter(&p.stdout, echo)
+	}
 	if tee != nil {
 		p.cmd.Stderr = io.MultiWriter(&p.stderr, tee)
 	}
@@ -89,6 +100,17 @@ func startRoceIn(t *testing.T, ns, dir, roceBin string, tee io.Writer, sub strin
 		<-p.done
 	})
 	return p
+}
+
+// running reports whether the process has not exited yet.
+func (p *pingProc) running() bool {
+	select {
+	case err := <-p.done:
+		p.done <- err
+		return false
+	default:
+		return true
+	}
 }
 
 // wait returns the process's exit status, failing t after limit.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/md5"
 	"crypto/rand"
@@ -9,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -40,68 +38,16 @@ func labRoce(t *testing.T, l *lab.Lab) (dir, bin string) {
 	return dir, bin
 }
 
-// labProc is a roce process in the lab's namespace.
-type labProc struct {
-	cmd            *exec.Cmd
-	stdout, stderr bytes.Buffer
-	done           chan error
-}
-
-func labRoceStart(t *testing.T, dir, bin string, args ...string) *labProc {
+func labRoceStart(t *testing.T, dir, bin string, args ...string) *pingProc {
 	t.Helper()
 	return labRoceStartEcho(t, nil, dir, bin, args...)
 }
 
 // labRoceStartEcho is labRoceStart that also copies the process's stdout
 // to echo as it comes (a run of hours shows its progress in go test -v).
-func labRoceStartEcho(t *testing.T, echo io.Writer, dir, bin string, args ...string) *labProc {
+func labRoceStartEcho(t *testing.T, echo io.Writer, dir, bin string, args ...string) *pingProc {
 	t.Helper()
-	p := &labProc{done: make(chan error, 1)}
-	p.cmd = exec.Command("ip", append([]string{"netns", "exec", lab.Netns, bin, "--rundir", dir}, args...)...)
-	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
-	if echo != nil {
-		p.cmd.Stdout = io.MultiWriter(&p.stdout, echo)
-	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.done <- p.cmd.Wait() }()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.done
-		p.done <- nil
-	})
-	return p
-}
-
-// running reports whether the process has not exited yet.
-func (p *labProc) running() bool {
-	select {
-	case err := <-p.done:
-		p.done <- err
-		return false
-	default:
-		return true
-	}
-}
-
-// wait returns the process's exit status, failing t after limit.
-func (p *labProc) wait(t *testing.T, limit time.Duration) int {
-	t.Helper()
-	select {
-	case err := <-p.done:
-		p.done <- err
-		if ee, ok := err.(*exec.ExitError); ok {
-			return ee.ExitCode()
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		return 0
-	case <-time.After(limit):
-		t.Fatalf("%v still running after %v\nstdout: %s\nstderr: %s", p.cmd.Args, limit, p.stdout.String(), p.stderr.String())
-		return -1
-	}
+	return startNSProc(t, lab.Netns, dir, bin, echo, nil, args...)
 }
 
 // notListening is what a VM tool's failed connect says before the goroce
@@ -114,7 +60,7 @@ func notListening(out string) bool {
 // runInVM runs cmd in vm until it no longer fails for want of a listening
 // goroce server (notListening), while srv runs, for at most testenv.Slow,
 // and returns its last output and status.
-func runInVM(t *testing.T, l *lab.Lab, vm lab.VM, srv *labProc, cmd string) (string, int) {
+func runInVM(t *testing.T, l *lab.Lab, vm lab.VM, srv *pingProc, cmd string) (string, int) {
 	t.Helper()
 	var out string
 	var rc int
@@ -136,15 +82,15 @@ func runInVM(t *testing.T, l *lab.Lab, vm lab.VM, srv *labProc, cmd string) (str
 // startUntilAccepted starts roce with args until its connection to the VM
 // tool job is no longer REJECTED (the tool does not listen yet), while the
 // job runs, for at most testenv.Slow, and returns the last process, ended.
-func startUntilAccepted(t *testing.T, job *lab.Job, dir, bin string, limit time.Duration, args ...string) (*labProc, int) {
+func startUntilAccepted(t *testing.T, job *lab.Job, dir, bin string, limit time.Duration, args ...string) (*pingProc, int) {
 	t.Helper()
 	return startUntilAcceptedEcho(t, nil, job, dir, bin, limit, args...)
 }
 
 // startUntilAcceptedEcho is startUntilAccepted with labRoceStartEcho's echo.
-func startUntilAcceptedEcho(t *testing.T, echo io.Writer, job *lab.Job, dir, bin string, limit time.Duration, args ...string) (*labProc, int) {
+func startUntilAcceptedEcho(t *testing.T, echo io.Writer, job *lab.Job, dir, bin string, limit time.Duration, args ...string) (*pingProc, int) {
 	t.Helper()
-	var p *labProc
+	var p *pingProc
 	var code int
 	ctx, cancel := context.WithTimeout(context.Background(), testenv.Slow)
 	defer cancel()
