@@ -163,7 +163,7 @@ func openUDPThroughput(b *testing.B, ha, hb *nettest.Host, mode string, port int
 	if err := unix.SetsockoptTimeval(u.rx, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 20000}); err != nil {
 		b.Fatal(err)
 	}
-	if mode == "gso+gro" || mode == floorMode {
+	if mode == "gso+gro" || isFloor(mode) {
 		if err := unix.SetsockoptInt(u.rx, unix.IPPROTO_UDP, unix.UDP_GRO, 1); err != nil {
 			b.Fatal(err)
 		}
@@ -264,7 +264,7 @@ func newUDPSender(fd int, mode string) *udpSender {
 		s.iovs[i].SetLen(dgramLen)
 		s.hdrs[i].Hdr.Iov = &s.iovs[i]
 		s.hdrs[i].Hdr.SetIovlen(1)
-		if mode == "gso" || mode == "gso+gro" || mode == floorMode {
+		if mode == "gso" || mode == "gso+gro" || isFloor(mode) {
 			c := s.cmsgs[i*cs : (i+1)*cs]
 			h := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
 			h.Level, h.Type = unix.IPPROTO_UDP, unix.UDP_SEGMENT
@@ -274,7 +274,7 @@ func newUDPSender(fd int, mode string) *udpSender {
 			s.hdrs[i].Hdr.SetControllen(cs)
 		}
 	}
-	if mode == floorMode {
+	if isFloor(mode) {
 		s.buf = make([]byte, perMsg*dgramLen)
 		s.src = make([]byte, window*msgSize)
 		for i := range s.src {
@@ -286,7 +286,7 @@ func newUDPSender(fd int, mode string) *udpSender {
 
 func (s *udpSender) send(n int) error {
 	switch s.mode {
-	case floorMode:
+	case floorMode, floorImmMode:
 		return s.sendFloor(n)
 	case "plain":
 		for range n {
@@ -338,9 +338,19 @@ func (s *udpSender) sendFloor(n int) error {
 			binary.BigEndian.PutUint32(d[dgramLen-wire.ICRCLen:], crc32.ChecksumIEEE(d[:dgramLen-wire.ICRCLen]))
 		}
 		m := 0
-		for off := 0; off < k; off += gsoSegs {
+		for off := 0; off < k; {
+			segs := min(k-off, gsoSegs)
+			if s.mode == floorImmMode {
+				// WRITE WITH IMMEDIATE's grouping: FIRST, the MIDDLEs,
+				// LAST_WITH_IMMEDIATE (see floorImmMode).
+				segs = 1
+				if off > 0 && off < k-1 {
+					segs = k - 1 - off
+				}
+			}
 			s.iovs[m].Base = &s.buf[off*dgramLen]
-			s.iovs[m].SetLen(min(k-off, gsoSegs) * dgramLen)
+			s.iovs[m].SetLen(segs * dgramLen)
+			off += segs
 			m++
 		}
 		for off := 0; off < m; {
@@ -393,12 +403,12 @@ func (r *udpReceiver) run() {
 	switch r.mode {
 	case "plain":
 		batch = 1
-	case "gso+gro", floorMode:
+	case "gso+gro", floorMode, floorImmMode:
 		size, batch = groBuf, 8
 	}
 	var dst []byte // floorMode: the destination ring
 	dstOff := 0
-	if r.mode == floorMode {
+	if isFloor(r.mode) {
 		dst = make([]byte, window*msgSize)
 	}
 	bufs := make([]byte, size*batch)

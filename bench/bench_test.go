@@ -154,6 +154,20 @@ var udpModes = []string{"plain", "sendmmsg", "gso", "gso+gro"}
 // best mode, the floor under RCWrite64K.
 const floorMode = "gso+gro+roce"
 
+// floorImmMode is floorMode with the datagrams of each 64 KiB grouped as
+// goroce's link must group an RDMA WRITE WITH IMMEDIATE's 16 packets: three
+// GSO messages (the FIRST alone, the 14 MIDDLEs, the LAST alone, since its
+// ImmDt makes it 4 bytes longer than a MIDDLE and a GSO message's segments
+// are all the same size but the last, which may only be shorter) where an
+// RDMA WRITE's take two (the FIRST, then the MIDDLEs and the LAST). The
+// datagrams and bytes are floorMode's; only the grouping differs, so
+// floorImmMode ÷ floorMode is what a third message per 64 KiB costs the
+// kernel alone (BenchmarkRsocket's UDPFloorImm64K).
+const floorImmMode = "gso+gro+roce+imm"
+
+// isFloor reports whether mode is one of the floors (RoCE's work by hand).
+func isFloor(mode string) bool { return mode == floorMode || mode == floorImmMode }
+
 // bestUDP returns the fastest raw-UDP throughput mode measured so far and its
 // median MB/s; if none ran in this process (-bench filtered them out), it
 // measures them now between ha and hb.

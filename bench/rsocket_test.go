@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"runtime/pprof"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,6 +30,18 @@ import (
 //     stream's messages are, the receiver polling its completions and
 //     reposting its receives: what the stream's messages cost at the
 //     verbs layer, without the stream's copies and credits;
+//   - RCWriteImm64Kminus4: the same with messages 4 bytes short of 64 KiB,
+//     whose LAST packet, ImmDt included, is no longer than a MIDDLE: two
+//     GSO messages per WRITE WITH IMMEDIATE, as an RDMA WRITE of 64 KiB,
+//     instead of three (the FIRST, the MIDDLEs, the LAST alone); so
+//     RCWriteImm64K ÷ RCWriteImm64Kminus4 is what the third message costs
+//     goroce, and RCWriteImm64Kminus4 ÷ RCWrite64K what consuming a
+//     receive and completing it costs;
+//   - UDPFloor64K and UDPFloorImm64K: BenchmarkUDPThroughput's floor
+//     (RoCE's copies and CRCs by hand over raw UDP, no engine) with the
+//     datagrams of each 64 KiB grouped as a WRITE's (two GSO messages)
+//     and as a WRITE WITH IMMEDIATE's (three): what the third message
+//     costs the kernel alone (x-floor);
 //   - Stream64K: an rsocket stream fed with 64 KiB Writes, read on the
 //     other side (rstream's buffers: SO_SNDBUF and SO_RCVBUF 512 KiB, rings
 //     of 1 MiB); MB/s of payload;
@@ -46,18 +59,42 @@ func BenchmarkRsocket(b *testing.B) {
 	ha, hb := newVeth(b)
 	var rcWrite, rcRTT float64
 	b.Run("RCWrite64K", func(b *testing.B) {
+		label("RCWrite64K")
 		p := openRoCE(b, ha, hb, false, 0, verbs.QPCap{MaxSendWR: window, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1})
 		benchRCWrite(b, p, ha, hb)
 		rcWrite = lastResult(b).mbps
 	})
 	b.Run("RCWriteImm64K", func(b *testing.B) {
+		label("RCWriteImm64K")
 		p := openRoCE(b, ha, hb, false, 0, verbs.QPCap{MaxSendWR: window, MaxRecvWR: immRecvs, MaxSendSGE: 1, MaxRecvSGE: 1})
-		r := benchRCWriteImm(b, p)
+		r := benchRCWriteImm(b, p, msgSize)
 		if rcWrite > 0 {
 			b.ReportMetric(r.mbps/rcWrite, "x-rc-write")
 		}
 	})
+	b.Run("RCWriteImm64Kminus4", func(b *testing.B) {
+		label("RCWriteImm64Kminus4")
+		p := openRoCE(b, ha, hb, false, 0, verbs.QPCap{MaxSendWR: window, MaxRecvWR: immRecvs, MaxSendSGE: 1, MaxRecvSGE: 1})
+		r := benchRCWriteImm(b, p, msgSize-4)
+		if rcWrite > 0 {
+			b.ReportMetric(r.mbps/rcWrite, "x-rc-write")
+		}
+	})
+	var floor float64
+	b.Run("UDPFloor64K", func(b *testing.B) {
+		label("UDPFloor64K")
+		benchUDPThroughput(b, ha, hb, floorMode, basePort+300)
+		floor = lastResult(b).mbps
+	})
+	b.Run("UDPFloorImm64K", func(b *testing.B) {
+		label("UDPFloorImm64K")
+		benchUDPThroughput(b, ha, hb, floorImmMode, basePort+301)
+		if floor > 0 {
+			b.ReportMetric(lastResult(b).mbps/floor, "x-floor")
+		}
+	})
 	b.Run("Stream64K", func(b *testing.B) {
+		label("Stream64K")
 		ca, cb, p := rsocketPair(b, ha, hb)
 		r := benchStream(b, ca, cb, p)
 		if rcWrite > 0 {
@@ -65,6 +102,7 @@ func BenchmarkRsocket(b *testing.B) {
 		}
 	})
 	b.Run("TCPStream64K", func(b *testing.B) {
+		label("TCPStream64K")
 		ca, cb := tcpPair(b, ha, hb)
 		r := benchStream(b, ca, cb, nil)
 		if rcWrite > 0 {
@@ -90,6 +128,14 @@ func BenchmarkRsocket(b *testing.B) {
 			b.ReportMetric(r.ns/rcRTT, "x-rc-rtt")
 		}
 	})
+}
+
+// label marks the calling goroutine, and the goroutines it starts (the
+// devices' own among them), with the sub-benchmark's name, so that one
+// -cpuprofile of BenchmarkRsocket separates them: go tool pprof
+// -tagfocus bench=RCWriteImm64K.
+func label(name string) {
+	pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels("bench", name)))
 }
 
 // lastResult is the result record stored last for b.
@@ -288,7 +334,7 @@ const immRecvs = 1024
 // completion a goroutine there polls, reposting the receive, as an
 // rsocket reader's would be. The time runs until the receiver has seen
 // the last message.
-func benchRCWriteImm(b *testing.B, p *rocePair) result {
+func benchRCWriteImm(b *testing.B, p *rocePair, size int) result {
 	src, dst := make([]byte, msgSize*window), make([]byte, msgSize*window)
 	mrA, err := p.pd[0].RegMR(src, verbs.AccessLocalWrite)
 	if err != nil {
@@ -300,8 +346,8 @@ func benchRCWriteImm(b *testing.B, p *rocePair) result {
 	}
 	wrs := make([]verbs.SendWR, window)
 	for i := range wrs {
-		wrs[i] = verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRRDMAWriteWithImm, Flags: verbs.SendSignaled, ImmData: msgSize,
-			SGList: []verbs.SGE{mrA.SGE(i*msgSize, msgSize)}, RemoteAddr: mrB.Addr() + uint64(i*msgSize), RKey: mrB.RKey()}
+		wrs[i] = verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRRDMAWriteWithImm, Flags: verbs.SendSignaled, ImmData: uint32(size),
+			SGList: []verbs.SGE{mrA.SGE(i*msgSize, size)}, RemoteAddr: mrB.Addr() + uint64(i*msgSize), RKey: mrB.RKey()}
 	}
 	recvs := make([]verbs.RecvWR, immRecvs)
 	if err := p.qp[1].PostRecv(recvs...); err != nil {
@@ -322,7 +368,7 @@ func benchRCWriteImm(b *testing.B, p *rocePair) result {
 				return
 			}
 			for i := range wcs[:n] {
-				if wcs[i].Status != verbs.WCSuccess || wcs[i].ImmData != msgSize {
+				if wcs[i].Status != verbs.WCSuccess || wcs[i].ImmData != uint32(size) {
 					got <- fmt.Errorf("receive completion %v", &wcs[i])
 					return
 				}
@@ -369,11 +415,16 @@ func benchRCWriteImm(b *testing.B, p *rocePair) result {
 		}
 		return <-got
 	}
-	if err := run(16); err != nil { // warm up: neighbours, the first ACKs
-		b.Fatal(err)
+	// Warm up: one message alone first, as benchRCWrite does, while the
+	// neighbour is resolved (sixteen at once lost to that wait a 67 ms
+	// retransmission timeout), then a window's worth.
+	for _, n := range []int{1, 16} {
+		if err := run(n); err != nil {
+			b.Fatal(err)
+		}
 	}
 	sent0, re0 := p.counter("sent_pkts"), p.counter("retrans_pkts")
-	b.SetBytes(msgSize)
+	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu0 := cpuTime()
@@ -381,7 +432,7 @@ func benchRCWriteImm(b *testing.B, p *rocePair) result {
 		b.Fatal(err)
 	}
 	b.StopTimer()
-	r := record(b, msgSize, cpuTime()-cpu0)
+	r := record(b, int64(size), cpuTime()-cpu0)
 	b.ReportMetric(float64(p.counter("sent_pkts")-sent0)/float64(b.N), "pkts/op")
 	b.ReportMetric(float64(p.counter("retrans_pkts")-re0)/float64(b.N), "retrans/op")
 	return r
