@@ -50,15 +50,21 @@ const perfIters = 5000
 // 1024 (the port's active MTU, which both halves use). Run 5 rounds with
 //
 //	go test -run '^$' -bench PerfWrite64K -benchtime 5x ./bench/
+//
+// (the first run, b.N = 1, is one more round). GOROCE_BENCH_ROCE=PATH runs
+// that roce binary instead of building this tree's.
 func BenchmarkPerfWrite64K(b *testing.B) {
 	testenv.Root(b)
 	_, err := exec.LookPath("ip")
 	testenv.Require(b, err == nil, "iproute2's ip (to run roce in the namespaces)")
-	roceBin := filepath.Join(b.TempDir(), "roce")
-	build := exec.Command("go", "build", "-o", roceBin, "./cmd/roce")
-	build.Dir = testenv.RepoRoot(b)
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("go build ./cmd/roce: %v\n%s", err, out)
+	roceBin := os.Getenv("GOROCE_BENCH_ROCE") // another build's, for a before and after
+	if roceBin == "" {
+		roceBin = filepath.Join(b.TempDir(), "roce")
+		build := exec.Command("go", "build", "-o", roceBin, "./cmd/roce")
+		build.Dir = testenv.RepoRoot(b)
+		if out, err := build.CombinedOutput(); err != nil {
+			b.Fatalf("go build ./cmd/roce: %v\n%s", err, out)
+		}
 	}
 	for _, c := range []struct {
 		name    string
