@@ -46,7 +46,8 @@ func (p *params) waitCQ(ctx context.Context, cq *verbs.CQ, wcs []verbs.WC, deadl
 	if p.UseEvent {
 		return waitCQEvent(ctx, cq, wcs, deadline)
 	}
-	y := p.newYielder()
+	y := newYielder()
+	defer y.done()
 	for spins := 0; ; spins++ {
 		n, err := cq.Poll(wcs)
 		if n != 0 || err != nil {
@@ -65,54 +66,55 @@ func (p *params) waitCQ(ctx context.Context, cq *verbs.CQ, wcs []verbs.WC, deadl
 }
 
 // spinYield is how many empty polls a busy-polling loop makes between
-// yields of its P while the Ps outnumber the run's polling goroutines.
+// yields of its P while the process has a P no busy poll holds.
 const spinYield = 1024
 
 // gosched is runtime.Gosched; tests count the calls.
 var gosched = runtime.Gosched
 
+// spinners counts the goroutines of this process inside a busy-polling
+// loop (waitCQ, watch), whichever run they belong to: the Ps they hold are
+// the process's (a test runs server and client, and runs in parallel, in
+// one process).
+var spinners atomic.Int32
+
 // yielder decides when a busy-polling loop yields its P. The poll never
 // blocks, but it must yield now and then: the device's own goroutines
 // (its receive goroutine when the link is not driven by the poller, a
-// fabric's in tests) and the other QPs' polling goroutines run on the same
-// GOMAXPROCS Ps as the loop, and a loop that never yields leaves them only
-// the scheduler's 10 ms preemption.
+// fabric's in tests) and the other busy polls run on the same GOMAXPROCS
+// Ps as the loop, and a loop that never yields leaves them only the
+// scheduler's 10 ms preemption.
 //
-// When the run's pollers take every P (one P, or -q as large as
-// GOMAXPROCS), the loop yields after each empty poll: the others can run
-// no other way, and with no P idle a yield is cheap. When a P is left
-// over, the others run there, and the loop yields only every spinYield
-// polls: runtime.Gosched puts the goroutine on the global run queue and
-// wakes an idle P's thread to look for work (the runtime's goschedImpl
-// calls wakep), so a loop that yielded after every poll kept a second
-// thread waking, spinning and stealing the poller back — two CPUs busy for
-// one poller, and on a two-vCPU host the second was the one the peer and
-// the kernel's packet processing needed: `roce perf write` between two
-// namespaces ran at 0.24–0.75× of yielding every 1024 polls in alternating
-// runs (issue 15; BENCHMARKS.md).
-type yielder struct{ n, every int }
-
-func (p *params) newYielder() yielder {
-	every := spinYield
-	if p.pollers() >= runtime.GOMAXPROCS(0) {
-		every = 1
-	}
-	return yielder{every: every}
+// While the busy polls hold every P (one P, or as many polls as Ps:
+// -q 2 on two, both sides of a test in one process), the loop yields after
+// each empty poll: the others can run no other way, and with no P idle a
+// yield is cheap. While a P is left over, the others run there, and the
+// loop yields only every spinYield polls: runtime.Gosched puts the
+// goroutine on the global run queue and wakes an idle P's thread to look
+// for work (the runtime's goschedImpl calls wakep), so a loop that
+// yielded after every poll kept a second thread waking, spinning and
+// stealing the poller back — two CPUs busy for one poller, and on a
+// two-vCPU host the second was the one the peer and the kernel's packet
+// processing needed (roce perf write between two namespaces, issue 15;
+// BENCHMARKS.md).
+type yielder struct {
+	n     int
+	procs int32
 }
 
-// pollers is how many goroutines of the run busy-poll at once: one per
-// QP, two with ib_send_bw -b (one sends, one receives).
-func (p *params) pollers() int {
-	if p.Bidirectional && p.Verb == Send && !p.Lat {
-		return 2 * p.NumQPs
-	}
-	return p.NumQPs
+// newYielder counts the caller in spinners until done.
+func newYielder() *yielder {
+	spinners.Add(1)
+	return &yielder{procs: int32(runtime.GOMAXPROCS(0))}
 }
+
+// done ends the caller's busy poll.
+func (y *yielder) done() { spinners.Add(-1) }
 
 // spin is called after each empty poll.
 func (y *yielder) spin() {
 	y.n++
-	if y.n >= y.every {
+	if y.n >= spinYield || spinners.Load() >= y.procs {
 		y.n = 0
 		gosched()
 	}

@@ -251,7 +251,8 @@ func (r *run) latWrite(ctx context.Context, q *qpRes, size int, clk clock, win w
 // completions on scq stay for latWrite's waitCQ. The loop never sleeps,
 // as ib_write_lat's spin, and yields its P as waitCQ's does (yielder).
 func (r *run) watch(ctx context.Context, b *byte, v byte, clk clock, win window, cq *verbs.CQ) (bool, error) {
-	y := r.newYielder()
+	y := newYielder()
+	defer y.done()
 	for spins := 0; ; spins++ {
 		seen := false
 		r.dev.Observe(func() { seen = *b == v })
