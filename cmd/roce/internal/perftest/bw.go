@@ -103,13 +103,13 @@ type yielder struct {
 }
 
 // newYielder counts the caller in spinners until done.
-func newYielder() *yielder {
+func newYielder() yielder {
 	spinners.Add(1)
-	return &yielder{procs: int32(runtime.GOMAXPROCS(0))}
+	return yielder{procs: int32(runtime.GOMAXPROCS(0))}
 }
 
 // done ends the caller's busy poll.
-func (y *yielder) done() { spinners.Add(-1) }
+func (y yielder) done() { spinners.Add(-1) }
 
 // spin is called after each empty poll.
 func (y *yielder) spin() {
