@@ -46,7 +46,7 @@ func (p *params) waitCQ(ctx context.Context, cq *verbs.CQ, wcs []verbs.WC, deadl
 	if p.UseEvent {
 		return waitCQEvent(ctx, cq, wcs, deadline)
 	}
-	y := newYielder()
+	y := newYielder(p.Lat)
 	defer y.done()
 	for spins := 0; ; spins++ {
 		n, err := cq.Poll(wcs)
@@ -97,15 +97,26 @@ var spinners atomic.Int32
 // two-vCPU host the second was the one the peer and the kernel's packet
 // processing needed (roce perf write between two namespaces, issue 15;
 // BENCHMARKS.md).
+//
+// The latency tests keep yielding after every poll: there the thread the
+// yield keeps awake on the other P is the one that finds the next packet
+// soonest, and t_typical of `roce perf send --lat -s 64` between two
+// namespaces was 14.7–17.2 µs yielding every poll and 18.7–31.3 µs every
+// spinYield polls (four alternating runs each, load 6).
 type yielder struct {
 	n     int
-	procs int32
+	procs int32 // GOMAXPROCS; 0: yield after every poll
 }
 
-// newYielder counts the caller in spinners until done.
-func newYielder() yielder {
+// newYielder counts the caller in spinners until done; everyPoll makes
+// it yield after every poll whatever the Ps.
+func newYielder(everyPoll bool) yielder {
 	spinners.Add(1)
-	return yielder{procs: int32(runtime.GOMAXPROCS(0))}
+	y := yielder{procs: int32(runtime.GOMAXPROCS(0))}
+	if everyPoll {
+		y.procs = 0
+	}
+	return y
 }
 
 // done ends the caller's busy poll.

@@ -249,9 +249,10 @@ func (r *run) latWrite(ctx context.Context, q *qpRes, size int, clk clock, win w
 // VM leaves to Go's 10 ms background netpoll. It polls for no completion
 // (an empty slice, as ibv_poll_cq with num_entries 0): the send
 // completions on scq stay for latWrite's waitCQ. The loop never sleeps,
-// as ib_write_lat's spin, and yields its P as waitCQ's does (yielder).
+// as ib_write_lat's spin, and yields its P after every look, as waitCQ's
+// in the latency tests (yielder).
 func (r *run) watch(ctx context.Context, b *byte, v byte, clk clock, win window, cq *verbs.CQ) (bool, error) {
-	y := newYielder()
+	y := newYielder(true)
 	defer y.done()
 	for spins := 0; ; spins++ {
 		seen := false

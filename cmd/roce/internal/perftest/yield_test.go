@@ -18,11 +18,15 @@ import (
 // runtime.Gosched wakes an idle P's thread, which made one poller keep
 // two CPUs busy, issue 15). Other busy polls of the process (other QPs'
 // goroutines, the other side of a test) are stood for by counting them in
-// spinners.
+// spinners. The latency tests yield after every poll whatever the Ps.
 func TestBusyPollYields(t *testing.T) {
 	pair := verbstest.NewPair(t, verbstest.Options{NoConnect: true})
 	cq := pair.A.CQ
-	p, err := Config{Verb: Write}.resolve()
+	bw, err := Config{Verb: Write}.resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lat, err := Config{Verb: Send, Lat: true}.resolve()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,18 +42,24 @@ func TestBusyPollYields(t *testing.T) {
 		name   string
 		procs  int
 		others int32 // other busy polls in the process
+		lat    bool
 		yields int
 	}{
-		{"one P", 1, 0, 1023},
-		{"two Ps, one poll", 2, 0, 0},
-		{"two Ps, two polls", 2, 1, 1023},
-		{"four Ps, three polls", 4, 2, 0},
-		{"four Ps, five polls", 4, 4, 1023},
+		{"one P", 1, 0, false, 1023},
+		{"two Ps, one poll", 2, 0, false, 0},
+		{"two Ps, two polls", 2, 1, false, 1023},
+		{"four Ps, three polls", 4, 2, false, 0},
+		{"four Ps, five polls", 4, 4, false, 1023},
+		{"two Ps, one poll, latency", 2, 0, true, 1023},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			runtime.GOMAXPROCS(c.procs)
 			spinners.Add(c.others)
 			defer spinners.Add(-c.others)
+			p := bw
+			if c.lat {
+				p = lat
+			}
 			yields = 0
 			n, err := p.waitCQ(context.Background(), cq, make([]verbs.WC, 4), time.Now().Add(-time.Second))
 			if n != 0 || err != nil {
@@ -63,7 +73,7 @@ func TestBusyPollYields(t *testing.T) {
 			}
 			// Past the first 1024 polls, the same rhythm: spinYield polls
 			// per yield with a P left over, one per poll without.
-			y := newYielder()
+			y := newYielder(c.lat)
 			yields = 0
 			for range 4 * spinYield {
 				y.spin()
