@@ -163,22 +163,29 @@ func openDevices(b *testing.B, ha, hb *nettest.Host, unprivileged bool, busyPoll
 			b.Fatal(err)
 		}
 	}
-	p.ip = [2]netip.Addr{netip.AddrFrom16(ha.IPv4.As16()), netip.AddrFrom16(hb.IPv4.As16())}
+	p.ip = [2]netip.Addr{v4GID(ha), v4GID(hb)}
 	for i := range 2 {
-		p.sgid[i] = -1
-		for k, e := range p.dev[i].GIDs() {
-			if e.GID == p.ip[i] && e.Type == verbs.GIDTypeRoCEv2 {
-				p.sgid[i] = k
-			}
-		}
-		if p.sgid[i] < 0 {
-			b.Fatalf("%s has no RoCE v2 GID %v", p.dev[i].Def.Name, p.ip[i])
-		}
+		p.sgid[i] = gidIndex(b, p.dev[i], p.ip[i])
 	}
 	if p.dev[0].Link().MTU() < pmtu {
 		b.Fatalf("link MTU %d", p.dev[0].Link().MTU())
 	}
 	return p
+}
+
+// v4GID is h's IPv4 address as a GID.
+func v4GID(h *nettest.Host) netip.Addr { return netip.AddrFrom16(h.IPv4.As16()) }
+
+// gidIndex is the index of d's RoCE v2 GID gid.
+func gidIndex(b *testing.B, d *host.Device, gid netip.Addr) int {
+	b.Helper()
+	for k, e := range d.GIDs() {
+		if e.GID == gid && e.Type == verbs.GIDTypeRoCEv2 {
+			return k
+		}
+	}
+	b.Fatalf("%s has no RoCE v2 GID %v", d.Def.Name, gid)
+	return -1
 }
 
 // connect takes qp, on side i, to RTS toward QP rqpn on the other side, at
@@ -207,67 +214,15 @@ func (p *rocePair) linkDrops() (icrc, malformed uint64) {
 }
 
 func benchRCWrite(b *testing.B, p *rocePair, ha, hb *nettest.Host) {
-	src, dst := make([]byte, msgSize*window), make([]byte, msgSize*window)
-	for i := range src {
-		src[i] = byte(i)
-	}
-	mrA, err := p.pd[0].RegMR(src, verbs.AccessLocalWrite)
-	if err != nil {
-		b.Fatal(err)
-	}
-	mrB, err := p.pd[1].RegMR(dst, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
-	if err != nil {
-		b.Fatal(err)
-	}
-	wrs := make([]verbs.SendWR, window)
-	for i := range wrs {
-		wrs[i] = verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
-			SGList: []verbs.SGE{mrA.SGE(i*msgSize, msgSize)}, RemoteAddr: mrB.Addr() + uint64(i*msgSize), RKey: mrB.RKey()}
-	}
-	qp, cq := p.qp[0], p.scq[0]
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	wcs := make([]verbs.WC, window)
-	// One write first: neighbour resolution and the first ACK.
-	if err := qp.PostSend(wrs[0]); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := cq.PollWait(ctx, wcs[:1]); err != nil || wcs[0].Status != verbs.WCSuccess {
-		b.Fatalf("warm-up write: %v %v", err, &wcs[0])
-	}
+	w := newWriteLoop(b, p)
 	sent0, re0 := p.counter("sent_pkts"), p.counter("retrans_pkts")
 	icrc0, mal0 := p.linkDrops()
 	b.SetBytes(msgSize)
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu0 := cpuTime()
-	posted, done := 0, 0
-	for done < b.N {
-		if k := min(b.N-posted, window-(posted-done)); k > 0 {
-			first := posted % window
-			if first+k <= window {
-				err = qp.PostSend(wrs[first : first+k]...)
-			} else {
-				err = qp.PostSend(wrs[first:]...)
-				if err == nil {
-					err = qp.PostSend(wrs[:first+k-window]...)
-				}
-			}
-			if err != nil {
-				b.Fatal(err)
-			}
-			posted += k
-		}
-		n, err := cq.PollWait(ctx, wcs)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for i := range wcs[:n] {
-			if wcs[i].Status != verbs.WCSuccess {
-				b.Fatalf("completion %v", &wcs[i])
-			}
-		}
-		done += n
+	if err := w.run(b.N); err != nil {
+		b.Fatal(err)
 	}
 	b.StopTimer()
 	cpu := cpuTime() - cpu0
@@ -285,6 +240,83 @@ func benchRCWrite(b *testing.B, p *rocePair, ha, hb *nettest.Host) {
 	if _, best := bestUDP(b, ha, hb); best > 0 {
 		b.ReportMetric(r.mbps/best, "x-udp-best")
 	}
+}
+
+// writeLoop is RCWrite64K's traffic: 64 KiB RDMA WRITEs from p's QP on A
+// to B's memory, window WRs in flight, every one signaled, the window
+// refilled as PollWait returns completions.
+type writeLoop struct {
+	ctx context.Context
+	qp  *verbs.QP
+	cq  *verbs.CQ
+	wrs []verbs.SendWR
+	wcs []verbs.WC
+}
+
+// newWriteLoop registers the memory on both sides and sends one write
+// first (neighbour resolution and the first ACK, outside any timing).
+func newWriteLoop(b *testing.B, p *rocePair) *writeLoop {
+	b.Helper()
+	src, dst := make([]byte, msgSize*window), make([]byte, msgSize*window)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	mrA, err := p.pd[0].RegMR(src, verbs.AccessLocalWrite)
+	if err != nil {
+		b.Fatal(err)
+	}
+	mrB, err := p.pd[1].RegMR(dst, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	b.Cleanup(cancel)
+	w := &writeLoop{ctx: ctx, qp: p.qp[0], cq: p.scq[0], wrs: make([]verbs.SendWR, window), wcs: make([]verbs.WC, window)}
+	for i := range w.wrs {
+		w.wrs[i] = verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGList: []verbs.SGE{mrA.SGE(i*msgSize, msgSize)}, RemoteAddr: mrB.Addr() + uint64(i*msgSize), RKey: mrB.RKey()}
+	}
+	if err := w.qp.PostSend(w.wrs[0]); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := w.cq.PollWait(ctx, w.wcs[:1]); err != nil || w.wcs[0].Status != verbs.WCSuccess {
+		b.Fatalf("warm-up write: %v %v", err, &w.wcs[0])
+	}
+	return w
+}
+
+// run writes n messages and takes their completions.
+func (w *writeLoop) run(n int) error {
+	posted, done := 0, 0
+	for done < n {
+		if k := min(n-posted, window-(posted-done)); k > 0 {
+			first := posted % window
+			var err error
+			if first+k <= window {
+				err = w.qp.PostSend(w.wrs[first : first+k]...)
+			} else {
+				err = w.qp.PostSend(w.wrs[first:]...)
+				if err == nil {
+					err = w.qp.PostSend(w.wrs[:first+k-window]...)
+				}
+			}
+			if err != nil {
+				return err
+			}
+			posted += k
+		}
+		k, err := w.cq.PollWait(w.ctx, w.wcs)
+		if err != nil {
+			return err
+		}
+		for i := range w.wcs[:k] {
+			if w.wcs[i].Status != verbs.WCSuccess {
+				return fmt.Errorf("completion %v", &w.wcs[i])
+			}
+		}
+		done += k
+	}
+	return nil
 }
 
 func benchRCRTT(b *testing.B, p *rocePair, ha, hb *nettest.Host, spin bool) {

@@ -42,6 +42,7 @@ func usageArgs(v cobra.PositionalArgs) cobra.PositionalArgs {
 // run executes the roce command line args, writing to stdout and stderr,
 // and returns the process exit status. Tests call it in-process.
 func run(args []string, stdout, stderr io.Writer) int {
+	defer startProfiles(stderr)()
 	in := watchInterrupts(stderr, os.Exit)
 	defer in.stop()
 	root := newRootCmd(stdout, stderr)

@@ -46,6 +46,8 @@ func (p *params) waitCQ(ctx context.Context, cq *verbs.CQ, wcs []verbs.WC, deadl
 	if p.UseEvent {
 		return waitCQEvent(ctx, cq, wcs, deadline)
 	}
+	y := newYielder(p.Lat)
+	defer y.done()
 	for spins := 0; ; spins++ {
 		n, err := cq.Poll(wcs)
 		if n != 0 || err != nil {
@@ -59,12 +61,73 @@ func (p *params) waitCQ(ctx context.Context, cq *verbs.CQ, wcs []verbs.WC, deadl
 				return 0, nil // the deadline passed: let the caller look at the clock
 			}
 		}
-		// The poll never blocks, but it yields the P between polls: the
-		// device's own goroutines (its receive goroutine when the link is
-		// not driven by the poller, a fabric's in tests) run on the same
-		// GOMAXPROCS Ps as this loop, and a loop that never yields leaves
-		// them only the scheduler's 10 ms preemption.
-		runtime.Gosched()
+		y.spin()
+	}
+}
+
+// spinYield is how many empty polls a busy-polling loop makes between
+// yields of its P while the process has a P no busy poll holds.
+const spinYield = 1024
+
+// gosched is runtime.Gosched; tests count the calls.
+var gosched = runtime.Gosched
+
+// spinners counts the goroutines of this process inside a busy-polling
+// loop (waitCQ, watch), whichever run they belong to: the Ps they hold are
+// the process's (a test runs server and client, and runs in parallel, in
+// one process).
+var spinners atomic.Int32
+
+// yielder decides when a busy-polling loop yields its P. The poll never
+// blocks, but it must yield now and then: the device's own goroutines
+// (its receive goroutine when the link is not driven by the poller, a
+// fabric's in tests) and the other busy polls run on the same GOMAXPROCS
+// Ps as the loop, and a loop that never yields leaves them only the
+// scheduler's 10 ms preemption.
+//
+// While the busy polls hold every P (one P, or as many polls as Ps:
+// -q 2 on two, both sides of a test in one process), the loop yields after
+// each empty poll: the others can run no other way, and with no P idle a
+// yield is cheap. While a P is left over, the others run there, and the
+// loop yields only every spinYield polls: runtime.Gosched puts the
+// goroutine on the global run queue and wakes an idle P's thread to look
+// for work (the runtime's goschedImpl calls wakep), so a loop that
+// yielded after every poll kept a second thread waking, spinning and
+// stealing the poller back — two CPUs busy for one poller, and on a
+// two-vCPU host the second was the one the peer and the kernel's packet
+// processing needed (roce perf write between two namespaces, issue 15;
+// BENCHMARKS.md).
+//
+// The latency tests keep yielding after every poll: there the thread the
+// yield keeps awake on the other P is the one that finds the next packet
+// soonest, and t_typical of `roce perf send --lat -s 64` between two
+// namespaces was 14.7–17.2 µs yielding every poll and 18.7–31.3 µs every
+// spinYield polls (four alternating runs each, load 6).
+type yielder struct {
+	n     int
+	procs int32 // GOMAXPROCS; 0: yield after every poll
+}
+
+// newYielder counts the caller in spinners until done; everyPoll makes
+// it yield after every poll whatever the Ps.
+func newYielder(everyPoll bool) yielder {
+	spinners.Add(1)
+	y := yielder{procs: int32(runtime.GOMAXPROCS(0))}
+	if everyPoll {
+		y.procs = 0
+	}
+	return y
+}
+
+// done ends the caller's busy poll.
+func (y yielder) done() { spinners.Add(-1) }
+
+// spin is called after each empty poll.
+func (y *yielder) spin() {
+	y.n++
+	if y.n >= spinYield || spinners.Load() >= y.procs {
+		y.n = 0
+		gosched()
 	}
 }
 

@@ -3,7 +3,6 @@ package perftest
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -249,9 +248,12 @@ func (r *run) latWrite(ctx context.Context, q *qpRes, size int, clk clock, win w
 // the device's receive goroutine, which a spinning goroutine on a one-vCPU
 // VM leaves to Go's 10 ms background netpoll. It polls for no completion
 // (an empty slice, as ibv_poll_cq with num_entries 0): the send
-// completions on scq stay for latWrite's waitCQ. The loop yields between
-// looks and never sleeps, as ib_write_lat's spin.
+// completions on scq stay for latWrite's waitCQ. The loop never sleeps,
+// as ib_write_lat's spin, and yields its P after every look, as waitCQ's
+// in the latency tests (yielder).
 func (r *run) watch(ctx context.Context, b *byte, v byte, clk clock, win window, cq *verbs.CQ) (bool, error) {
+	y := newYielder(true)
+	defer y.done()
 	for spins := 0; ; spins++ {
 		seen := false
 		r.dev.Observe(func() { seen = *b == v })
@@ -269,6 +271,6 @@ func (r *run) watch(ctx context.Context, b *byte, v byte, clk clock, win window,
 		if _, err := cq.Poll(nil); err != nil {
 			return false, fmt.Errorf("waiting for the peer's RDMA WRITE: poll CQ failed: %w", err)
 		}
-		runtime.Gosched()
+		y.spin() // as waitCQ's yields
 	}
 }
