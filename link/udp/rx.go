@@ -93,6 +93,7 @@ type rxState struct {
 	scratch []byte       // one message, gathered (maxDatagram+leadMax)
 	meta    rxMeta       // of the message (or pending segment) being accepted
 	pkt     wire.Packet
+	pseudo  pseudoCache // the headers the last datagram came with
 
 	// lastRx is the nanotime of the last read that returned data; atomic,
 	// as WaitRecv's spin reads it without rxMu.
@@ -741,7 +742,7 @@ func (l *Link) acceptDatagram(pk *link.Packet) bool {
 		return false
 	}
 	// Rebuild the headers in the headroom and check the ICRC.
-	start, nlen := l.pseudoHeaders(pk, pk.Addr.UDPSrcPort, 0)
+	start, nlen := l.pseudoHeaders(&l.rx.pseudo, pk, pk.Addr.UDPSrcPort, 0)
 	end := pk.Off + pk.Len
 	rx := binary.LittleEndian.Uint32(pk.Buf[end-wire.ICRCLen:])
 	c := wire.ICRC(pk.Buf[start:end-wire.ICRCLen], nlen, wire.RoCEv2)
