@@ -73,11 +73,12 @@ func Encapsulate(pkt *Packet, src, dst wire.MAC, ipID uint16) ([]byte, error) {
 	return frame, nil
 }
 
-// Decapsulate parses frame (which must lie in pkt.Buf), verifies its ICRC
-// and sets pkt.Off, pkt.Len and pkt.Addr to the transport packet and its
-// addressing. Errors: wire.ErrNotRoCE, a *wire.ParseError (malformed), or
-// one wrapping wire.ErrBadICRC. p is scratch space, reused across calls.
-func Decapsulate(frame []byte, pkt *Packet, p *wire.Packet) error {
+// Decapsulate parses frame (which must lie in pkt.Buf) into pkt.Parsed,
+// verifies its ICRC and sets pkt.Off, pkt.Len and pkt.Addr to the
+// transport packet and its addressing. Errors: wire.ErrNotRoCE, a
+// *wire.ParseError (malformed), or one wrapping wire.ErrBadICRC.
+func Decapsulate(frame []byte, pkt *Packet) error {
+	p := &pkt.Parsed
 	if err := p.ParseFrame(frame, wire.RoCEv2Port); err != nil {
 		return err
 	}

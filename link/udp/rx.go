@@ -92,8 +92,7 @@ type rxState struct {
 	hguess  int          // AF_PACKET: the IP+UDP header length expected
 	scratch []byte       // one message, gathered (maxDatagram+leadMax)
 	meta    rxMeta       // of the message (or pending segment) being accepted
-	pkt     wire.Packet
-	pseudo  pseudoCache // the headers the last datagram came with
+	pseudo  pseudoCache  // the headers the last datagram came with
 
 	// lastRx is the nanotime of the last read that returned data; atomic,
 	// as WaitRecv's spin reads it without rxMu.
@@ -737,7 +736,7 @@ func (l *Link) parseDatagram(j, n int) (p, plen, segSize int, ok bool) {
 // whose addressing is r.meta.addr, by its ICRC.
 func (l *Link) acceptDatagram(pk *link.Packet) bool {
 	pk.Addr = l.rx.meta.addr
-	if err := l.rx.pkt.ParseTransport(pk.Transport(), wire.RoCEv2); err != nil {
+	if err := pk.Parsed.ParseTransport(pk.Transport(), wire.RoCEv2); err != nil {
 		l.stats.RxMalformed.Add(1)
 		return false
 	}
