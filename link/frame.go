@@ -18,7 +18,8 @@ var ErrBadAddress = errors.New("unusable packet address")
 
 // Encapsulate writes the Ethernet, IP/GRH and UDP headers for pkt in the
 // headroom before pkt.Off, computes the ICRC into the last four bytes of the
-// transport packet, and returns the whole frame (aliasing pkt.Buf). ipID is
+// transport packet, and returns the whole frame (aliasing pkt.Buf; the ICRC
+// is computed in place, so pkt.Buf must not be read meanwhile). ipID is
 // the IPv4 Identification to send (the ICRC covers it).
 func Encapsulate(pkt *Packet, src, dst wire.MAC, ipID uint16) ([]byte, error) {
 	a := &pkt.Addr
@@ -60,28 +61,24 @@ func Encapsulate(pkt *Packet, src, dst wire.MAC, ipID uint16) ([]byte, error) {
 		return nil, fmt.Errorf("%w: headroom %d < %d", ErrBadAddress, pkt.Off, hl)
 	}
 	start := pkt.Off - hl
-	if _, _, err := h.Append(pkt.Buf[start:start], pkt.Len); err != nil {
+	_, nlen, err := h.Append(pkt.Buf[start:start], pkt.Len)
+	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadAddress, err)
 	}
 	frame := pkt.Buf[start : pkt.Off+pkt.Len]
-	// Compute the ICRC over the headers as sent.
-	var p wire.Packet
-	if err := p.ParseFrame(frame, wire.RoCEv2Port); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadAddress, err)
-	}
-	c, err := p.ComputeICRC()
-	if err != nil {
-		return nil, err
-	}
-	binary.LittleEndian.PutUint32(frame[len(frame)-wire.ICRCLen:], c)
+	// The ICRC over the headers as written, from what the encoder said of
+	// them (the network header's place and length): no parse of the frame.
+	icrc := len(frame) - wire.ICRCLen
+	binary.LittleEndian.PutUint32(frame[icrc:], wire.ICRC(frame[wire.EthernetLen:icrc], nlen, a.Version))
 	return frame, nil
 }
 
-// Decapsulate parses frame (which must lie in pkt.Buf), verifies its ICRC
-// and sets pkt.Off, pkt.Len and pkt.Addr to the transport packet and its
-// addressing. Errors: wire.ErrNotRoCE, a *wire.ParseError (malformed), or
-// one wrapping wire.ErrBadICRC. p is scratch space, reused across calls.
-func Decapsulate(frame []byte, pkt *Packet, p *wire.Packet) error {
+// Decapsulate parses frame (which must lie in pkt.Buf) into pkt.Parsed,
+// verifies its ICRC and sets pkt.Off, pkt.Len and pkt.Addr to the
+// transport packet and its addressing. Errors: wire.ErrNotRoCE, a
+// *wire.ParseError (malformed), or one wrapping wire.ErrBadICRC.
+func Decapsulate(frame []byte, pkt *Packet) error {
+	p := &pkt.Parsed
 	if err := p.ParseFrame(frame, wire.RoCEv2Port); err != nil {
 		return err
 	}

@@ -51,6 +51,13 @@ type Packet struct {
 	Off  int
 	Len  int
 	Addr Addr
+	// Parsed is, on Recv, the link's parse of the transport packet (it
+	// checks it before delivering it): the engine uses it rather than
+	// parsing the transport header again, when Parsed.Holds(Transport(),
+	// Addr.Version) says it still describes those bytes, and parses them
+	// itself otherwise (a link that does not parse, a decorator that moved
+	// or rewrote the packet). Send ignores it.
+	Parsed wire.Packet
 }
 
 // Transport returns the transport packet, BTH through ICRC.

@@ -371,7 +371,6 @@ func (d *Device) lookupQP(qpn uint32) *QP {
 type rxPath struct {
 	bufs              []link.Packet
 	out               txBatch
-	p                 wire.Packet
 	prevICRC, prevMal uint64 // the link's drop counters, as last mirrored
 }
 
@@ -481,17 +480,23 @@ func (d *Device) handleBatch(k int) {
 	// receive path (and every other QP) while it is answered.
 	r.out.budget, r.out.unlimited = burstBytes, false
 	for i := range r.bufs[:k] {
-		d.dispatch(&r.bufs[i], &r.p, &r.out)
+		d.dispatch(&r.bufs[i], &r.out)
 	}
 	r.out.release()
 }
 
 // dispatch checks a packet's transport headers and hands it to its QP.
-func (d *Device) dispatch(pk *link.Packet, p *wire.Packet, out *txBatch) {
+func (d *Device) dispatch(pk *link.Packet, out *txBatch) {
 	d.counters[RcvdPkts].Add(1)
-	if err := p.ParseTransport(pk.Transport(), pk.Addr.Version); err != nil {
-		d.counters[RcvdBadHeader].Add(1)
-		return
+	// The transport header is parsed once: the link's parse when it still
+	// describes the packet (link.Packet.Parsed), else here: Holds is true
+	// only when parsing again would check and find the same.
+	p := &pk.Parsed
+	if !p.Holds(pk.Transport(), pk.Addr.Version) {
+		if err := p.ParseTransport(pk.Transport(), pk.Addr.Version); err != nil {
+			d.counters[RcvdBadHeader].Add(1)
+			return
+		}
 	}
 	bth := p.BTH()
 	if bth.PKey()&0x7FFF != wire.DefaultPKey&0x7FFF {

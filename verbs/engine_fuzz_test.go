@@ -546,7 +546,7 @@ func (h *fuzzHarness) deliver(b []byte, a link.Addr) error {
 		h.dev.rxMu.Lock()
 		defer h.dev.rxMu.Unlock() // a panic must leave the device usable for the fuzzer's next run
 		fuzzPrepare(&h.out)
-		h.dev.dispatch(&pk, &h.pkt, &h.out)
+		h.dev.dispatch(&pk, &h.out)
 		h.out.release()
 	}()
 	return fuzzSettle(h.dev)

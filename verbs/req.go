@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/mem"
+	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -364,143 +365,192 @@ func (q *QP) checkDrained() {
 	}
 }
 
-// sendPacket sends the next packet of w. done reports that w is fully
-// sent; ok is false when a local error moved the QP to ERR (RC) or SQE.
+// sendPacket builds and queues the next packet of w (rxe_req.c
+// rxe_requester), in steps: the first packet numbers the message's PSNs
+// (startWQE); requestFields picks the opcode from wrOps and fills the
+// headers the opcode table says it carries; ackReq sets RC's
+// acknowledgement request; encodeRequest builds the packet; countSent and
+// advance move the requester on. It reports whether w's last packet went
+// out, and ok false if w failed (the QP went to ERR or SQE).
 func (q *QP) sendPacket(w *sendWQE, out *txBatch) (done, ok bool) {
-	pmtu := uint64(q.pmtu)
-	if !w.started {
-		w.started = true
-		w.firstPSN = q.req.psn
-		n := uint64(1)
-		switch {
-		case w.wr.Opcode == WRRDMARead:
-			n = max(1, (w.length+pmtu-1)/pmtu)
-		case !w.isRdAtom && w.wr.Opcode != WRAtomicWrite:
-			n = max(1, (w.length+pmtu-1)/pmtu)
-		}
-		w.lastPSN = w.firstPSN.Add(int(n - 1))
-		if (q.typ == UD || q.typ == GSI) && w.length > pmtu {
-			q.failSend(w, WCLocLenErr, fmt.Sprintf("UD message of %d bytes exceeds the path MTU %d", w.length, pmtu))
-			return true, false
-		}
+	if !w.started && !q.startWQE(w) {
+		return true, false
 	}
-	f := wire.PacketFields{BTH: wire.BTHFields{PKey: wire.DefaultPKey, PSN: q.req.psn}}
-	x := &f.Ext
-	op := w.wr.Opcode
 	off := q.req.off
-	rem := w.length - off
-	first := off == 0
-	var paylen uint64
-	var code wire.Opcode
-	t := wire.TransportRC
+	f, paylen, done := q.requestFields(w)
+	if f.BTH.Opcode.Transport() == wire.TransportRC {
+		f.BTH.AckReq = q.ackReq(done)
+	}
+	pk, ok := q.encodeRequest(w, &f, off, paylen, out)
+	if !ok {
+		return true, false
+	}
+	q.countSent(w, pk, done)
+	q.advance(w, &f, done)
+	return done, true
+}
+
+// startWQE numbers the PSNs of w, whose first packet is about to go: one
+// per packet, and for a READ one per response packet (rxe_req.c
+// update_wqe_psn). A UD
+// message longer than the path MTU fails (IBV_WC_LOC_LEN_ERR, as rxe's).
+func (q *QP) startWQE(w *sendWQE) bool {
+	pmtu := uint64(q.pmtu)
+	w.started = true
+	w.firstPSN = q.req.psn
+	n := uint64(1)
+	if wrOps[w.wr.Opcode].multi || w.wr.Opcode == WRRDMARead {
+		n = max(1, (w.length+pmtu-1)/pmtu)
+	}
+	w.lastPSN = w.firstPSN.Add(int(n - 1))
+	if (q.typ == UD || q.typ == GSI) && w.length > pmtu {
+		q.failSend(w, WCLocLenErr, fmt.Sprintf("UD message of %d bytes exceeds the path MTU %d", w.length, pmtu))
+		return false
+	}
+	return true
+}
+
+// wrOp is what packets a work request opcode sends: the operations (the
+// low five bits of the BTH opcode, Table 35) of an only packet and, for
+// messages cut at the path MTU (multi), of the first, middle and last.
+type wrOp struct {
+	only, first, middle, last wire.Opcode
+	multi                     bool
+}
+
+// wrOps maps each work request opcode that sends packets to its
+// operations; the QP type gives the transport bits, and the opcode table
+// (wire.OpInfo) then says which headers each packet carries. As rxe's
+// next_opcode, without the switch.
+var wrOps = [...]wrOp{
+	WRSend:              {wire.OpSendOnly, wire.OpSendFirst, wire.OpSendMiddle, wire.OpSendLast, true},
+	WRSendWithImm:       {wire.OpSendOnlyWithImmediate, wire.OpSendFirst, wire.OpSendMiddle, wire.OpSendLastWithImmediate, true},
+	WRSendWithInv:       {wire.OpSendOnlyWithInvalidate, wire.OpSendFirst, wire.OpSendMiddle, wire.OpSendLastWithInvalidate, true},
+	WRRDMAWrite:         {wire.OpWriteOnly, wire.OpWriteFirst, wire.OpWriteMiddle, wire.OpWriteLast, true},
+	WRRDMAWriteWithImm:  {wire.OpWriteOnlyWithImmediate, wire.OpWriteFirst, wire.OpWriteMiddle, wire.OpWriteLastWithImmediate, true},
+	WRRDMARead:          {only: wire.OpReadRequest},
+	WRAtomicCmpAndSwp:   {only: wire.OpCompareSwap},
+	WRAtomicFetchAndAdd: {only: wire.OpFetchAdd},
+	WRFlush:             {only: wire.OpFlush},
+	WRAtomicWrite:       {only: wire.OpAtomicWrite},
+}
+
+// transport returns the transport bits of the QP's opcodes.
+func (q *QP) transport() wire.Opcode {
 	switch q.typ {
 	case UC:
-		t = wire.TransportUC
+		return wire.TransportUC
 	case UD, GSI:
-		t = wire.TransportUD
+		return wire.TransportUD
 	}
-	switch op {
-	case WRSend, WRSendWithImm, WRSendWithInv, WRRDMAWrite, WRRDMAWriteWithImm:
-		paylen = min(rem, pmtu)
-		last := off+paylen == w.length
-		write := op == WRRDMAWrite || op == WRRDMAWriteWithImm
+	return wire.TransportRC
+}
+
+// requestFields returns the fields of w's next packet, from q.req.off on,
+// its payload length, and whether it is w's last; it moves q.req.off past
+// the payload of a message cut at the path MTU.
+func (q *QP) requestFields(w *sendWQE) (f wire.PacketFields, paylen uint64, last bool) {
+	wr := &w.wr
+	ops := &wrOps[wr.Opcode]
+	off := q.req.off
+	rem := w.length - off
+	code, last := ops.only, true
+	if ops.multi {
+		paylen = min(rem, uint64(q.pmtu))
+		first := off == 0
+		last = off+paylen == w.length
 		switch {
-		case first && last:
-			code = wire.OpSendOnly
-			if write {
-				code = wire.OpWriteOnly
-			}
-		case first:
-			code = wire.OpSendFirst
-			if write {
-				code = wire.OpWriteFirst
-			}
-		case last:
-			code = wire.OpSendLast
-			if write {
-				code = wire.OpWriteLast
-			}
-		default:
-			code = wire.OpSendMiddle
-			if write {
-				code = wire.OpWriteMiddle
-			}
-		}
-		if last {
-			switch op {
-			case WRSendWithImm, WRRDMAWriteWithImm:
-				code++ // *_WITH_IMMEDIATE follows its plain opcode (Table 35)
-				x.ImmDt = w.wr.ImmData
-			case WRSendWithInv:
-				if code == wire.OpSendOnly {
-					code = wire.OpSendOnlyWithInvalidate
-				} else {
-					code = wire.OpSendLastWithInvalidate
-				}
-				x.IETH = w.wr.InvalidateRKey
-			}
-			f.BTH.SolicitedEvent = w.wr.Flags&SendSolicited != 0 && op != WRRDMAWrite
-		}
-		if write && first {
-			x.RETH = wire.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALength: uint32(w.length)}
+		case first && !last:
+			code = ops.first
+		case !first && !last:
+			code = ops.middle
+		case !first:
+			code = ops.last
 		}
 		q.req.off += paylen
-		done = last
-	case WRRDMARead:
-		code = wire.OpReadRequest
-		x.RETH = wire.RETHFields{VA: w.wr.RemoteAddr + off, RKey: w.wr.RKey, DMALength: uint32(rem)}
-		done = true
-	case WRAtomicCmpAndSwp, WRAtomicFetchAndAdd:
-		code = wire.OpCompareSwap
-		if op == WRAtomicFetchAndAdd {
-			code = wire.OpFetchAdd
-		}
-		x.AtomicETH = wire.AtomicETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, SwapAdd: w.wr.Swap, Compare: w.wr.CompareAdd}
-		if op == WRAtomicFetchAndAdd {
-			x.AtomicETH.SwapAdd, x.AtomicETH.Compare = w.wr.CompareAdd, 0
-		}
-		done = true
-	case WRFlush:
-		code = wire.OpFlush
-		x.FETH = wire.FETHWord(w.wr.FlushSel, w.wr.FlushPlacement)
-		x.RETH = wire.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALength: uint32(w.length)}
-		done = true
-	case WRAtomicWrite:
-		code = wire.OpAtomicWrite
-		x.RETH = wire.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALength: 8}
-		paylen = 8
-		done = true
 	}
-	f.BTH.Opcode = t | code
-	if t == wire.TransportUD {
+	op := q.transport() | code
+	info := op.Info()
+	if info.FixedPayload > 0 {
+		paylen = uint64(info.FixedPayload) // ATOMIC_WRITE's 8 bytes
+	}
+	f = wire.PacketFields{BTH: wire.BTHFields{Opcode: op, PKey: wire.DefaultPKey, PSN: q.req.psn, DestQP: q.attr.DestQPN}}
+	// The solicited event bit, on the last packet of a SEND or of a WRITE
+	// with immediate data, whose receiver completes a receive WR (rxe_req.c
+	// init_req_packet). The DETH's datagrams go to the WR's QPN.
+	f.BTH.SolicitedEvent = info.Is(wire.FlagLast) && (info.Is(wire.FlagSend) || info.Is(wire.FlagImmediate)) &&
+		wr.Flags&SendSolicited != 0
+	x := &f.Ext
+	if info.Has(wire.HdrDETH) {
 		f.BTH.DestQP = w.remoteQPN
 		x.DETH = wire.DETHFields{QKey: w.qkey, SrcQP: q.num}
-	} else {
-		f.BTH.DestQP = q.attr.DestQPN
 	}
-	if t == wire.TransportRC {
-		q.req.noack++
-		// AckReq at the end of a message, every maxPktPerAck packets,
-		// and on the packet that fills the window: nothing more goes
-		// out until it is acknowledged.
-		if done || q.req.noack >= maxPktPerAck || int(q.req.psn.Next().Diff(q.comp.psn)) >= q.window() {
-			f.BTH.AckReq = true
-			q.req.noack = 0
+	if info.Has(wire.HdrFETH) {
+		x.FETH = wire.FETHWord(wr.FlushSel, wr.FlushPlacement)
+	}
+	if info.Has(wire.HdrRETH) {
+		// The rest of the message from this packet on: all of a WRITE or
+		// FLUSH (off 0), a READ from where a retry resumes it, ATOMIC
+		// WRITE's 8 bytes.
+		x.RETH = wire.RETHFields{VA: wr.RemoteAddr + off, RKey: wr.RKey, DMALength: uint32(rem)}
+	}
+	if info.Has(wire.HdrAtomicETH) {
+		x.AtomicETH = wire.AtomicETHFields{VA: wr.RemoteAddr, RKey: wr.RKey, SwapAdd: wr.Swap, Compare: wr.CompareAdd}
+		if wr.Opcode == WRAtomicFetchAndAdd {
+			x.AtomicETH.SwapAdd, x.AtomicETH.Compare = wr.CompareAdd, 0 // the addend; no compare
 		}
 	}
+	if info.Has(wire.HdrImmDt) {
+		x.ImmDt = wr.ImmData
+	}
+	if info.Has(wire.HdrIETH) {
+		x.IETH = wr.InvalidateRKey
+	}
+	return f, paylen, last
+}
+
+// ackReq reports whether an RC packet asks for an acknowledgement: at the
+// end of a message (done), every maxPktPerAck packets, and on the packet
+// that fills the window, after which nothing more goes out until it is
+// acknowledged.
+func (q *QP) ackReq(done bool) bool {
+	q.req.noack++
+	if done || q.req.noack >= maxPktPerAck || int(q.req.psn.Next().Diff(q.comp.psn)) >= q.window() {
+		q.req.noack = 0
+		return true
+	}
+	return false
+}
+
+// encodeRequest encodes the packet of fields f, with paylen bytes of w's message
+// from offset off, into the next buffer of out, addressed and counted. A
+// local buffer that fails its key check fails w (IBV_WC_LOC_PROT_ERR).
+func (q *QP) encodeRequest(w *sendWQE, f *wire.PacketFields, off, paylen uint64, out *txBatch) (*link.Packet, bool) {
 	pk := out.next()
-	buf := appendHeaders(pk.Buf, &f, int(paylen))
+	buf := appendHeaders(pk.Buf, f, int(paylen))
 	if paylen > 0 {
 		var err error
 		if buf, err = q.gather(buf, w, off, int(paylen)); err != nil {
 			out.pkts = out.pkts[:len(out.pkts)-1] // drop the half-built packet (its buffer returns at flush)
 			q.failSend(w, WCLocProtErr, fmt.Sprintf("local buffer of wr_id %d: %v", w.wr.WRID, err))
-			return true, false
+			return nil, false
 		}
 	}
 	buf = appendPad(buf, int(paylen))
 	finish(pk, buf)
 	out.budget -= pk.Len
+	if f.BTH.Opcode.Transport() == wire.TransportUD {
+		pk.Addr = addrOf(&w.path, w.sport)
+	} else {
+		pk.Addr = addrOf(&q.path, q.sport)
+	}
+	q.markECT(&pk.Addr)
+	return pk, true
+}
+
+// countSent counts pk: sent_pkts, the pacer's and congestion control's
+// bytes, and a retransmission or (once per message) a SEND.
+func (q *QP) countSent(w *sendWQE, pk *link.Packet, done bool) {
 	q.counters[SentPkts].Add(1)
 	if q.pacer != nil {
 		q.pacer.Sent(time.Now(), pk.Len)
@@ -508,24 +558,28 @@ func (q *QP) sendPacket(w *sendWQE, out *txBatch) (done, ok bool) {
 	if q.cc != nil {
 		q.cc.Sent(time.Now(), pk.Len)
 	}
-	if t == wire.TransportUD {
-		pk.Addr = addrOf(&w.path, w.sport)
-	} else {
-		pk.Addr = addrOf(&q.path, q.sport)
-	}
-	q.markECT(&pk.Addr)
-	retrans := q.req.sentAny && !q.req.psn.After(q.req.maxSent) // maxSent is meaningless before the first packet
-	if retrans {
+	if q.retransmitting() {
 		q.count(RetransPkts)
-	} else if done && (op == WRSend || op == WRSendWithImm || op == WRSendWithInv) {
+	} else if op := w.wr.Opcode; done && (op == WRSend || op == WRSendWithImm || op == WRSendWithInv) {
 		q.count(RDMASends) // once per SEND, not per retransmission (rxe counts it on completion)
 	}
-	// Advance the PSN: a READ request consumes one PSN per response packet.
+}
+
+// retransmitting reports whether the packet at q.req.psn was sent before.
+func (q *QP) retransmitting() bool {
+	return q.req.sentAny && !q.req.psn.After(q.req.maxSent) // maxSent is meaningless before the first packet
+}
+
+// advance moves the requester past the packet of fields f just sent: the
+// next PSN (a READ request takes one per response packet), the RTT sample
+// of an acknowledged RC packet sent for the first time, the highest PSN
+// sent, and the READs and atomics outstanding.
+func (q *QP) advance(w *sendWQE, f *wire.PacketFields, done bool) {
 	npsn := 1
-	if op == WRRDMARead {
+	if w.wr.Opcode == WRRDMARead {
 		npsn = int(w.lastPSN.Diff(q.req.psn)) + 1
 	}
-	if t == wire.TransportRC && f.BTH.AckReq && !retrans {
+	if f.BTH.Opcode.Transport() == wire.TransportRC && f.BTH.AckReq && !q.retransmitting() {
 		q.sampleSent(q.req.psn.Add(npsn - 1))
 	}
 	q.req.psn = q.req.psn.Add(npsn)
@@ -535,7 +589,6 @@ func (q *QP) sendPacket(w *sendWQE, out *txBatch) (done, ok bool) {
 	if w.isRdAtom && done {
 		q.req.rdAtomic++
 	}
-	return done, true
 }
 
 // failSend completes w with a local error. An RC QP goes to ERR and

@@ -225,8 +225,10 @@ func (q *QP) receive(p *wire.Packet, a *link.Addr, out *txBatch) {
 		return
 	}
 	if q.typ == RC || q.typ == UC {
-		// Connected QPs take packets from their peer only (rxe_recv.c check_addr):
-		// the source GID must be the path's destination.
+		// Connected QPs take packets from their peer only: the source GID
+		// must be the path's destination (the inbound address validation
+		// of IBTA Vol 1 Rev 1.2.1 §9.6.1.2.3, which Annex A17.4.4.2 applies
+		// to RoCE v2's IP addresses; rxe_recv.c check_addr).
 		if a.SrcGID != q.path.dgid {
 			q.count(RcvdBadQP)
 			return

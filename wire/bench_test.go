@@ -82,6 +82,43 @@ func BenchmarkParseFrame(b *testing.B) {
 	}
 }
 
+// BenchmarkParseTransport is the engine's parse of a received packet,
+// which it makes only when the link's parse no longer holds.
+func BenchmarkParseTransport(b *testing.B) {
+	frame := typicalFrame(b)
+	var p wire.Packet
+	if err := p.ParseFrame(frame, wire.RoCEv2Port); err != nil {
+		b.Fatal(err)
+	}
+	tr := p.Transport()
+	var q wire.Packet
+	b.ReportAllocs()
+	for b.Loop() {
+		sinkErr = q.ParseTransport(tr, wire.RoCEv2)
+	}
+	if sinkErr != nil {
+		b.Fatal(sinkErr)
+	}
+}
+
+// BenchmarkHolds is what the engine does instead when the link's parse
+// (link.Packet.Parsed) still holds.
+func BenchmarkHolds(b *testing.B) {
+	frame := typicalFrame(b)
+	var p wire.Packet
+	if err := p.ParseFrame(frame, wire.RoCEv2Port); err != nil {
+		b.Fatal(err)
+	}
+	tr := p.Transport()
+	ok := true
+	for b.Loop() {
+		ok = ok && p.Holds(tr, wire.RoCEv2)
+	}
+	if !ok {
+		b.Fatal("the frame's parse does not hold its transport packet")
+	}
+}
+
 // BenchmarkParseFrameVerifyICRC is what a receiver does per packet.
 func BenchmarkParseFrameVerifyICRC(b *testing.B) {
 	frame := typicalFrame(b)

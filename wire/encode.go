@@ -255,17 +255,89 @@ func (f *Headers) appendHeaders(b []byte) (_ []byte, nethdr, nlen int, ipVer uin
 // header of nlen bytes (IP version ipVer) followed by a packet of total
 // bytes in all, and the IPv4 header checksum over the result.
 func (f *Headers) setLengths(n []byte, nlen int, ipVer uint8, total int) {
+	setLengths(n, f.Version, nlen, ipVer, total, true)
+}
+
+// setLengths is Headers.setLengths for headers of RoCE version v; it
+// leaves the IPv4 header checksum alone unless checksum is set.
+func setLengths(n []byte, v Version, nlen int, ipVer uint8, total int, checksum bool) {
 	switch {
-	case f.Version == RoCEv1 || ipVer == 6:
+	case v == RoCEv1 || ipVer == 6:
 		IPv6(n).SetPayloadLen(total - IPv6Len)
 	default:
 		ip := IPv4(n[:nlen])
 		ip.SetTotalLen(total)
-		ip.SetChecksum(ip.ComputeChecksum())
+		if checksum {
+			ip.SetChecksum(ip.ComputeChecksum())
+		}
 	}
-	if f.Version == RoCEv2 {
+	if v == RoCEv2 {
 		UDP(n[nlen:]).SetLength(total - nlen)
 	}
+}
+
+// maxHeadersLen bounds what Headers.Append writes: Ethernet with an 802.1Q
+// tag, an IPv4 header with 40 bytes of options, UDP.
+const maxHeadersLen = EthernetLen + VLANTagLen + 60 + UDPLen
+
+// HeaderTemplate is headers Headers.Append encoded once, kept to be written
+// before many transport packets: from one packet to the next of a run to
+// (or from) one peer only the lengths and the IPv4 Identification change,
+// so a link pays for the encoder, and its checks, once per run.
+//
+// A masked template is for headers only the ICRC reads, as link/udp's are
+// (the kernel writes the real ones): Put leaves the IPv4 header checksum as
+// Set wrote it, for the ICRC masks it (IBTA Vol 1 Annex A17.8, see icrc),
+// as it masks TOS, TTL, traffic class, flow label and hop limit, which
+// such a caller may leave zero.
+//
+// The zero HeaderTemplate is empty (Len 0) until Set succeeds.
+type HeaderTemplate struct {
+	b       [maxHeadersLen]byte
+	n       int // encoded length; 0 when empty
+	nethdr  int // offset of the network header
+	nlen    int // its length
+	ipVer   uint8
+	version Version
+	masked  bool
+}
+
+// Set encodes h into t with Headers.Append's encoder and checks. On error
+// t is empty.
+func (t *HeaderTemplate) Set(h *Headers, masked bool) error {
+	b, nethdr, nlen, ipVer, err := h.appendHeaders(t.b[:0])
+	if err == nil && len(b) > len(t.b) { // unreachable: appendHeaders bounds the options
+		err = fmt.Errorf("encode: %d bytes of headers, more than %d", len(b), len(t.b))
+	}
+	if err != nil {
+		t.n = 0
+		return err
+	}
+	t.n, t.nethdr, t.nlen, t.ipVer, t.version, t.masked = len(b), nethdr, nlen, ipVer, h.Version, masked
+	return nil
+}
+
+// Len returns the length of the headers, 0 for an empty template.
+func (t *HeaderTemplate) Len() int { return t.n }
+
+// NetLen returns the length of the network header (IP header or GRH), which
+// ICRC needs.
+func (t *HeaderTemplate) NetLen() int { return t.nlen }
+
+// Put writes the headers into dst[:t.Len()] for a transport packet (BTH
+// through ICRC) of transportLen bytes, with IPv4 Identification id (ignored
+// without IPv4), and sets the lengths and, unless t is masked, the IPv4
+// header checksum, as Headers.Append does. It returns the length of the
+// network header. dst must have room for t.Len() bytes.
+func (t *HeaderTemplate) Put(dst []byte, transportLen int, id uint16) int {
+	h := dst[:t.n]
+	copy(h, t.b[:t.n])
+	n := h[t.nethdr:]
+	if t.version == RoCEv2 && t.ipVer == 4 {
+		IPv4(n).SetID(id)
+	}
+	setLengths(n, t.version, t.nlen, t.ipVer, len(n)+transportLen, !t.masked)
+	return t.nlen
 }
 
 // checkIPv4 reports what IPv4Fields.Append cannot encode: an address that

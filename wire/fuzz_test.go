@@ -297,6 +297,9 @@ func FuzzParseFrame(f *testing.F) {
 		if q.Opcode() != p.Opcode() || !bytes.Equal(q.Payload(), p.Payload()) || q.ICRC() != p.ICRC() {
 			t.Fatal("ParseTransport disagrees with ParseFrame")
 		}
+		if !p.Holds(p.Transport(), p.Version) || p.Holds(bytes.Clone(p.Transport()), p.Version) {
+			t.Fatal("a frame's parse does not hold its transport packet, or holds a copy")
+		}
 	})
 }
 
@@ -333,6 +336,7 @@ func FuzzParseTransport(f *testing.F) {
 			return
 		}
 		exercise(t, &p)
+		checkHolds(t, &p, data, v)
 		if !bytes.Equal(p.Transport(), data) || len(p.Trailer()) != 0 || p.Version != v {
 			t.Fatal("the transport packet is not the input")
 		}
@@ -364,4 +368,71 @@ func FuzzParseTransport(f *testing.F) {
 			t.Fatal("Append without a network header succeeded")
 		}
 	})
+}
+
+// checkHolds checks Holds for p, a parse of data: it holds data, not a
+// copy nor another version; and whenever it still holds data after a byte
+// of the BTH or of the length changed, parsing data again finds what p
+// says (so the engine may use a link's parse instead of parsing again).
+func checkHolds(t *testing.T, p *wire.Packet, data []byte, v wire.Version) {
+	t.Helper()
+	if !p.Holds(data, v) {
+		t.Fatal("a parse does not hold what it parsed")
+	}
+	if p.Holds(bytes.Clone(data), v) || p.Holds(data, v^3) || p.Holds(data[:len(data)-1], v) {
+		t.Fatal("a parse holds a copy, another version or a shorter packet")
+	}
+	for i := range min(len(data), wire.BTHLen) {
+		for _, x := range []byte{0x01, 0x02, 0x10, 0x30, 0x80, 0xFF} {
+			data[i] ^= x
+			if p.Holds(data, v) {
+				var r wire.Packet
+				if err := r.ParseTransport(data, v); err != nil || r.Info != p.Info || !bytes.Equal(r.Payload(), p.Payload()) ||
+					!bytes.Equal(r.Pad(), p.Pad()) || r.Opcode() != p.Opcode() {
+					t.Fatalf("byte %d ^ %#x: Holds, but parsing again gives %v, %v", i, x, err, r.Info)
+				}
+			}
+			data[i] ^= x
+		}
+	}
+}
+
+// TestHolds names the cases Holds tells apart.
+func TestHolds(t *testing.T) {
+	f := sampleFields(wire.OpcodeRCSendOnly, encaps[2], samplePayload(5))
+	frame := encode(t, f)
+	var p wire.Packet
+	if err := p.ParseFrame(frame, wire.RoCEv2Port); err != nil {
+		t.Fatal(err)
+	}
+	tr := p.Transport()
+	if !p.Holds(tr, wire.RoCEv2) {
+		t.Fatal("a frame's parse does not hold its transport packet")
+	}
+	for _, tc := range []struct {
+		name   string
+		change func()
+	}{
+		{"opcode", func() { tr[0] = byte(wire.TransportRC | wire.OpSendFirst) }},
+		{"pad count", func() { tr[1] ^= 0x30 }},
+		{"transport version", func() { tr[1] ^= 0x01 }},
+	} {
+		old := tr[1]
+		old0 := tr[0]
+		tc.change()
+		if p.Holds(tr, wire.RoCEv2) {
+			t.Errorf("%s changed: still holds", tc.name)
+		}
+		tr[0], tr[1] = old0, old
+	}
+	var zero, failed wire.Packet
+	if zero.Holds(tr, wire.RoCEv2) {
+		t.Error("the zero Packet holds a packet")
+	}
+	if failed.ParseTransport(tr[:wire.BTHLen], wire.RoCEv2) == nil || failed.Holds(tr[:wire.BTHLen], wire.RoCEv2) {
+		t.Error("a failed parse holds its input")
+	}
+	if p.Holds(nil, wire.RoCEv2) || p.Holds(tr[1:], wire.RoCEv2) || p.Holds(bytes.Clone(tr), wire.RoCEv2) || p.Holds(tr, wire.RoCEv1) {
+		t.Error("holds another slice or version")
+	}
 }

@@ -69,3 +69,62 @@ func TestIPv4ComputeChecksum(t *testing.T) {
 		}
 	}
 }
+
+// TestHeaderTemplate checks that a template set from headers puts, for any
+// transport length and IPv4 Identification, the headers Headers.Append
+// writes for them; that a masked one differs only in the IPv4 header
+// checksum, which leaves the ICRC as it is; and that Put allocates nothing.
+func TestHeaderTemplate(t *testing.T) {
+	for _, e := range encaps {
+		t.Run(e.name, func(t *testing.T) {
+			f := sampleFields(0x04, e, nil)
+			var tm, masked wire.HeaderTemplate
+			h := wire.Headers{Version: f.Version, Eth: f.Eth, IPv4: f.IPv4, IPv6: f.IPv6, GRH: f.GRH, UDP: f.UDP}
+			if err := tm.Set(&h, false); err != nil {
+				t.Fatal(err)
+			}
+			if err := masked.Set(&h, true); err != nil {
+				t.Fatal(err)
+			}
+			for _, tc := range []struct {
+				n  int
+				id uint16
+			}{{16, 0}, {16, 1}, {1040, 0xBEEF}, {4124, 7}} {
+				if f.IPv4 != nil {
+					ip := *f.IPv4
+					ip.ID = tc.id
+					h.IPv4 = &ip
+				}
+				want, nlen, err := h.Append(nil, tc.n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := make([]byte, tm.Len())
+				if n := tm.Put(got, tc.n, tc.id); n != nlen || tm.NetLen() != nlen || !bytes.Equal(got, want) {
+					t.Errorf("%d bytes, ID %d: Put (net %d):\n%x\nHeaders.Append (net %d):\n%x", tc.n, tc.id, n, got, nlen, want)
+				}
+				m := make([]byte, masked.Len())
+				masked.Put(m, tc.n, tc.id)
+				net := len(want) - nlen
+				if e.version == wire.RoCEv2 {
+					net -= wire.UDPLen
+				}
+				if e.ipVer == 4 {
+					m[net+10], m[net+11] = want[net+10], want[net+11] // the header checksum
+				}
+				if !bytes.Equal(m, want) {
+					t.Errorf("%d bytes, ID %d: masked Put:\n%x\nHeaders.Append:\n%x", tc.n, tc.id, m, want)
+				}
+			}
+			buf := make([]byte, tm.Len())
+			if n := testing.AllocsPerRun(100, func() { tm.Put(buf, 100, 1) }); n != 0 {
+				t.Errorf("Put: %v allocations, want 0", n)
+			}
+		})
+	}
+	var tm wire.HeaderTemplate
+	bad := wire.Headers{Version: wire.RoCEv2, IPv4: &wire.IPv4Fields{Src: ip6Server, Dst: ip6Client}}
+	if err := tm.Set(&bad, true); err == nil || tm.Len() != 0 {
+		t.Errorf("Set of an IPv4 header with IPv6 addresses: %v, Len %d; want an error and an empty template", err, tm.Len())
+	}
+}

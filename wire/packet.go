@@ -32,9 +32,10 @@ type Packet struct {
 	l4         int // offset of the UDP header; -1 when absent
 	l3Len      int // length of the IP header or GRH
 	ipVer      uint8
-	payload    int // offset of the payload
-	icrc       int // offset of the ICRC
-	end        int // end of the IP packet (or of the IB packet): the bytes after it are link padding
+	payload    int  // offset of the payload
+	icrc       int  // offset of the ICRC
+	end        int  // end of the IP packet (or of the IB packet): the bytes after it are link padding
+	bth0, bth1 byte // the BTH's first two bytes as parsed: opcode; SE, M, pad count, TVer (see Holds)
 }
 
 // ParseFrame parses an Ethernet frame carrying RoCE v1 (Ethertype 0x8915)
@@ -83,6 +84,21 @@ func (p *Packet) ParseTransport(b []byte, v Version) error {
 	p.reset(b)
 	p.Version = v
 	return p.parseIB(0, len(b))
+}
+
+// Holds reports whether p holds a successful parse (by any Parse method)
+// of the transport packet b of version v, unchanged since: b is the very
+// memory p.Transport() is (same start, same length), and the bytes the
+// parse checked, the opcode, pad count and transport header version, still
+// read as they did. Every check of ParseTransport(b, v) then passes as it
+// did and every offset is as it would set it, so a caller handed a parse
+// along with the bytes (the engine, a link's parse in link.Packet) can
+// use p instead of parsing b again. A zero or failed p holds nothing.
+func (p *Packet) Holds(b []byte, v Version) bool {
+	if p.Info == nil || p.Version != v || len(b) < BTHLen || p.ib < 0 || p.end-p.ib != len(b) || p.end > len(p.Bytes) {
+		return false
+	}
+	return &p.Bytes[p.ib] == &b[0] && b[0] == p.bth0 && b[1] == p.bth1
 }
 
 func (p *Packet) reset(b []byte) {
@@ -185,6 +201,7 @@ func (p *Packet) parseIB(off, end int) error {
 		return malformed(op.String(), "payload of %d bytes, want %d", paylen, info.FixedPayload)
 	}
 	p.Info, p.ib = info, off
+	p.bth0, p.bth1 = b[0], b[1]
 	p.payload = off + info.HeaderLen
 	p.icrc = end - ICRCLen
 	p.end = end

@@ -35,7 +35,6 @@ type rxState struct {
 	over []byte // a superpacket's bytes beyond the caller's buffer
 	big  []byte // a superpacket gathered whole
 	seg  []byte // scratch for segment-size inference
-	pkt  wire.Packet
 
 	// Segments of a superpacket that found no free caller buffer, waiting
 	// for the next Recv, in order.
@@ -197,15 +196,14 @@ func (l *Link) dropVnetHdr(fd uintptr) {
 // segments it cuts (inet_gso_segment), and if its ICRC fails with that one
 // it is tried with the first's (a sender that kept the ID fixed).
 func (l *Link) accept(frame []byte, pk *link.Packet, size, seg int) bool {
-	r := &l.rx
 	pk.Buf = frame
-	err := link.Decapsulate(frame, pk, &r.pkt)
+	err := link.Decapsulate(frame, pk)
 	if errors.Is(err, wire.ErrBadICRC) && seg > 0 && len(frame) >= wire.EthernetLen+wire.IPv4MinLen &&
 		binary.BigEndian.Uint16(frame[12:]) == wire.EtherTypeIPv4 {
 		ip := wire.IPv4(frame[wire.EthernetLen : wire.EthernetLen+int(frame[wire.EthernetLen]&0xf)*4])
 		ip.SetID(ip.ID() - uint16(seg))
 		ip.SetChecksum(ip.ComputeChecksum())
-		err = link.Decapsulate(frame, pk, &r.pkt)
+		err = link.Decapsulate(frame, pk)
 	}
 	if err != nil {
 		switch {
@@ -227,7 +225,7 @@ func (l *Link) accept(frame []byte, pk *link.Packet, size, seg int) bool {
 		return false
 	}
 	if pk.Addr.Version == wire.RoCEv2 && !l.cfg.V2 {
-		l.dropForeign(&r.pkt, &pk.Addr)
+		l.dropForeign(&pk.Parsed, &pk.Addr)
 		return false
 	}
 	l.stats.RxPackets.Add(1)

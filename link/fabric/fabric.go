@@ -357,8 +357,7 @@ type Port struct {
 	// mcDsts is Send's scratch list of a packet's destinations; guarded by mu.
 	mcDsts []*Port
 
-	rxMu  sync.Mutex  // serializes Recv
-	rxPkt wire.Packet // guarded by rxMu
+	rxMu sync.Mutex // serializes Recv
 
 	bnMu      sync.Mutex
 	bn        Bottleneck // guarded by bnMu
@@ -598,7 +597,7 @@ func (p *Port) recvOne(fr *frame, pk *link.Packet) bool {
 		return false
 	}
 	pk.Buf = append(pk.Buf[:0], fr.buf...)
-	err := link.Decapsulate(pk.Buf, pk, &p.rxPkt)
+	err := link.Decapsulate(pk.Buf, pk)
 	switch {
 	case err == nil:
 	case errors.Is(err, wire.ErrBadICRC):

@@ -90,6 +90,10 @@ func testRoundTrip(t *testing.T, p Pair) {
 		if err := w.ParseTransport(got.Transport(), p.Version); err != nil {
 			t.Fatalf("received packet does not parse: %v", err)
 		}
+		// The link hands its parse over, so the engine parses once.
+		if !got.Parsed.Holds(got.Transport(), got.Addr.Version) {
+			t.Errorf("size %d: the packet's Parsed does not hold its transport packet", size)
+		}
 		if !bytes.Equal(w.Payload(), payload) || w.BTH().DestQP() != 0x11 || w.BTH().PSN() != wire.PSN(size) {
 			t.Fatalf("size %d: got QP %#x PSN %v payload %d bytes", size, w.BTH().DestQP(), w.BTH().PSN(), len(w.Payload()))
 		}

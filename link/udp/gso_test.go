@@ -385,7 +385,7 @@ func segmentIDs(t *testing.T, fd int, a link.Addr) []uint16 {
 			t.Fatalf("from %v", from)
 		}
 		pk := link.Packet{Buf: buf[:link.FrameHeadroom+n], Off: link.FrameHeadroom, Len: n, Addr: a}
-		start, nlen := pred.pseudoHeaders(&pk, uint16(sa.Port), 0)
+		start, nlen := pred.pseudoHeaders(new(pseudoCache), &pk, uint16(sa.Port), 0)
 		end := pk.Off + pk.Len - wire.ICRCLen
 		c := wire.ICRC(pk.Buf[start:end], nlen, wire.RoCEv2)
 		id, ok := s.basis(end - (start + 6)).solve(c ^ binary.LittleEndian.Uint32(pk.Buf[end:]))

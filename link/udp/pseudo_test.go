@@ -1,6 +1,7 @@
 package udp
 
 import (
+	"bytes"
 	"encoding/binary"
 	"net/netip"
 	"testing"
@@ -47,7 +48,7 @@ func TestPseudoHeadersICRC(t *testing.T) {
 		if !v6 {
 			id = f.IPv4.ID
 		}
-		start, nlen := l.pseudoHeaders(pk, 0xC001, id)
+		start, nlen := l.pseudoHeaders(new(pseudoCache), pk, 0xC001, id)
 		end := pk.Off + pk.Len
 		got := wire.ICRC(pk.Buf[start:end-wire.ICRCLen], nlen, wire.RoCEv2)
 		if w := binary.LittleEndian.Uint32(want[len(want)-wire.ICRCLen:]); got != w {
@@ -64,7 +65,12 @@ func TestPseudoHeadersAllocs(t *testing.T) {
 	l := &Link{cfg: Config{Port: wire.RoCEv2Port}}
 	for _, v6 := range []bool{false, true} {
 		pk, _ := pseudoPacket(t, v6, 1024)
-		n := testing.AllocsPerRun(100, func() { l.pseudoHeaders(pk, 0xC001, 3) })
+		var c pseudoCache
+		n := testing.AllocsPerRun(100, func() {
+			c.ok = false // the encoder, then the template
+			l.pseudoHeaders(&c, pk, 0xC001, 3)
+			l.pseudoHeaders(&c, pk, 0xC001, 4)
+		})
 		if n != 0 {
 			t.Errorf("v6=%v: pseudoHeaders: %v allocations, want 0", v6, n)
 		}
@@ -72,15 +78,47 @@ func TestPseudoHeadersAllocs(t *testing.T) {
 }
 
 // BenchmarkPseudoHeadersICRC is the link's per-packet send work before
-// the socket: the predicted headers and the ICRC over them.
+// the socket: the predicted headers and the ICRC over them, for a run of
+// packets to one peer (as Send's batches are).
 func BenchmarkPseudoHeadersICRC(b *testing.B) {
 	l := &Link{cfg: Config{Port: wire.RoCEv2Port}}
 	pk, _ := pseudoPacket(b, false, 1024)
 	b.SetBytes(int64(pk.Len))
 	b.ReportAllocs()
 	for b.Loop() {
-		start, nlen := l.pseudoHeaders(pk, 0xC001, 3)
+		start, nlen := l.pseudoHeaders(&l.txPseudo, pk, 0xC001, 3)
 		end := pk.Off + pk.Len
 		binary.LittleEndian.PutUint32(pk.Buf[end-wire.ICRCLen:], wire.ICRC(pk.Buf[start:end-wire.ICRCLen], nlen, wire.RoCEv2))
+	}
+}
+
+// TestPseudoHeadersCached checks that the headers pseudoHeaders writes
+// from its cache are the ones it builds afresh, through a sequence that
+// changes, one at a time, the peer, the family, the source port, the IPv4
+// Identification and the packet length.
+func TestPseudoHeadersCached(t *testing.T) {
+	l := &Link{cfg: Config{Port: wire.RoCEv2Port}}
+	var c pseudoCache
+	v4, _ := pseudoPacket(t, false, 100)
+	v6, _ := pseudoPacket(t, true, 100)
+	other := *v4
+	other.Addr.DstGID = netip.MustParseAddr("::ffff:10.0.0.3")
+	short, _ := pseudoPacket(t, false, 3)
+	for i, step := range []struct {
+		pk    *link.Packet
+		sport uint16
+		id    uint16
+	}{{v4, 0xC001, 0}, {v4, 0xC001, 1}, {short, 0xC001, 1}, {v4, 0xC002, 1}, {&other, 0xC002, 7},
+		{v6, 0xC002, 0}, {v6, 0xC003, 0}, {v4, 0xC003, 9}, {v4, 0xC003, 9}} {
+		got, want := *step.pk, *step.pk
+		got.Buf, want.Buf = bytes.Clone(step.pk.Buf), bytes.Clone(step.pk.Buf)
+		for j := range got.Off {
+			got.Buf[j], want.Buf[j] = 0xEE, 0xEE // stale headroom
+		}
+		gs, gn := l.pseudoHeaders(&c, &got, step.sport, step.id)
+		ws, wn := l.pseudoHeaders(new(pseudoCache), &want, step.sport, step.id)
+		if gs != ws || gn != wn || !bytes.Equal(got.Buf, want.Buf) {
+			t.Errorf("step %d: cached headers at %d (%d):\n%x\nfresh at %d (%d):\n%x", i, gs, gn, got.Buf[:got.Off], ws, wn, want.Buf[:want.Off])
+		}
 	}
 }

@@ -211,7 +211,7 @@ func (l *Link) acceptFrame(pk *link.Packet, s int) bool {
 	}
 	binary.BigEndian.PutUint16(h[ipLen+4:], uint16(wire.UDPLen+pk.Len))
 	ip := pk.Buf[start : pk.Off+pk.Len]
-	p := &l.rx.pkt
+	p := &pk.Parsed // handed to the engine with the packet
 	if err := p.ParseIP(ip, l.cfg.Port); err != nil {
 		if !errors.Is(err, wire.ErrNotRoCE) {
 			l.stats.RxMalformed.Add(1)

@@ -92,7 +92,7 @@ type rxState struct {
 	hguess  int          // AF_PACKET: the IP+UDP header length expected
 	scratch []byte       // one message, gathered (maxDatagram+leadMax)
 	meta    rxMeta       // of the message (or pending segment) being accepted
-	pkt     wire.Packet
+	pseudo  pseudoCache  // the headers the last datagram came with
 
 	// lastRx is the nanotime of the last read that returned data; atomic,
 	// as WaitRecv's spin reads it without rxMu.
@@ -736,12 +736,12 @@ func (l *Link) parseDatagram(j, n int) (p, plen, segSize int, ok bool) {
 // whose addressing is r.meta.addr, by its ICRC.
 func (l *Link) acceptDatagram(pk *link.Packet) bool {
 	pk.Addr = l.rx.meta.addr
-	if err := l.rx.pkt.ParseTransport(pk.Transport(), wire.RoCEv2); err != nil {
+	if err := pk.Parsed.ParseTransport(pk.Transport(), wire.RoCEv2); err != nil {
 		l.stats.RxMalformed.Add(1)
 		return false
 	}
 	// Rebuild the headers in the headroom and check the ICRC.
-	start, nlen := l.pseudoHeaders(pk, pk.Addr.UDPSrcPort, 0)
+	start, nlen := l.pseudoHeaders(&l.rx.pseudo, pk, pk.Addr.UDPSrcPort, 0)
 	end := pk.Off + pk.Len
 	rx := binary.LittleEndian.Uint32(pk.Buf[end-wire.ICRCLen:])
 	c := wire.ICRC(pk.Buf[start:end-wire.ICRCLen], nlen, wire.RoCEv2)

@@ -152,10 +152,11 @@ type Link struct {
 	txBytes []int  // bytes per message
 	gsoOff  atomic.Bool
 	// The sendmmsg in progress (see write).
-	writeFn func(fd uintptr) bool
-	txMsgs  []unix.Mmsghdr
-	txN     int
-	txErrno unix.Errno
+	writeFn  func(fd uintptr) bool
+	txMsgs   []unix.Mmsghdr
+	txN      int
+	txErrno  unix.Errno
+	txPseudo pseudoCache
 
 	busyPoll atomic.Int64 // Config.BusyPoll, in nanoseconds
 
@@ -329,25 +330,53 @@ func (l *Link) Close() error {
 
 // pseudoHeaders writes into the headroom before pk's transport packet the
 // IP and UDP headers the kernel will send (IPv4 Identification id), and
-// returns the offset where they start and the IP header length.
-func (l *Link) pseudoHeaders(pk *link.Packet, sport uint16, id uint16) (int, int) {
-	// wire's encoder writes them; the fields the ICRC masks (TOS, TTL, flow
-	// label, checksums) are left zero, as the kernel's are unknown here.
+// returns the offset where they start and the IP header length. c holds
+// the last headers built: a run of packets to (or from) one peer and port
+// runs wire's encoder once (see wire.HeaderTemplate).
+func (l *Link) pseudoHeaders(c *pseudoCache, pk *link.Packet, sport uint16, id uint16) (int, int) {
 	a := &pk.Addr
-	h := wire.Headers{Version: wire.RoCEv2, UDP: wire.UDPFields{SrcPort: sport, DstPort: l.cfg.Port}}
+	if !c.ok || c.sport != sport || c.src != a.SrcGID || c.dst != a.DstGID {
+		c.set(a, sport, l.cfg.Port)
+	}
 	nlen := wire.IPv6Len
 	if a.DstGID.Is4In6() {
-		h.IPv4 = &wire.IPv4Fields{ID: id, Flags: 2, Protocol: wire.IPProtocolUDP, Src: a.SrcGID, Dst: a.DstGID} // DF
 		nlen = wire.IPv4MinLen
-	} else {
-		h.IPv6 = &wire.IPv6Fields{NextHeader: wire.IPProtocolUDP, Src: a.SrcGID, Dst: a.DstGID}
 	}
 	start := pk.Off - nlen - wire.UDPLen
+	if c.ok {
+		c.t.Put(pk.Buf[start:pk.Off], pk.Len, id)
+	}
+	return start, nlen
+}
+
+// pseudoCache is the IP and UDP headers pseudoHeaders built last, and
+// whom they were for.
+type pseudoCache struct {
+	ok       bool
+	src, dst netip.Addr
+	sport    uint16
+	t        wire.HeaderTemplate
+}
+
+// set builds the headers for a's addresses and sport with wire's encoder,
+// masked: the fields the ICRC masks (TOS, TTL, flow label, the IPv4
+// header checksum) are left zero, as the kernel's are unknown here.
+func (c *pseudoCache) set(a *link.Addr, sport, dport uint16) {
+	h := wire.Headers{Version: wire.RoCEv2, UDP: wire.UDPFields{SrcPort: sport, DstPort: dport}}
+	var ip4 wire.IPv4Fields
+	var ip6 wire.IPv6Fields
+	if a.DstGID.Is4In6() {
+		ip4 = wire.IPv4Fields{Flags: 2, Protocol: wire.IPProtocolUDP, Src: a.SrcGID, Dst: a.DstGID} // DF
+		h.IPv4 = &ip4
+	} else {
+		ip6 = wire.IPv6Fields{NextHeader: wire.IPProtocolUDP, Src: a.SrcGID, Dst: a.DstGID}
+		h.IPv6 = &ip6
+	}
 	// Send checked pk's addresses (sendable) and the kernel gave the
 	// receive path's: one family, so the encoder has no error to return.
 	// Were it to, the headroom keeps stale bytes and the ICRC fails.
-	h.Append(pk.Buf[start:start], pk.Len)
-	return start, nlen
+	c.ok = c.t.Set(&h, true) == nil
+	c.src, c.dst, c.sport = a.SrcGID, a.DstGID, sport
 }
 
 // sendable reports whether the link can send pk.
@@ -404,7 +433,7 @@ func (l *Link) Send(pkts []link.Packet) (int, error) {
 			}
 			for s := range segs {
 				q := &pkts[used+s]
-				start, nlen := l.pseudoHeaders(q, l.cfg.Port, uint16(s))
+				start, nlen := l.pseudoHeaders(&l.txPseudo, q, l.cfg.Port, uint16(s))
 				end := q.Off + q.Len
 				c := wire.ICRC(q.Buf[start:end-wire.ICRCLen], nlen, wire.RoCEv2)
 				binary.LittleEndian.PutUint32(q.Buf[end-wire.ICRCLen:], c)
@@ -563,7 +592,7 @@ func (l *Link) resendSingly(pkts []link.Packet) (int, error) {
 	ctl := make([]byte, 0, txCtlLen)
 	for i := range pkts {
 		q := &pkts[i]
-		start, nlen := l.pseudoHeaders(q, l.cfg.Port, 0)
+		start, nlen := l.pseudoHeaders(&l.txPseudo, q, l.cfg.Port, 0)
 		end := q.Off + q.Len
 		c := wire.ICRC(q.Buf[start:end-wire.ICRCLen], nlen, wire.RoCEv2)
 		binary.LittleEndian.PutUint32(q.Buf[end-wire.ICRCLen:], c)
