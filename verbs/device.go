@@ -437,6 +437,23 @@ func (d *Device) receive() {
 // it handled packets. Without a link.Poller, or while another goroutine
 // handles a batch, it does nothing.
 func (d *Device) pollLink() bool {
+	if !d.tryReceive() {
+		return false
+	}
+	if d.sched.waitingQPs.Load() > 0 {
+		// As the receive goroutine does after a batch.
+		out := getTxBatch(d)
+		d.serveTurn(out)
+		putTxBatch(out)
+	}
+	return true
+}
+
+// tryReceive takes what the link has received, without waiting, and
+// handles it on the calling goroutine; it reports whether it handled
+// packets. Without a link.Poller, or while another goroutine handles a
+// batch, it does nothing.
+func (d *Device) tryReceive() bool {
 	if d.poller == nil || !d.rxMu.TryLock() {
 		return false
 	}
@@ -446,12 +463,6 @@ func (d *Device) pollLink() bool {
 		d.handleBatch(k)
 	}
 	d.rxMu.Unlock()
-	if k > 0 && d.sched.waitingQPs.Load() > 0 {
-		// As the receive goroutine does after a batch.
-		out := getTxBatch(d)
-		d.serveTurn(out)
-		putTxBatch(out)
-	}
 	return k > 0
 }
 

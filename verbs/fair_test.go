@@ -24,7 +24,7 @@ import (
 type fairEnv struct {
 	v, l     *verbs.Device
 	vqp, lqp *verbs.QP // the legitimate connection
-	lcq      *verbs.CQ
+	lcq, vcq *verbs.CQ
 	src, dst *verbs.MR
 	rqp      *verbs.QP // the victim's QP the attacker reads from
 	atk      injector
@@ -74,6 +74,12 @@ func loopbackTrio(t testing.TB) (atk *udpInjector, links []*udp.Link, addrs []ne
 
 func newFairEnv(t testing.TB, kind string, n int) *fairEnv {
 	t.Helper()
+	return newFairEnvWrap(t, kind, n, nil)
+}
+
+// newFairEnvWrap is newFairEnv with the victim's link wrapped by wrap.
+func newFairEnvWrap(t testing.TB, kind string, n int, wrap func(link.Link) link.Link) *fairEnv {
+	t.Helper()
 	var lks [2]link.Link
 	var gids []netip.Addr
 	e := &fairEnv{}
@@ -99,6 +105,9 @@ func newFairEnv(t testing.TB, kind string, n int) *fairEnv {
 		e.atk, lks[0], lks[1], gids = u, ls[0], ls[1], ips
 	}
 	t.Cleanup(e.atk.close)
+	if wrap != nil {
+		lks[0] = wrap(lks[0])
+	}
 	var devs [2]*verbs.Device
 	for i := range devs {
 		d, err := verbs.Open(verbs.DeviceConfig{Name: []string{"victim0", "legit0"}[i], Link: lks[i],
@@ -113,6 +122,7 @@ func newFairEnv(t testing.TB, kind string, n int) *fairEnv {
 	vpd, _ := e.v.AllocPD()
 	lpd, _ := e.l.AllocPD()
 	vcq, _ := e.v.CreateCQ(64)
+	e.vcq = vcq
 	e.lcq, _ = e.l.CreateCQ(64)
 	mk := func(pd *verbs.PD, cq *verbs.CQ) *verbs.QP {
 		qp, err := pd.CreateQP(verbs.QPInitAttr{Type: verbs.RC, SendCQ: cq, RecvCQ: cq,
@@ -207,6 +217,55 @@ func TestReadFairness(t *testing.T) {
 			}
 			t.Logf("%d legitimate operations completed while 16,384 READ responses went out", ops)
 		})
+	}
+}
+
+// pollOne is pollOnly whose TryRecv takes one packet at a time.
+type pollOne struct{ *pollOnly }
+
+func (l pollOne) TryRecv(pkts []link.Packet) (int, error) { return l.p.TryRecv(pkts[:min(len(pkts), 1)]) }
+
+// TestSchedulerReceivesBetweenBursts: a packet that arrives while the
+// scheduler's goroutine serves another QP's READ in bursts is taken and
+// answered by that goroutine between two bursts (run to completion), not
+// left for the receive goroutine to be woken and scheduled. The victim's
+// receive goroutine here never delivers (pollOnly), and its link hands
+// over one packet per look; the READ request and then a legitimate RDMA
+// WRITE are queued at the victim, one CQ poll takes the READ request and
+// starts the READ, and nothing else polls the victim: the WRITE is
+// acknowledged only if the goroutine serving the READ's turns receives.
+// Before, it never was (the test's deadline, a diagnosis, not a timing).
+func TestSchedulerReceivesBetweenBursts(t *testing.T) {
+	e := newFairEnvWrap(t, "fabric", 16<<20, func(l link.Link) link.Link {
+		return pollOne{&pollOnly{Link: l, p: l.(link.Poller), done: make(chan struct{})}}
+	})
+	owed := e.startRead(t)
+	mustPostSend(t, e.lqp, verbs.SendWR{WRID: 7, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: []verbs.SGE{e.src.SGE(0, 64)},
+		RemoteAddr: e.dst.Addr(), RKey: e.dst.RKey()})
+	// The fabric queues both at once, the READ request first: one look
+	// takes it alone.
+	if _, err := e.vcq.Poll(nil); err != nil {
+		t.Fatal(err)
+	}
+	if sent := counterOf(e.rqp.Counters(), "sent_pkts"); sent == 0 || sent >= owed {
+		t.Fatalf("after one poll the victim sent %d of the READ's %d responses, want some and not all", sent, owed)
+	}
+	var wc [1]verbs.WC
+	deadline := time.Now().Add(30 * time.Second) // a diagnosis, not a timing assert
+	for {
+		n, err := e.lcq.Poll(wc[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the legitimate WRITE was not acknowledged in 30 s; the READ sent %d of %d responses", counterOf(e.rqp.Counters(), "sent_pkts"), owed)
+		}
+	}
+	if wc[0].Status != verbs.WCSuccess || wc[0].WRID != 7 {
+		t.Fatalf("legitimate WRITE: %v", &wc[0])
 	}
 }
 
