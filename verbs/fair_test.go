@@ -223,7 +223,9 @@ func TestReadFairness(t *testing.T) {
 // pollOne is pollOnly whose TryRecv takes one packet at a time.
 type pollOne struct{ *pollOnly }
 
-func (l pollOne) TryRecv(pkts []link.Packet) (int, error) { return l.p.TryRecv(pkts[:min(len(pkts), 1)]) }
+func (l pollOne) TryRecv(pkts []link.Packet) (int, error) {
+	return l.p.TryRecv(pkts[:min(len(pkts), 1)])
+}
 
 // TestSchedulerReceivesBetweenBursts: a packet that arrives while the
 // scheduler's goroutine serves another QP's READ in bursts is taken and
