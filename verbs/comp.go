@@ -345,7 +345,7 @@ func (q *QP) onACK(psn wire.PSN, out *txBatch) {
 	q.afterProgress(out)
 }
 
-// laterResponse handles a response (ACK, READ response or atomic ACK) for
+// laterResponse handles a response (ACK, NAK, READ response or atomic ACK) for
 // a PSN beyond the READ or atomic at the head of the send queue, which is
 // still waiting for (the rest of) its own: those responses were lost, since
 // a responder answers in PSN order. The requester goes back to the first
@@ -482,10 +482,8 @@ func (q *QP) onNAK(psn wire.PSN, syn wire.Syndrome, out *txBatch) {
 	}
 	// A NAK acknowledges every PSN before it, as an ACK does: the completer
 	// retires the WQEs before the NAK's PSN first (rxe_comp.c check_ack).
-	if stuck := q.completeThrough(psn.Add(-1)); stuck {
-		w := q.sq.at(q.sq.head)
-		q.advanceCompPSN(w.firstPSN)
-		q.nakRetry(out)
+	if q.completeThrough(psn.Add(-1)) {
+		q.laterResponse(out)
 		return
 	}
 	if syn.Value() == wire.NAKPSNSequenceError {
@@ -543,10 +541,8 @@ func (q *QP) onNAK(psn wire.PSN, syn wire.Syndrome, out *txBatch) {
 
 func (q *QP) onRNRNAK(psn wire.PSN, syn wire.Syndrome, out *txBatch) {
 	q.count(RcvdRNRErr)
-	if stuck := q.completeThrough(psn.Add(-1)); stuck {
-		w := q.sq.at(q.sq.head)
-		q.advanceCompPSN(w.firstPSN)
-		q.nakRetry(out)
+	if q.completeThrough(psn.Add(-1)) {
+		q.laterResponse(out)
 		return
 	}
 	if q.comp.rnrNAKs == 0 {
