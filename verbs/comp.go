@@ -98,8 +98,32 @@ func (q *QP) armRetrans() {
 	}
 }
 
+// timerRxBatches bounds the batches the retransmit timer takes from the
+// link before it decides (onRetransTimer): enough for what queued while the
+// process was not running, not a receive loop of its own under a steady
+// stream.
+const timerRxBatches = 16
+
 // onRetransTimer runs when the local ACK timeout expires.
+//
+// Before it decides, it takes what the link has received (run to
+// completion, as a CQ poller does in pollLink): the ACK it waits for may
+// already be in the socket. A process that the OS did not run for longer
+// than the timeout (a busy machine) resumes with the timer and the receive
+// goroutine runnable at once, and the timer may run first: bench/'s
+// RCWrite64K, one QP over a veth, logged the Go process not running for
+// 197 ms, the responder's ACKs sent on resumption, and the requester's
+// timer firing 20 µs later, before its receive goroutine took those ACKs
+// from the socket: a go-back-N resend of the whole window (256 packets)
+// that the responder counted as duplicate_request 256. IBTA §9.7.6.1.3
+// times the wait for a response to arrive at the requester; one that has
+// arrived, unread, is not missing.
 func (q *QP) onRetransTimer() {
+	for range timerRxBatches {
+		if !q.dev.tryReceive() {
+			break
+		}
+	}
 	q.mu.Lock()
 	if q.destroyed || !q.comp.timerArmed || q.state != QPSRTS && q.state != QPSSQD {
 		q.mu.Unlock()
