@@ -27,6 +27,9 @@ type compState struct {
 	rnrWait  bool   // an RNR NAK timer runs; the requester waits
 	progress uint64 // bumped on every acknowledgement, so a timer can tell it made none
 	armedAt  uint64 // progress when the timer was armed
+	// due is when the timer as last armed expires: a callback that runs
+	// before it is a stale one (onRetransTimer).
+	due time.Time
 	// For the words an error completion carries.
 	heard    bool // any response ever arrived from the peer QP
 	seqNAKs  int  // PSN sequence error NAKs in a row
@@ -91,6 +94,7 @@ func (q *QP) armRetrans() {
 	}
 	q.comp.timerArmed = true
 	q.comp.armedAt = q.comp.progress
+	q.comp.due = time.Now().Add(d) // before the runtime's deadline, which Reset takes later
 	if q.retrans == nil {
 		q.retrans = time.AfterFunc(d, q.onRetransTimer)
 	} else {
@@ -126,6 +130,17 @@ func (q *QP) onRetransTimer() {
 	}
 	q.mu.Lock()
 	if q.destroyed || !q.comp.timerArmed || q.state != QPSRTS && q.state != QPSSQD {
+		q.mu.Unlock()
+		return
+	}
+	if time.Now().Before(q.comp.due) {
+		// A stale callback: the timer fired and this goroutine started,
+		// then, before it got q.mu, an ACK made progress and re-armed the
+		// timer (afterProgress: Stop cannot recall a callback already
+		// started, Reset schedules another). progress == armedAt again,
+		// so without this check it would resend the window at once,
+		// right after the progress that should have spared it; the timer
+		// as re-armed fires at due.
 		q.mu.Unlock()
 		return
 	}
