@@ -27,6 +27,9 @@ type compState struct {
 	rnrWait  bool   // an RNR NAK timer runs; the requester waits
 	progress uint64 // bumped on every acknowledgement, so a timer can tell it made none
 	armedAt  uint64 // progress when the timer was armed
+	// due is when the timer as last armed expires: a callback that runs
+	// before it is a stale one (onRetransTimer).
+	due time.Time
 	// For the words an error completion carries.
 	heard    bool // any response ever arrived from the peer QP
 	seqNAKs  int  // PSN sequence error NAKs in a row
@@ -91,6 +94,7 @@ func (q *QP) armRetrans() {
 	}
 	q.comp.timerArmed = true
 	q.comp.armedAt = q.comp.progress
+	q.comp.due = time.Now().Add(d) // before the runtime's deadline, which Reset takes later
 	if q.retrans == nil {
 		q.retrans = time.AfterFunc(d, q.onRetransTimer)
 	} else {
@@ -98,10 +102,45 @@ func (q *QP) armRetrans() {
 	}
 }
 
+// timerRxBatches bounds the batches the retransmit timer takes from the
+// link before it decides (onRetransTimer): enough for what queued while the
+// process was not running, not a receive loop of its own under a steady
+// stream.
+const timerRxBatches = 16
+
 // onRetransTimer runs when the local ACK timeout expires.
+//
+// Before it decides, it takes what the link has received (run to
+// completion, as a CQ poller does in pollLink): the ACK it waits for may
+// already be in the socket. A process that the OS did not run for longer
+// than the timeout (a busy machine) resumes with the timer and the receive
+// goroutine runnable at once, and the timer may run first: bench/'s
+// RCWrite64K, one QP over a veth, logged the Go process not running for
+// 197 ms, the responder's ACKs sent on resumption, and the requester's
+// timer firing 20 µs later, before its receive goroutine took those ACKs
+// from the socket: a go-back-N resend of the whole window (256 packets)
+// that the responder counted as duplicate_request 256. IBTA §9.7.6.1.3
+// times the wait for a response to arrive at the requester; one that has
+// arrived, unread, is not missing.
 func (q *QP) onRetransTimer() {
+	for range timerRxBatches {
+		if !q.dev.tryReceive() {
+			break
+		}
+	}
 	q.mu.Lock()
 	if q.destroyed || !q.comp.timerArmed || q.state != QPSRTS && q.state != QPSSQD {
+		q.mu.Unlock()
+		return
+	}
+	if time.Now().Before(q.comp.due) {
+		// A stale callback: the timer fired and this goroutine started,
+		// then, before it got q.mu, an ACK made progress and re-armed the
+		// timer (afterProgress: Stop cannot recall a callback already
+		// started, Reset schedules another). progress == armedAt again,
+		// so without this check it would resend the window at once,
+		// right after the progress that should have spared it; the timer
+		// as re-armed fires at due.
 		q.mu.Unlock()
 		return
 	}

@@ -877,6 +877,73 @@ func waitWC(t *testing.T, cq *verbs.CQ) verbs.WC {
 	return wc[0]
 }
 
+// heldRxLink is a link.Poller whose blocking receive hands nothing over
+// until gate is closed: the device's receive goroutine when the OS has not
+// run it yet, with the packets waiting in the link for whoever takes them
+// without waiting (TryRecv).
+type heldRxLink struct {
+	link.Link
+	p    link.Poller
+	gate chan struct{}
+}
+
+func (l *heldRxLink) TryRecv(pkts []link.Packet) (int, error) { return l.p.TryRecv(pkts) }
+
+func (l *heldRxLink) RecvLocked(pkts []link.Packet, mu sync.Locker) (int, error) {
+	<-l.gate
+	return l.p.RecvLocked(pkts, mu)
+}
+
+// TestFaultsRCTimerTakesArrivedACK: the ACK of a WRITE has arrived at the
+// requester's link, but its receive goroutine has not run when the local
+// ACK timer expires (a process the OS did not run for longer than the
+// timeout resumes with both runnable). The timer takes what the link holds
+// before it decides, finds the ACK and completes the WRITE: no go-back-N
+// resend of what the responder already has (completer_retry_err and the
+// responder's duplicate_request stay 0).
+func TestFaultsRCTimerTakesArrivedACK(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const size, timeout = 64 << 10, 14
+		var held *heldRxLink
+		o := verbstest.Options{Type: verbs.RC, Net: verbstest.NetV2IPv4, MTU: verbs.MTU4096, CQE: 64,
+			Cap:      verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1},
+			QPAccess: verbs.AccessLocalWrite | verbs.AccessRemoteWrite,
+			Tune:     func(rtr, rts *verbs.QPAttr) { rts.Timeout = timeout },
+			Wrap: func(i int, port link.Link) link.Link {
+				if i != 0 {
+					return port
+				}
+				held = &heldRxLink{Link: port, p: port.(link.Poller), gate: make(chan struct{})}
+				return held
+			}}
+		p := verbstest.NewPair(t, o)
+		var once sync.Once
+		release := func() { once.Do(func() { close(held.gate) }) }
+		t.Cleanup(release) // before the pair's cleanup closes the devices
+		src, dst, mrA, mrB := dropRegions(t, p, size)
+		if err := p.A.QP.PostSend(verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGList: []verbs.SGE{mrA.SGE(0, size)}, RemoteAddr: mrB.Addr(), RKey: mrB.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // B has the WRITE and has answered; its ACK waits in A's link
+		if !bytes.Equal(src, dst) {
+			t.Fatal("the responder does not have the WRITE")
+		}
+		time.Sleep(2 * verbs.TimeoutDuration(timeout)) // the local ACK timer expires
+		synctest.Wait()
+		if got := counterOf(p.A.QP.Counters(), "completer_retry_err"); got != 0 {
+			t.Errorf("completer_retry_err %d with the ACK in the link when the timer expired, want 0", got)
+		}
+		if got := counterOf(p.B.QP.Counters(), "duplicate_request"); got != 0 {
+			t.Errorf("responder's duplicate_request %d, want 0 (nothing resent)", got)
+		}
+		release()
+		if wc := waitWC(t, p.A.CQ); wc.Status != verbs.WCSuccess || wc.WRID != 1 {
+			t.Fatalf("completion: %v", &wc)
+		}
+	})
+}
+
 // TestFaultsRCRetryCountReloads: a 1 MiB WRITE loses one packet in each of
 // ten consecutive transmission rounds. Every retry makes forward progress,
 // so retry_cnt 7 must not run out: the transport retry counter bounds

@@ -184,3 +184,50 @@ func TestSmokeRC(t *testing.T) {
 		}
 	})
 }
+
+// TestRetransTimerStaleCallback: the retransmit timer fires and its
+// callback starts, but before it gets the QP's lock an ACK makes progress
+// and re-arms the timer (Stop cannot recall a started callback; Reset
+// schedules another). The stale callback must not resend: the timer as
+// re-armed has a full timeout to run. Here the callback runs right after
+// the timer was armed, which is the state the stale one finds; B's packets
+// are lost, so the WRITE stays outstanding.
+func TestRetransTimerStaleCallback(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		wrapLink = func(i int, l link.Link) link.Link {
+			if i == 1 {
+				return silentLink{l}
+			}
+			return l
+		}
+		defer func() { wrapLink = nil }()
+		a, b, _ := rcPair(t, RC, fabric.Faults{}, wire.RoCEv2)
+		buf := make([]byte, 4096)
+		mrA, err := a.pd.RegMR(buf, AccessLocalWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mrB, err := b.pd.RegMR(make([]byte, 4096), AccessLocalWrite|AccessRemoteWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.qp.PostSend(SendWR{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled,
+			SGList: []SGE{mrA.SGE(0, 4096)}, RemoteAddr: mrB.Addr(), RKey: mrB.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+		a.qp.onRetransTimer() // as a callback that started before the timer was (re-)armed
+		if got := a.qp.counters.Get(CompleterRetryErr); got != 0 {
+			t.Errorf("completer_retry_err %d after a callback that ran before the timer's deadline, want 0", got)
+		}
+		// The timer as armed still fires: the lost ACK is retried for.
+		time.Sleep(2 * TimeoutDuration(rcPairTimeout))
+		if got := a.qp.counters.Get(CompleterRetryErr); got == 0 {
+			t.Error("no retry after the timeout with the ACK lost")
+		}
+	})
+}
+
+// silentLink loses everything its device sends.
+type silentLink struct{ link.Link }
+
+func (silentLink) Send(pkts []link.Packet) (int, error) { return len(pkts), nil }
