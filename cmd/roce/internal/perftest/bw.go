@@ -556,7 +556,7 @@ func (r *run) bwClientQP(ctx context.Context, q *qpRes, size int, clk clock, win
 			}
 			if time.Now().After(drainUntil) {
 				if r.Progress != nil {
-					fmt.Fprintf(r.Progress, "roce perf: QP %d: %d messages still outstanding %v after the end of -D: the peer stopped taking them (its -n ran out?)\n",
+					fmt.Fprintf(r.Progress, "roce perf: QP %d: %d messages still outstanding %v after the end of -D: the peer stopped taking them (its -n ran out?), or they wait for a retransmission (roce stat: completer_retry_err)\n",
 						q.qp.Num(), scnt-ccnt, drainLimit)
 				}
 				return nil
