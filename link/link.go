@@ -141,8 +141,12 @@ type Stats struct {
 	// over (e.g. a UDP GRO superpacket an AF_PACKET socket cannot describe
 	// on Linux 6.1); the sender's retransmission recovers them.
 	RxKernelRefused atomic.Uint64
-	TxNoRoute       atomic.Uint64 // no path to the destination GID
-	TxBadAddress    atomic.Uint64 // Addr unusable (version/GID family mismatch)
+	// RxSocketFull counts packets the kernel dropped because the link's
+	// receive socket was full (the receiver fell behind); the sender's
+	// retransmission recovers them.
+	RxSocketFull atomic.Uint64
+	TxNoRoute    atomic.Uint64 // no path to the destination GID
+	TxBadAddress atomic.Uint64 // Addr unusable (version/GID family mismatch)
 }
 
 // CounterInfo names one of a link's counters and says what it counts: the
@@ -175,6 +179,7 @@ var StatTable = []StatInfo{
 	{CounterInfo{"rx_drop_malformed", "packets dropped on receive: a header failed to parse", ""}, func(s *Stats) *atomic.Uint64 { return &s.RxMalformed }},
 	{CounterInfo{"rx_drop_not_for_us", "RoCE packets dropped on receive: to a GID this port does not own", "not_for_us"}, func(s *Stats) *atomic.Uint64 { return &s.RxNotForUs }},
 	{CounterInfo{"rx_drop_kernel_refused", "packets the kernel dropped while handing them over (the sender's retransmission recovers them)", "kernel_refused"}, func(s *Stats) *atomic.Uint64 { return &s.RxKernelRefused }},
+	{CounterInfo{"rx_drop_socket_full", "packets the kernel dropped because the receive socket was full: the receiver fell behind (the sender's retransmission recovers them)", "socket_full"}, func(s *Stats) *atomic.Uint64 { return &s.RxSocketFull }},
 	{CounterInfo{"tx_drop_no_route", "packets not sent: no path to the destination GID", "tx_no_route"}, func(s *Stats) *atomic.Uint64 { return &s.TxNoRoute }},
 	{CounterInfo{"tx_drop_bad_address", "packets not sent: the address was unusable (RoCE version and GID family mismatch)", "tx_bad_address"}, func(s *Stats) *atomic.Uint64 { return &s.TxBadAddress }},
 }

@@ -26,7 +26,7 @@ func TestStatResNotRunning(t *testing.T) {
 	note := "roce: note: rxe0 is not open by any process"
 	out := wantRun(t, dir, exitOK, []string{note}, "stat")
 	if !strings.HasPrefix(out, "link rxe0/1 sent_pkts 0 rcvd_pkts 0 duplicate_request 0 out_of_seq_request 0 ") ||
-		!strings.Contains(out, " retrans_pkts 0 np_cnp_sent 0 np_ecn_marked_roce_packets 0 rp_cnp_handled 0 rp_cnp_ignored 0 rx_drop_not_for_us 0 rx_drop_kernel_refused 0 tx_drop_no_route 0 tx_drop_bad_address 0 \n") {
+		!strings.Contains(out, " retrans_pkts 0 np_cnp_sent 0 np_ecn_marked_roce_packets 0 rp_cnp_handled 0 rp_cnp_ignored 0 rx_drop_not_for_us 0 rx_drop_kernel_refused 0 rx_drop_socket_full 0 tx_drop_no_route 0 tx_drop_bad_address 0 \n") {
 		t.Errorf("stat of an idle device: %q", out)
 	}
 	if out := wantRun(t, dir, exitOK, []string{note}, "stat", "show", "link", "rxe0/1", "-j"); !strings.HasPrefix(out, `[{"ifname":"rxe0","port":1,"sent_pkts":0,`) {

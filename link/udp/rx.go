@@ -76,7 +76,11 @@ type rxMeta struct {
 type pendSeg struct{ off, n, s, meta int }
 
 type rxState struct {
-	raw     bool
+	raw bool
+	// full counts the AF_PACKET socket's drops (RxSocketFull), read from
+	// the kernel after a read that filled every message offered: a
+	// receiver that far behind is where a full queue drops.
+	full    *atomic.Uint64
 	hdrs    []unix.Mmsghdr
 	iovs    []unix.Iovec // maxIov per message
 	names   []byte       // nameLen per message
@@ -128,8 +132,9 @@ type rxState struct {
 	pendMeta []rxMeta
 }
 
-func (r *rxState) init(batch int, raw bool) {
+func (r *rxState) init(batch int, raw bool, full *atomic.Uint64) {
 	r.raw = raw
+	r.full = full
 	r.readFn = r.read
 	r.tryFn = r.try
 	r.lockedFn = r.readLocked
@@ -287,6 +292,7 @@ func (r *rxState) piece0(j int, pkts []link.Packet) int {
 func (r *rxState) read(fd uintptr) bool {
 	for {
 		r.n, r.errno = recvmmsg(fd, r.hdrs[:r.m])
+		r.sampleDrops(fd)
 		switch {
 		case r.errno == unix.EINTR:
 		case r.errno != unix.EAGAIN:
@@ -304,6 +310,7 @@ func (r *rxState) read(fd uintptr) bool {
 func (r *rxState) try(fd uintptr) {
 	for {
 		r.n, r.errno = recvmmsg(fd, r.hdrs[:r.m])
+		r.sampleDrops(fd)
 		if r.errno != unix.EINTR {
 			return
 		}
@@ -330,6 +337,7 @@ func (r *rxState) readLocked(fd uintptr) bool {
 		}
 		r.m = r.plan(r.lockPkts)
 		r.n, r.errno = recvmmsg(fd, r.hdrs[:r.m])
+		r.sampleDrops(fd)
 		switch {
 		case r.errno == unix.EINTR:
 		case r.errno != unix.EAGAIN:
@@ -346,6 +354,20 @@ func (r *rxState) readLocked(fd uintptr) bool {
 		}
 		r.linkMu.Unlock()
 		r.lockMu.Unlock()
+	}
+}
+
+// sampleDrops adds the AF_PACKET socket's drops since the last sample to
+// r.full when the read just made filled every message it offered (the
+// socket held a backlog at least that long). PACKET_STATISTICS resets the
+// kernel's counts as it reads them. The UDP socket of an unprivileged link
+// is not sampled: its drops would need SO_RXQ_OVFL's control message.
+func (r *rxState) sampleDrops(fd uintptr) {
+	if !r.raw || r.errno != 0 || r.n < r.m || r.full == nil {
+		return
+	}
+	if st, err := unix.GetsockoptTpacketStats(int(fd), unix.SOL_PACKET, unix.PACKET_STATISTICS); err == nil && st.Drops > 0 {
+		r.full.Add(uint64(st.Drops))
 	}
 }
 

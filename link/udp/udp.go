@@ -232,7 +232,7 @@ func New(cfg Config) (*Link, error) {
 	l.txHdrs, l.txIovs = make([]unix.Mmsghdr, n), make([]unix.Iovec, n)
 	l.txNames, l.txCtl = make([]byte, n*unix.SizeofSockaddrInet6), make([]byte, n*txCtlLen)
 	l.txFirst, l.txPkts, l.txBytes = make([]int, n), make([]int, n), make([]int, n)
-	l.rx.init(n, l.raw != nil)
+	l.rx.init(n, l.raw != nil, &l.stats.RxSocketFull)
 	return l, nil
 }
 
