@@ -230,16 +230,8 @@ func (pr *perfRounds) engine(b *testing.B) perfFigure {
 		if err != nil {
 			b.Fatal(err)
 		}
-		devs[i], p.dev[i] = d, d
-		if p.pd[i], err = d.AllocPD(); err != nil {
-			b.Fatal(err)
-		}
-		if p.scq[i], err = d.CreateCQ(4096); err != nil {
-			b.Fatal(err)
-		}
-		if p.rcq[i], err = d.CreateCQ(4096); err != nil {
-			b.Fatal(err)
-		}
+		devs[i] = d
+		p.setSide(b, i, d)
 		if p.qp[i], err = p.pd[i].CreateQP(verbs.QPInitAttr{Type: verbs.RC, SendCQ: p.scq[i], RecvCQ: p.rcq[i],
 			Cap: verbs.QPCap{MaxSendWR: window, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 			b.Fatal(err)

@@ -152,16 +152,7 @@ func openDevices(b *testing.B, ha, hb *nettest.Host, unprivileged bool, busyPoll
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { d.Close() })
-		p.dev[i] = d
-		if p.pd[i], err = d.AllocPD(); err != nil {
-			b.Fatal(err)
-		}
-		if p.scq[i], err = d.CreateCQ(4096); err != nil {
-			b.Fatal(err)
-		}
-		if p.rcq[i], err = d.CreateCQ(4096); err != nil {
-			b.Fatal(err)
-		}
+		p.setSide(b, i, d)
 	}
 	p.ip = [2]netip.Addr{v4GID(ha), v4GID(hb)}
 	for i := range 2 {
@@ -171,6 +162,23 @@ func openDevices(b *testing.B, ha, hb *nettest.Host, unprivileged bool, busyPoll
 		b.Fatalf("link MTU %d", p.dev[0].Link().MTU())
 	}
 	return p
+}
+
+// setSide makes d side i of p, with a PD and a send and a receive CQ of
+// 4096 entries.
+func (p *rocePair) setSide(b *testing.B, i int, d *host.Device) {
+	b.Helper()
+	p.dev[i] = d
+	var err error
+	if p.pd[i], err = d.AllocPD(); err != nil {
+		b.Fatal(err)
+	}
+	if p.scq[i], err = d.CreateCQ(4096); err != nil {
+		b.Fatal(err)
+	}
+	if p.rcq[i], err = d.CreateCQ(4096); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // v4GID is h's IPv4 address as a GID.

@@ -20,22 +20,7 @@ import (
 // `roce perf write -q 64` run with `ss -0 -m`).
 func TestSocketFullCounted(t *testing.T) {
 	ha, hb := nettest.VethPair(t, nettest.Options{MTU: 9000})
-	open := func(h *nettest.Host, priv bool) *Link {
-		var l *Link
-		if err := h.Do(func() (err error) {
-			cfg := Config{Addrs: []netip.Addr{h.IPv4}}
-			if priv {
-				cfg.Ifindex = h.Ifindex
-			}
-			l, err = New(cfg)
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { l.Close() })
-		return l
-	}
-	a, b := open(ha, false), open(hb, true)
+	a, b := openOn(t, ha, false), openOn(t, hb, true)
 	addr := link.Addr{Version: wire.RoCEv2, SrcGID: netip.AddrFrom16(ha.IPv4.As16()), DstGID: netip.AddrFrom16(hb.IPv4.As16()), HopLimit: 64}
 	recvAll := func() (got int) {
 		for {

@@ -60,6 +60,29 @@ func build(headroom int, f *wire.PacketFields, a link.Addr) link.Packet {
 	return link.Packet{Buf: buf, Off: headroom, Len: len(buf) - headroom, Addr: a}
 }
 
+// openOn opens a link in h's namespace on both of h's addresses,
+// privileged (AF_PACKET on h's interface) or not, closed when the test
+// ends.
+func openOn(t *testing.T, h *nettest.Host, priv bool) *Link {
+	t.Helper()
+	var l *Link
+	if err := h.Do(func() (err error) {
+		cfg := Config{Addrs: []netip.Addr{h.IPv4, h.IPv6}}
+		if priv {
+			cfg.Ifindex = h.Ifindex
+		}
+		l, err = New(cfg)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	if l.Privileged() != priv {
+		t.Fatalf("Privileged() = %v, want %v", l.Privileged(), priv)
+	}
+	return l
+}
+
 // Over a veth, batches shaped like the engine's RDMA WRITEs go out as GSO
 // messages and come back as single packets, in order, every ICRC verified,
 // whatever receive batch the caller offers (buffers enough for every
@@ -81,23 +104,7 @@ func TestGSOVeth(t *testing.T) {
 
 func testGSO(t *testing.T, v6, priv bool, rxBatch int, steady bool) {
 	ha, hb := nettest.VethPair(t, nettest.Options{MTU: 9000})
-	open := func(h *nettest.Host) *Link {
-		var l *Link
-		err := h.Do(func() (err error) {
-			cfg := Config{Addrs: []netip.Addr{h.IPv4, h.IPv6}}
-			if priv {
-				cfg.Ifindex = h.Ifindex
-			}
-			l, err = New(cfg)
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { l.Close() })
-		return l
-	}
-	a, b := open(ha), open(hb)
+	a, b := openOn(t, ha, priv), openOn(t, hb, priv)
 	testenv.Require(t, a.GSO(), "UDP GSO (UDP_SEGMENT, Linux 4.18)")
 	src, dst := ha.IPv4, hb.IPv4
 	if v6 {

@@ -47,18 +47,7 @@ func TestRecvLockedKeepsOrderAfterTryRecv(t *testing.T) {
 
 func testRecvLockedOrder(t *testing.T, v6 bool) {
 	ha, hb := nettest.VethPair(t, nettest.Options{MTU: 9000})
-	open := func(h *nettest.Host) *Link {
-		var l *Link
-		if err := h.Do(func() (err error) {
-			l, err = New(Config{Addrs: []netip.Addr{h.IPv4, h.IPv6}})
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { l.Close() })
-		return l
-	}
-	a, b := open(ha), open(hb)
+	a, b := openOn(t, ha, false), openOn(t, hb, false)
 	testenv.Require(t, a.GSO(), "UDP GSO (UDP_SEGMENT, Linux 4.18)")
 	src, dst := ha.IPv4, hb.IPv4
 	if v6 {

@@ -20,21 +20,7 @@ import (
 // the port-holding socket, and goes on receiving.
 func TestKernelRefusedGRO(t *testing.T) {
 	ha, hb := nettest.VethPair(t, nettest.Options{MTU: 9000})
-	open := func(h *nettest.Host) *Link {
-		var l *Link
-		if err := h.Do(func() (err error) {
-			l, err = New(Config{Addrs: []netip.Addr{h.IPv4, h.IPv6}, Ifindex: h.Ifindex})
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { l.Close() })
-		if !l.Privileged() {
-			t.Fatal("not privileged")
-		}
-		return l
-	}
-	a, b := open(ha), open(hb)
+	a, b := openOn(t, ha, true), openOn(t, hb, true)
 	var refused atomic.Int32
 	real := recvmmsg
 	recvmmsg = func(fd uintptr, hdrs []unix.Mmsghdr) (int, unix.Errno) {
