@@ -25,26 +25,25 @@ const (
 // written is reported on stderr and the command runs without it.
 func startProfiles(stderr io.Writer) (stop func()) {
 	var stops []func()
-	if name := os.Getenv(envCPUProfile); name != "" {
-		if f, err := os.Create(name); err != nil {
-			fmt.Fprintf(stderr, "roce: %s: %v\n", envCPUProfile, err)
-		} else if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintf(stderr, "roce: %s: %v\n", envCPUProfile, err)
-			f.Close()
-		} else {
-			stops = append(stops, func() { pprof.StopCPUProfile(); f.Close() })
+	start := func(env string, begin func(io.Writer) error, end func()) {
+		name := os.Getenv(env)
+		if name == "" {
+			return
 		}
-	}
-	if name := os.Getenv(envTrace); name != "" {
-		if f, err := os.Create(name); err != nil {
-			fmt.Fprintf(stderr, "roce: %s: %v\n", envTrace, err)
-		} else if err := rtrace.Start(f); err != nil {
-			fmt.Fprintf(stderr, "roce: %s: %v\n", envTrace, err)
-			f.Close()
-		} else {
-			stops = append(stops, func() { rtrace.Stop(); f.Close() })
+		f, err := os.Create(name)
+		if err == nil {
+			if err = begin(f); err != nil {
+				f.Close()
+			}
 		}
+		if err != nil {
+			fmt.Fprintf(stderr, "roce: %s: %v\n", env, err)
+			return
+		}
+		stops = append(stops, func() { end(); f.Close() })
 	}
+	start(envCPUProfile, pprof.StartCPUProfile, pprof.StopCPUProfile)
+	start(envTrace, rtrace.Start, rtrace.Stop)
 	return func() {
 		for _, s := range stops {
 			s()
