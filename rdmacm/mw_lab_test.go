@@ -186,16 +186,8 @@ func TestLabMW(t *testing.T) {
 	extra := buildMWPeer(t)
 	l := lab.StartWithExtra(t, extra)
 	vm := lab.VM1
-	d := l.OpenDevice(t, host.VersionsBoth)
-	cm := rdmacm.New(rdmacm.Options{})
-	if err := cm.AddDevice(d.Device); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cm.Close() })
-	pd, err := d.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openLab(t, l)
+	d, cm, pd := s.dev, s.cm, s.pd
 
 	port := 7480
 	for _, binder := range []string{"rxe", "goroce"} {
