@@ -93,7 +93,7 @@ func testRoutedDiagnostics(t *testing.T, vers string) {
 	t.Run("ping/silent-gateway", func(t *testing.T) {
 		start := time.Now()
 		p := startRoce(t, a, dir, roceBin, "ping", "-c", "-a", "198.18.9.1", "-C", "1")
-		code := p.wait(t, time.Minute)
+		code := p.exitWithin(t, time.Minute)
 		took := time.Since(start)
 		stderr := p.stderr.String()
 		for _, w := range []string{"RDMA_CM_EVENT_ADDR_ERROR, error -110",
@@ -109,7 +109,7 @@ func testRoutedDiagnostics(t *testing.T, vers string) {
 	})
 	t.Run("perf-R/no-neighbour", func(t *testing.T) {
 		p := startRoce(t, a, dir, roceBin, "perf", "write", "-R", "-d", "rxeA", "-n", "5", "198.18.1.77")
-		code := p.wait(t, time.Minute)
+		code := p.exitWithin(t, time.Minute)
 		if w := "198.18.1.77 is on-link on rt-a0: no ARP reply from 198.18.1.77"; code == 0 || !strings.Contains(p.stderr.String(), w) {
 			t.Errorf("exit %d, stderr lacks %q:\n%s", code, w, p.stderr.String())
 		}
@@ -117,12 +117,12 @@ func testRoutedDiagnostics(t *testing.T, vers string) {
 	t.Run("pingpong/silent-gateway", func(t *testing.T) {
 		ga, gb := gidIndexOf(t, dir, "rxeA", a.IPv4), gidIndexOf(t, dir, "rxeB", b.IPv4)
 		srv := startRoce(t, b, dir, roceBin, "pingpong", "-d", "rxeB", "-g", strconv.Itoa(gb), "-p", "19101", "-n", "5")
-		var cli *pingProc
+		var cli *proc
 		for try := 0; ; try++ {
 			// The exchange goes to B's IPv6 address, which A reaches; the
 			// QP's packets to B's IPv4 GID go to the dead gateway.
 			cli = startRoce(t, a, dir, roceBin, "pingpong", "-d", "rxeA", "-g", strconv.Itoa(ga), "-p", "19101", "-n", "5", b.IPv6.String())
-			code := cli.wait(t, time.Minute)
+			code := cli.exitWithin(t, time.Minute)
 			if code == 0 {
 				t.Fatalf("the client succeeded through a dead gateway:\n%s", cli.stdout.String())
 			}
@@ -164,10 +164,10 @@ func TestRoutedV1(t *testing.T) {
 	t.Run("pingpong", func(t *testing.T) {
 		srv := startRoce(t, b, dir, roceBin, "pingpong", "-d", "rxeB", "-g", idx("rxeB", b, false), "-p", "19201", "-n", "5")
 		defer srv.cmd.Process.Kill()
-		var cli *pingProc
+		var cli *proc
 		for try := 0; ; try++ {
 			cli = startRoce(t, a, dir, roceBin, "pingpong", "-d", "rxeA", "-g", idx("rxeA", a, false), "-p", "19201", "-n", "5", b.IPv4.String())
-			if code := cli.wait(t, time.Minute); code == 0 {
+			if code := cli.exitWithin(t, time.Minute); code == 0 {
 				t.Fatal("RoCE v1 crossed a router")
 			}
 			if !strings.Contains(cli.stderr.String(), "Couldn't connect") || try > 50 {
@@ -200,7 +200,7 @@ func TestRoutedV1(t *testing.T) {
 func TestRoutedV1OnlyPort(t *testing.T) {
 	a, _, b, dir, roceBin := routedHosts(t, "v1", "")
 	p := startRoce(t, a, dir, roceBin, "ping", "-c", "-a", b.IPv4.String(), "-C", "1")
-	code := p.wait(t, time.Minute)
+	code := p.exitWithin(t, time.Minute)
 	stderr := p.stderr.String()
 	for _, w := range []string{"RDMA_CM_EVENT_ROUTE_ERROR", "RoCE v1 (Ethertype 0x8915) stays on one Ethernet segment"} {
 		if code == 0 || !strings.Contains(stderr, w) {

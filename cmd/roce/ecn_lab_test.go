@@ -70,12 +70,12 @@ func TestLabECN(t *testing.T) {
 	gOurs := gidIndexOf(t, dir, "rxe0", a.IPv4)
 	const iters = 200
 	job := l.Background(t, vm, "/tmp/ecnpp.log", 150*time.Second, fmt.Sprintf("ibv_rc_pingpong -d rxe0 -g %d -n %d -s 4096 -p 18598", gTheirs, iters))
-	var cli *pingProc
+	var cli *proc
 	ctx, cancel := context.WithTimeout(context.Background(), testenv.Slow)
 	defer cancel()
 	err = lab.UntilListening(ctx, job, "Couldn't connect", func() error {
 		cli = startRoce(t, a, dir, roceBin, "pingpong", "-d", "rxe0", "-g", strconv.Itoa(gOurs), "-n", strconv.Itoa(iters), "-s", "4096", "-p", "18598", vm.IPv4)
-		if code := cli.wait(t, 2*time.Minute); code != 0 {
+		if code := cli.exitWithin(t, 2*time.Minute); code != 0 {
 			return fmt.Errorf("exit %d: %s", code, cli.stderr.String())
 		}
 		return nil

@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -20,40 +20,10 @@ import (
 // user does with ip netns exec, its output collected as it comes.
 func startIn(t *testing.T, ctx context.Context, h *nettest.Host, exe, dir string, args ...string) *proc {
 	t.Helper()
-	p := &proc{stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", h.NSName, exe, "--rundir", dir}, args...)...)
-	p.cmd.Cancel = func() error { return p.cmd.Process.Kill() }
-	p.cmd.WaitDelay = 10 * time.Second
-	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		if !p.exited() {
-			p.cmd.Process.Kill()
-		}
-		<-p.done
-	})
-	return p
-}
-
-// exitCode waits for p (failing t when ctx ends first) and returns its
-// exit status.
-func (p *proc) exitCode(t *testing.T, ctx context.Context) int {
-	t.Helper()
-	err := p.wait(ctx)
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		return ee.ExitCode()
-	case err != nil:
-		t.Fatalf("%q: %v\nstdout: %s\nstderr: %s", p.cmd.Args, err, p.stdout.String(), p.stderr.String())
-	}
-	return 0
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", h.NSName, exe, "--rundir", dir}, args...)...)
+	cmd.Cancel = func() error { return cmd.Process.Kill() }
+	cmd.WaitDelay = 10 * time.Second
+	return runProc(t, cmd, os.Kill, nil, nil)
 }
 
 // freePort returns a TCP port nothing listens on now.

@@ -15,11 +15,11 @@ import (
 func TestLinkLocalGID(t *testing.T) {
 	a, b, dir, roceBin := pingHosts(t, "v2", "v2")
 	srv := startRoce(t, b, dir, roceBin, "pingpong", "-d", "rxeB", "-g", "0", "-n", "20")
-	var cli *pingProc
+	var cli *proc
 	var code int
 	testenv.Poll(testenv.Slow, func() bool { // until the server listens
 		cli = startRoce(t, a, dir, roceBin, "pingpong", "-d", "rxeA", "-g", "0", "-n", "20", b.IPv4.String())
-		code = cli.wait(t, time.Minute)
+		code = cli.exitWithin(t, time.Minute)
 		return code == 0 || !strings.Contains(cli.stderr.String(), "connect")
 	})
 	if code != 0 {
@@ -28,7 +28,7 @@ func TestLinkLocalGID(t *testing.T) {
 	if !strings.Contains(cli.stdout.String(), "GID fe80::") {
 		t.Errorf("client did not use a link-local GID:\n%s", cli.stdout.String())
 	}
-	if code := srv.wait(t, time.Minute); code != 0 {
+	if code := srv.exitWithin(t, time.Minute); code != 0 {
 		t.Errorf("server: exit %d\n%s", code, srv.stderr.String())
 	}
 }

@@ -18,7 +18,7 @@ import (
 
 // labMckeyStart runs roce mckey in the lab's namespace, its output
 // readable while it runs.
-func labMckeyStart(t *testing.T, dir, bin string, args ...string) *pingProc {
+func labMckeyStart(t *testing.T, dir, bin string, args ...string) *proc {
 	t.Helper()
 	return startRoceIn(t, lab.Netns, dir, bin, nil, "mckey", args...)
 }
@@ -93,7 +93,7 @@ func TestLabMckey(t *testing.T) {
 				t.Fatal(err)
 			}
 			send := labMckeyStart(t, dir, bin, "-m", group, "-b", fam.host, "-s", "-C", "3")
-			if code := send.wait(t, testenv.Slow); code != 0 || send.stdout.String() != mckeyOut(true, mgid) {
+			if code := send.exitWithin(t, testenv.Slow); code != 0 || send.stdout.String() != mckeyOut(true, mgid) {
 				t.Errorf("roce mckey -s: exit %d\n%s\nstderr: %s", code, send.stdout.String(), send.stderr.String())
 			}
 			for i, j := range jobs {
@@ -124,7 +124,7 @@ func TestLabMckey(t *testing.T) {
 			if err != nil || rc != 0 || out != mckeyOut(true, mgid) {
 				t.Errorf("mckey -s in vm2: exit %d %v\n%s", rc, err, out)
 			}
-			if code := recv.wait(t, testenv.Slow); code != 0 || recv.stdout.String() != mckeyOut(false, mgid) {
+			if code := recv.exitWithin(t, testenv.Slow); code != 0 || recv.stdout.String() != mckeyOut(false, mgid) {
 				t.Errorf("roce mckey: exit %d\n%s\nstderr: %s", code, recv.stdout.String(), recv.stderr.String())
 			}
 			if log := other.Wait(); log != mckeyOut(false, mgid)+"EXIT 0\n" {

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/goroce/goroce/internal/nettest"
@@ -60,10 +58,10 @@ func testMckeyVeth(t *testing.T, vers string) {
 				t.Fatalf("receiver did not join: %q %q", recv.stdout.String(), recv.stderr.String())
 			}
 			send := startMckey(t, a, dir, roceBin, "-m", c.group, "-b", c.src, "-s", "-C", "3", "-S", "200")
-			if code := send.wait(t, testenv.Slow); code != 0 || send.stdout.String() != mckeyOut(true, c.mgid) {
+			if code := send.exitWithin(t, testenv.Slow); code != 0 || send.stdout.String() != mckeyOut(true, c.mgid) {
 				t.Fatalf("sender: exit %d\n%s\nstderr: %s", code, send.stdout.String(), send.stderr.String())
 			}
-			if code := recv.wait(t, testenv.Slow); code != 0 || recv.stdout.String() != mckeyOut(false, c.mgid) {
+			if code := recv.exitWithin(t, testenv.Slow); code != 0 || recv.stdout.String() != mckeyOut(false, c.mgid) {
 				t.Fatalf("receiver: exit %d\n%s\nstderr: %s", code, recv.stdout.String(), recv.stderr.String())
 			}
 			if _, err := capt.Stop(); err != nil {
@@ -123,26 +121,8 @@ func TestMckeyFlags(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer a process writes while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // startMckey runs roce mckey in h's namespace.
-func startMckey(t *testing.T, h *nettest.Host, dir, roceBin string, args ...string) *pingProc {
+func startMckey(t *testing.T, h *nettest.Host, dir, roceBin string, args ...string) *proc {
 	t.Helper()
 	return startRoce(t, h, dir, roceBin, "mckey", args...)
 }

@@ -45,34 +45,27 @@ func pingHosts(t *testing.T, versA, versB string) (a, b *nettest.Host, dir, roce
 	return a, b, dir, roceBin
 }
 
-// pingProc is a roce ping process inside a host's namespace.
-type pingProc struct {
-	cmd            *exec.Cmd
-	stdout, stderr syncBuffer // readable while the process runs
-	done           chan error
-}
-
-func startPing(t *testing.T, h *nettest.Host, dir, roceBin string, args ...string) *pingProc {
+func startPing(t *testing.T, h *nettest.Host, dir, roceBin string, args ...string) *proc {
 	t.Helper()
 	return startRoce(t, h, dir, roceBin, "ping", args...)
 }
 
 // startRoce runs roce SUB ARGS... inside h's namespace.
-func startRoce(t *testing.T, h *nettest.Host, dir, roceBin, sub string, args ...string) *pingProc {
+func startRoce(t *testing.T, h *nettest.Host, dir, roceBin, sub string, args ...string) *proc {
 	t.Helper()
 	return startRoceTee(t, h, dir, roceBin, nil, sub, args...)
 }
 
 // startRoceTee is startRoce with the process's stderr also written to tee,
 // if not nil, as it comes.
-func startRoceTee(t *testing.T, h *nettest.Host, dir, roceBin string, tee io.Writer, sub string, args ...string) *pingProc {
+func startRoceTee(t *testing.T, h *nettest.Host, dir, roceBin string, tee io.Writer, sub string, args ...string) *proc {
 	t.Helper()
 	return startRoceIn(t, h.NSName, dir, roceBin, tee, sub, args...)
 }
 
 // startRoceIn is startRoceTee in the network namespace named ns (a
 // host's, or the lab's).
-func startRoceIn(t *testing.T, ns, dir, roceBin string, tee io.Writer, sub string, args ...string) *pingProc {
+func startRoceIn(t *testing.T, ns, dir, roceBin string, tee io.Writer, sub string, args ...string) *proc {
 	t.Helper()
 	return startNSProc(t, ns, dir, roceBin, nil, tee, append([]string{sub}, args...)...)
 }
@@ -80,67 +73,20 @@ func startRoceIn(t *testing.T, ns, dir, roceBin string, tee io.Writer, sub strin
 // startNSProc runs roce ARGS... in the network namespace named ns, its
 // stdout also copied to echo and its stderr to tee as they come (either
 // may be nil).
-func startNSProc(t *testing.T, ns, dir, roceBin string, echo, tee io.Writer, args ...string) *pingProc {
+func startNSProc(t *testing.T, ns, dir, roceBin string, echo, tee io.Writer, args ...string) *proc {
 	t.Helper()
-	p := &pingProc{done: make(chan error, 1)}
-	p.cmd = exec.Command("ip", append([]string{"netns", "exec", ns, roceBin, "--rundir", dir}, args...)...)
-	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
-	if echo != nil {
-		p.cmd.Stdout = io.MultiWriter(&p.stdout, echo)
-	}
-	if tee != nil {
-		p.cmd.Stderr = io.MultiWriter(&p.stderr, tee)
-	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.done <- p.cmd.Wait() }()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.done
-	})
-	return p
-}
-
-// running reports whether the process has not exited yet.
-func (p *pingProc) running() bool {
-	select {
-	case err := <-p.done:
-		p.done <- err
-		return false
-	default:
-		return true
-	}
-}
-
-// wait returns the process's exit status, failing t after limit.
-func (p *pingProc) wait(t *testing.T, limit time.Duration) int {
-	t.Helper()
-	select {
-	case err := <-p.done:
-		p.done <- err // for the cleanup
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return ee.ExitCode()
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		return 0
-	case <-time.After(limit):
-		t.Fatalf("%v still running after %v\nstdout: %s\nstderr: %s", p.cmd.Args, limit, p.stdout.String(), p.stderr.String())
-		return -1
-	}
+	cmd := exec.Command("ip", append([]string{"netns", "exec", ns, roceBin, "--rundir", dir}, args...)...)
+	return runProc(t, cmd, os.Kill, echo, tee)
 }
 
 // clientPing runs the client until it ends, retrying while the server is
 // not listening yet (REJECTED, invalid service ID).
-func clientPing(t *testing.T, h *nettest.Host, dir, roceBin string, limit time.Duration, args ...string) (*pingProc, int) {
+func clientPing(t *testing.T, h *nettest.Host, dir, roceBin string, limit time.Duration, args ...string) (*proc, int) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
 	for {
 		p := startPing(t, h, dir, roceBin, args...)
-		code := p.wait(t, time.Until(deadline))
+		code := p.exitWithin(t, time.Until(deadline))
 		if code == 0 || !strings.Contains(p.stderr.String(), "REJECTED, error 8") || time.Now().After(deadline) {
 			return p, code
 		}
@@ -235,7 +181,7 @@ func TestRoCEModeProcedure(t *testing.T) {
 	if code != 0 || strings.Count(cli.stdout.String(), "ping data: rdma-ping-") != 3 {
 		t.Fatalf("client: exit %d\nstdout: %s\nstderr: %s", code, cli.stdout.String(), cli.stderr.String())
 	}
-	if code := srv.wait(t, time.Minute); code != 0 || strings.Count(srv.stdout.String(), "server ping data: rdma-ping-") != 3 {
+	if code := srv.exitWithin(t, time.Minute); code != 0 || strings.Count(srv.stdout.String(), "server ping data: rdma-ping-") != 3 {
 		t.Fatalf("server: exit %d\nstdout: %s\nstderr: %s", code, srv.stdout.String(), srv.stderr.String())
 	}
 	v1, v2 := frameVersions(t, capFile)
@@ -312,7 +258,7 @@ func TestRoCEVersionMismatch(t *testing.T) {
 	cli := startRoceTee(t, a, dir, roceBin, diag, "ping", "-c", "-a", b.IPv4.String(), "-C", "1", "--pcap", capFile)
 	// The CM's 16 REQs 4.3 s apart take some 70 s; the bound only stops a
 	// hang.
-	code := cli.wait(t, 5*time.Minute)
+	code := cli.exitWithin(t, 5*time.Minute)
 	took := time.Since(start)
 	errs := cli.stderr.String()
 	if code == 0 {
@@ -362,7 +308,7 @@ func TestRoCEVersionMismatch(t *testing.T) {
 		t.Fatalf("after the fix: exit %d\nstderr: %s", code, cli.stderr.String())
 	}
 	srv.cmd.Process.Signal(syscall.SIGTERM)
-	if code := srv.wait(t, 30*time.Second); code != 143 || !strings.HasSuffix(srv.stderr.String(),
+	if code := srv.exitWithin(t, 30*time.Second); code != 143 || !strings.HasSuffix(srv.stderr.String(),
 		"\nroce: ping: interrupted by SIGTERM after serving 1 connection, while waiting for a connection on "+b.IPv4.String()+":7174\n") {
 		t.Errorf("persistent server after SIGTERM: exit %d, want 143 and a line saying so\nstderr: %s", code, srv.stderr.String())
 	}
@@ -378,7 +324,7 @@ func TestRoCEVersionMismatch(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("v1 client to a dual server: exit %d\nstderr: %s", code, cli.stderr.String())
 	}
-	if code := srv.wait(t, 30*time.Second); code != 0 {
+	if code := srv.exitWithin(t, 30*time.Second); code != 0 {
 		t.Errorf("dual server: exit %d\nstderr: %s", code, srv.stderr.String())
 	}
 }

@@ -7,12 +7,9 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -170,91 +167,6 @@ func scrape(t *testing.T, ctx context.Context, url string) map[string]float64 {
 		t.Fatalf("GET %s: no goroce_ samples:\n%s", url, body)
 	}
 	return m
-}
-
-// proc is roce as a process of its own, its output collected as it comes;
-// it is ended when the test ends.
-type proc struct {
-	cmd            *exec.Cmd
-	stdout, stderr *lockedBuffer
-	done           chan struct{}
-	err            error
-}
-
-func startProc(t *testing.T, ctx context.Context, exe, dir string, args ...string) *proc {
-	t.Helper()
-	p := &proc{stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.CommandContext(ctx, exe, append([]string{"--rundir", dir}, args...)...)
-	p.cmd.Cancel = func() error { return p.cmd.Process.Signal(syscall.SIGTERM) }
-	p.cmd.WaitDelay = 10 * time.Second
-	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		if !p.exited() {
-			p.cmd.Process.Signal(syscall.SIGTERM)
-		}
-		<-p.done
-	})
-	return p
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// wait returns the process's exit error, or ctx's.
-func (p *proc) wait(ctx context.Context) error {
-	select {
-	case <-p.done:
-		return p.err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// lockedBuffer collects a process's output for readers while it runs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
-// waitFor returns the output so far once it contains s; it fails t when
-// ctx ends first.
-func (b *lockedBuffer) waitFor(t *testing.T, ctx context.Context, s string) string {
-	t.Helper()
-	for {
-		if out := b.String(); strings.Contains(out, s) {
-			return out
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("no %q in:\n%s", s, b.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
 }
 
 // TestMetricsV1OnlyDrops: a v1-only port's RoCE v2 drops (its link's

@@ -32,7 +32,7 @@ func TestPingFlags(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("client: exit %d\nstdout: %s\nstderr: %s", code, cli.stdout.String(), cli.stderr.String())
 	}
-	if code := srv.wait(t, time.Minute); code != 0 {
+	if code := srv.exitWithin(t, time.Minute); code != 0 {
 		t.Fatalf("server: exit %d\nstdout: %s\nstderr: %s", code, srv.stdout.String(), srv.stderr.String())
 	}
 	cout, sout := cli.stdout.String(), srv.stdout.String()
@@ -121,7 +121,7 @@ func TestPingFlags(t *testing.T) {
 
 	// -I with an address the client does not have.
 	p := startPing(t, a, dir, roceBin, "-c", "-a", b.IPv4.String(), "-I", "198.18.0.99", "-C", "1")
-	if code := p.wait(t, time.Minute); code == 0 || !strings.Contains(p.stderr.String(), "198.18.0.99") {
+	if code := p.exitWithin(t, time.Minute); code == 0 || !strings.Contains(p.stderr.String(), "198.18.0.99") {
 		t.Errorf("-I 198.18.0.99: exit %d, stderr %q; want a failure naming the address", code, p.stderr.String())
 	}
 
@@ -129,7 +129,7 @@ func TestPingFlags(t *testing.T) {
 	for _, size := range []string{"25", "65536", "0"} {
 		p := startPing(t, a, dir, roceBin, "-c", "-a", b.IPv4.String(), "-S", size, "-C", "1")
 		want := "roce: ping: Invalid argument: -S " + size + ": the ping data size should be between 26 and 65535 bytes\n"
-		if code := p.wait(t, time.Minute); code != exitUsage || !strings.Contains(p.stderr.String(), want) {
+		if code := p.exitWithin(t, time.Minute); code != exitUsage || !strings.Contains(p.stderr.String(), want) {
 			t.Errorf("-S %s: exit %d, stderr %q; want %q", size, code, p.stderr.String(), want)
 		}
 	}
@@ -139,7 +139,7 @@ func TestPingFlags(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("-S 65535: client exit %d\nstderr: %s", code, cli.stderr.String())
 	}
-	if code := srv.wait(t, time.Minute); code != 0 {
+	if code := srv.exitWithin(t, time.Minute); code != 0 {
 		t.Errorf("-S 65535: server exit %d\nstderr: %s", code, srv.stderr.String())
 	}
 }
@@ -167,12 +167,12 @@ func TestPingHostName(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("client: exit %d\nstdout: %s\nstderr: %s", code, cli.stdout.String(), cli.stderr.String())
 	}
-	if code := srv.wait(t, time.Minute); code != 0 {
+	if code := srv.exitWithin(t, time.Minute); code != 0 {
 		t.Fatalf("server: exit %d\nstdout: %s\nstderr: %s", code, srv.stdout.String(), srv.stderr.String())
 	}
 
 	p := startPing(t, a, dir, roceBin, "-c", "-a", "nosuch.goroce.invalid", "-C", "1")
-	if code := p.wait(t, time.Minute); code != exitUsage || !strings.Contains(p.stderr.String(), `-a "nosuch.goroce.invalid": not an IPv4 or IPv6 address, and the name does not resolve`) {
+	if code := p.exitWithin(t, time.Minute); code != exitUsage || !strings.Contains(p.stderr.String(), `-a "nosuch.goroce.invalid": not an IPv4 or IPv6 address, and the name does not resolve`) {
 		t.Errorf("-a nosuch.goroce.invalid: exit %d, stderr %q; want exit %d and the name named", code, p.stderr.String(), exitUsage)
 	}
 }

@@ -96,13 +96,13 @@ func TestPingObserved(t *testing.T) {
 	// that says how many pings it made; SIGTERM the persistent server with
 	// 143, saying how many connections it served.
 	cli.cmd.Process.Signal(syscall.SIGINT)
-	if code := cli.wait(t, 30*time.Second); code != 130 ||
+	if code := cli.exitWithin(t, 30*time.Second); code != 130 ||
 		!regexp.MustCompile(`(^|\n)roce: ping: interrupted by SIGINT after [1-9]\d* pings?\n$`).MatchString(cli.stderr.String()) {
 		t.Errorf("client after SIGINT: exit %d, stderr %q; want 130 and the pings it made", code, cli.stderr.String())
 	}
 	srv.cmd.Process.Signal(syscall.SIGTERM)
 	want := "roce: ping: interrupted by SIGTERM after serving 2 connections, while waiting for a connection on " + b.IPv4.String() + ":7174\n"
-	if code := srv.wait(t, 30*time.Second); code != 143 || !strings.HasSuffix(srv.stderr.String(), want) {
+	if code := srv.exitWithin(t, 30*time.Second); code != 143 || !strings.HasSuffix(srv.stderr.String(), want) {
 		t.Errorf("server after SIGTERM: exit %d, stderr %q; want 143 and %q", code, srv.stderr.String(), want)
 	}
 }

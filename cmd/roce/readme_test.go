@@ -85,25 +85,10 @@ func TestReadmeWithoutRoot(t *testing.T) {
 	defer cancel()
 	asNobody := func(h *nettest.Host, tmp string, sh ...string) *proc {
 		src := strings.ReplaceAll(strings.Join(sh, "\n"), " eth0 ", " "+h.Ifname+" ")
-		p := &proc{stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, done: make(chan struct{})}
-		p.cmd = exec.CommandContext(ctx, "ip", "netns", "exec", h.NSName, setpriv, "--reuid=65534", "--regid=65534",
+		cmd := exec.CommandContext(ctx, "ip", "netns", "exec", h.NSName, setpriv, "--reuid=65534", "--regid=65534",
 			"--clear-groups", "--inh-caps=-all", "sh", "-c", src)
-		p.cmd.Env = []string{"PATH=" + bin + ":/usr/bin:/bin", "HOME=/nonexistent", "TMPDIR=" + tmp}
-		p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
-		if err := p.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() {
-			p.err = p.cmd.Wait()
-			close(p.done)
-		}()
-		t.Cleanup(func() {
-			if !p.exited() {
-				p.cmd.Process.Kill()
-			}
-			<-p.done
-		})
-		return p
+		cmd.Env = []string{"PATH=" + bin + ":/usr/bin:/bin", "HOME=/nonexistent", "TMPDIR=" + tmp}
+		return runProc(t, cmd, os.Kill, nil, nil)
 	}
 	ran := func(what string, p *proc) {
 		t.Helper()

@@ -176,7 +176,7 @@ func TestLabRouted(t *testing.T) {
 		t.Run(fam+"/pingpong", func(t *testing.T) {
 			l.MustExec(t, vm, "killall ibv_rc_pingpong 2>/dev/null; true")
 			job := l.Background(t, vm, "/tmp/rpp.log", 100*time.Second, fmt.Sprintf("ibv_rc_pingpong -d rxe0 -g %d -n 20 -s 4096 -p 18599", gTheirs))
-			var cli *pingProc
+			var cli *proc
 			var code int
 			ctx, cancel := context.WithTimeout(context.Background(), testenv.Slow)
 			defer cancel()
@@ -184,7 +184,7 @@ func TestLabRouted(t *testing.T) {
 				// The exchange over IPv4 (through R as well): ibv_rc_pingpong's
 				// server listens on the first address getaddrinfo gives, 0.0.0.0.
 				cli = startRoce(t, a, dir, roceBin, "pingpong", "-d", "rxe0", "-g", strconv.Itoa(gOurs), "-n", "20", "-s", "4096", "-p", "18599", vm.IPv4)
-				if code = cli.wait(t, 2*time.Minute); code != 0 {
+				if code = cli.exitWithin(t, 2*time.Minute); code != 0 {
 					return fmt.Errorf("exit %d: %s", code, cli.stderr.String())
 				}
 				return nil
@@ -203,12 +203,12 @@ func TestLabRouted(t *testing.T) {
 		t.Run(fam+"/ping", func(t *testing.T) {
 			l.MustExec(t, vm, "killall rping 2>/dev/null; true")
 			job := l.Background(t, vm, "/tmp/rrp.log", 100*time.Second, fmt.Sprintf("rping -s -a %s -C 5 -V", theirs))
-			var cli *pingProc
+			var cli *proc
 			ctx, cancel := context.WithTimeout(context.Background(), testenv.Slow)
 			defer cancel()
 			err := lab.UntilListening(ctx, job, "REJECTED", func() error {
 				cli = startRoce(t, a, dir, roceBin, "ping", "-c", "-a", theirs.String(), "-C", "5", "-V")
-				if code := cli.wait(t, 2*time.Minute); code != 0 {
+				if code := cli.exitWithin(t, 2*time.Minute); code != 0 {
 					return fmt.Errorf("exit %d: %s%s", code, cli.stdout.String(), cli.stderr.String())
 				}
 				return nil

@@ -67,13 +67,13 @@ func gidIndexOf(t *testing.T, dir, dev string, addr netip.Addr) int {
 // runPair runs a server in B and, once it takes connections, a client in
 // A; the client is retried while the server is not ready (retryOn names
 // the client's words for that). Both must exit 0.
-func runPair(t *testing.T, a, b *nettest.Host, dir, roceBin string, sub string, sargs, cargs []string, retryOn ...string) (server, client *pingProc) {
+func runPair(t *testing.T, a, b *nettest.Host, dir, roceBin string, sub string, sargs, cargs []string, retryOn ...string) (server, client *proc) {
 	t.Helper()
 	srv := startRoce(t, b, dir, roceBin, sub, sargs...)
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		client = startRoce(t, a, dir, roceBin, sub, cargs...)
-		code := client.wait(t, time.Until(deadline))
+		code := client.exitWithin(t, time.Until(deadline))
 		retry := false
 		for _, w := range retryOn {
 			retry = retry || strings.Contains(client.stderr.String(), w)
@@ -86,7 +86,7 @@ func runPair(t *testing.T, a, b *nettest.Host, dir, roceBin string, sub string, 
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if code := srv.wait(t, time.Minute); code != 0 {
+	if code := srv.exitWithin(t, time.Minute); code != 0 {
 		t.Fatalf("server roce %s %v: exit %d\nstdout: %s\nstderr: %s", sub, sargs, code, srv.stdout.String(), srv.stderr.String())
 	}
 	return srv, client

@@ -38,14 +38,14 @@ func labRoce(t *testing.T, l *lab.Lab) (dir, bin string) {
 	return dir, bin
 }
 
-func labRoceStart(t *testing.T, dir, bin string, args ...string) *pingProc {
+func labRoceStart(t *testing.T, dir, bin string, args ...string) *proc {
 	t.Helper()
 	return labRoceStartEcho(t, nil, dir, bin, args...)
 }
 
 // labRoceStartEcho is labRoceStart that also copies the process's stdout
 // to echo as it comes (a run of hours shows its progress in go test -v).
-func labRoceStartEcho(t *testing.T, echo io.Writer, dir, bin string, args ...string) *pingProc {
+func labRoceStartEcho(t *testing.T, echo io.Writer, dir, bin string, args ...string) *proc {
 	t.Helper()
 	return startNSProc(t, lab.Netns, dir, bin, echo, nil, args...)
 }
@@ -60,7 +60,7 @@ func notListening(out string) bool {
 // runInVM runs cmd in vm until it no longer fails for want of a listening
 // goroce server (notListening), while srv runs, for at most testenv.Slow,
 // and returns its last output and status.
-func runInVM(t *testing.T, l *lab.Lab, vm lab.VM, srv *pingProc, cmd string) (string, int) {
+func runInVM(t *testing.T, l *lab.Lab, vm lab.VM, srv *proc, cmd string) (string, int) {
 	t.Helper()
 	var out string
 	var rc int
@@ -82,21 +82,21 @@ func runInVM(t *testing.T, l *lab.Lab, vm lab.VM, srv *pingProc, cmd string) (st
 // startUntilAccepted starts roce with args until its connection to the VM
 // tool job is no longer REJECTED (the tool does not listen yet), while the
 // job runs, for at most testenv.Slow, and returns the last process, ended.
-func startUntilAccepted(t *testing.T, job *lab.Job, dir, bin string, limit time.Duration, args ...string) (*pingProc, int) {
+func startUntilAccepted(t *testing.T, job *lab.Job, dir, bin string, limit time.Duration, args ...string) (*proc, int) {
 	t.Helper()
 	return startUntilAcceptedEcho(t, nil, job, dir, bin, limit, args...)
 }
 
 // startUntilAcceptedEcho is startUntilAccepted with labRoceStartEcho's echo.
-func startUntilAcceptedEcho(t *testing.T, echo io.Writer, job *lab.Job, dir, bin string, limit time.Duration, args ...string) (*pingProc, int) {
+func startUntilAcceptedEcho(t *testing.T, echo io.Writer, job *lab.Job, dir, bin string, limit time.Duration, args ...string) (*proc, int) {
 	t.Helper()
-	var p *pingProc
+	var p *proc
 	var code int
 	ctx, cancel := context.WithTimeout(context.Background(), testenv.Slow)
 	defer cancel()
 	lab.UntilListening(ctx, job, "REJECTED", func() error {
 		p = labRoceStartEcho(t, echo, dir, bin, args...)
-		if code = p.wait(t, limit); code != 0 {
+		if code = p.exitWithin(t, limit); code != 0 {
 			return fmt.Errorf("exit %d: %s", code, p.stderr.String())
 		}
 		return nil
@@ -143,7 +143,7 @@ func TestLabRstream(t *testing.T) {
 				if rc != 0 || !rstreamLine(out, tc.size) {
 					t.Errorf("rstream -s %s %s -T v: exit %d\n%s", ours, tc.args, rc, out)
 				}
-				if code := srv.wait(t, 3*time.Minute); code != 0 || !rstreamLine(srv.stdout.String(), tc.size) {
+				if code := srv.exitWithin(t, 3*time.Minute); code != 0 || !rstreamLine(srv.stdout.String(), tc.size) {
 					t.Errorf("roce rstream server: exit %d\n%s%s", code, srv.stdout.String(), srv.stderr.String())
 				}
 				t.Logf("rstream (VM):\n%sroce rstream:\n%s", out, srv.stdout.String())
@@ -212,7 +212,7 @@ func TestLabRstreamAll(t *testing.T) {
 		t.Run(fam+"/goroce-server", func(t *testing.T) {
 			srv := labRoceStartEcho(t, testLog{t}, dir, bin, "rstream", "-b", ours, "-S", "all", "-T", "v")
 			out, rc := runInVM(t, l, vm, srv, fmt.Sprintf("timeout %d rstream -s %s -S all -T v", int(limit.Seconds()), ours))
-			code := srv.wait(t, limit)
+			code := srv.exitWithin(t, limit)
 			log := fmt.Sprintf("%sEXIT %d\n", out, rc)
 			t.Logf("roce rstream:\n%s\nrstream (VM):\n%s", srv.stdout.String(), log)
 			if code != 0 || !strings.Contains(log, "EXIT 0") || strings.Contains(log, "verification failed") ||
@@ -259,7 +259,7 @@ func TestLabRiostream(t *testing.T) {
 		if rc == 0 || !strings.Contains(out, "riomap: Cannot allocate memory") {
 			t.Errorf("riostream -s: exit %d\n%s", rc, out)
 		}
-		if code := srv.wait(t, time.Minute); code == 0 || !strings.Contains(srv.stderr.String(), hint) {
+		if code := srv.exitWithin(t, time.Minute); code == 0 || !strings.Contains(srv.stderr.String(), hint) {
 			t.Errorf("roce rstream server: exit %d\n%s", code, srv.stderr.String())
 		}
 		t.Logf("riostream (VM): %sroce rstream: %s", out, srv.stderr.String())
@@ -304,7 +304,7 @@ func TestLabRcopy(t *testing.T) {
 		sum := strings.Fields(l.MustExec(t, vm, fmt.Sprintf("head -c %d /dev/urandom > /tmp/rc.src && md5sum /tmp/rc.src", size)))[0]
 		out, _ := runInVM(t, l, vm, srv, fmt.Sprintf("timeout 120 rcopy /tmp/rc.src %s:%s", lab.HostIPv4, dst))
 		srv.cmd.Process.Signal(syscall.SIGTERM)
-		if code := srv.wait(t, time.Minute); code != 143 || !strings.Contains(srv.stderr.String(), "interrupted by SIGTERM after receiving 1 file") {
+		if code := srv.exitWithin(t, time.Minute); code != 143 || !strings.Contains(srv.stderr.String(), "interrupted by SIGTERM after receiving 1 file") {
 			t.Errorf("roce rcopy server: exit %d, want 143 after one file\n%s", code, srv.stderr.String())
 		}
 		got, err := os.ReadFile(dst)

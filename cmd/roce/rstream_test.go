@@ -104,16 +104,16 @@ func TestRstreamVeth(t *testing.T) {
 		{[]string{"-S", "65536", "-C", "50", "-T", "s", "-T", "v"}, []string{"64k", "50", "1", "6.2m"}},
 	} {
 		srv := startRoce(t, b, dir, bin, "rstream", append([]string{"-b", b.IPv4.String()}, tc.args...)...)
-		var cli *pingProc
+		var cli *proc
 		for try := 0; try < 50; try++ { // until the server listens
 			cli = startRoce(t, a, dir, bin, "rstream", append([]string{"-s", b.IPv4.String()}, tc.args...)...)
-			if code := cli.wait(t, 2*time.Minute); code == 0 || !strings.Contains(cli.stderr.String(), "REJECTED") && !strings.Contains(cli.stderr.String(), "refused") {
+			if code := cli.exitWithin(t, 2*time.Minute); code == 0 || !strings.Contains(cli.stderr.String(), "REJECTED") && !strings.Contains(cli.stderr.String(), "refused") {
 				break
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		for name, p := range map[string]*pingProc{"client": cli, "server": srv} {
-			if code := p.wait(t, 2*time.Minute); code != 0 {
+		for name, p := range map[string]*proc{"client": cli, "server": srv} {
+			if code := p.exitWithin(t, 2*time.Minute); code != 0 {
 				t.Errorf("rstream %v %s: exit %d\n%s%s", tc.args, name, code, p.stdout.String(), p.stderr.String())
 				continue
 			}
@@ -132,15 +132,15 @@ func TestRstreamVeth(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := startRoce(t, b, dir, bin, "rcopy")
-	var cli *pingProc
+	var cli *proc
 	for try := 0; try < 50; try++ {
 		cli = startRoce(t, a, dir, bin, "rcopy", src, b.IPv4.String()+":"+dst)
-		if code := cli.wait(t, time.Minute); code == 0 || !strings.Contains(cli.stderr.String(), "REJECTED") {
+		if code := cli.exitWithin(t, time.Minute); code == 0 || !strings.Contains(cli.stderr.String(), "REJECTED") {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if code := cli.wait(t, time.Second); code != 0 {
+	if code := cli.exitWithin(t, time.Second); code != 0 {
 		t.Fatalf("rcopy: exit %d\n%s", code, cli.stderr.String())
 	}
 	got, err := os.ReadFile(dst)
@@ -154,7 +154,7 @@ func TestRstreamVeth(t *testing.T) {
 		t.Errorf("rcopy printed %q", cli.stdout.String())
 	}
 	srv.cmd.Process.Signal(syscall.SIGTERM)
-	if code := srv.wait(t, 30*time.Second); code != 143 || !strings.HasSuffix(srv.stderr.String(), "roce: rcopy: interrupted by SIGTERM after receiving 1 file\n") {
+	if code := srv.exitWithin(t, 30*time.Second); code != 143 || !strings.HasSuffix(srv.stderr.String(), "roce: rcopy: interrupted by SIGTERM after receiving 1 file\n") {
 		t.Errorf("rcopy server after SIGTERM: exit %d, want 143 and what it did\n%s", code, srv.stderr.String())
 	}
 	if want := "waiting for connection...client: " + a.IPv4.String() + "\nopening: " + dst + ", transferring...1048581 bytes...closing...done\nwaiting for connection..."; !strings.Contains(srv.stdout.String(), want) {
@@ -169,7 +169,7 @@ func TestRstreamVeth(t *testing.T) {
 	srv = startRoce(t, b, dir, bin, "rstream")
 	waitRunning(t, dir, "rxeB")
 	srv.cmd.Process.Signal(syscall.SIGTERM)
-	if code := srv.wait(t, 30*time.Second); code != 143 || !strings.HasSuffix(srv.stderr.String(), "roce: rstream: interrupted by SIGTERM after 0 tests\n") {
+	if code := srv.exitWithin(t, 30*time.Second); code != 143 || !strings.HasSuffix(srv.stderr.String(), "roce: rstream: interrupted by SIGTERM after 0 tests\n") {
 		t.Errorf("rstream server after SIGTERM: exit %d, want 143 and the interruption reported\n%s", code, srv.stderr.String())
 	}
 }

@@ -112,7 +112,7 @@ func TestV1OnlyServerLogsV2Request(t *testing.T) {
 	}
 
 	srv.cmd.Process.Signal(syscall.SIGTERM)
-	srv.wait(t, 30*time.Second)
+	srv.exitWithin(t, 30*time.Second)
 	errs := srv.stderr.String()
 	want := fmt.Sprintf("roce: rxeB: dropped a RoCE v2 CM REQ from %s (service port %d): port 1 speaks IB/RoCE v1 only; "+
 		"the peer must use RoCE v1 (roce mode -d <its device> -p 1 -m 1)\n", a.IPv4, rping.DefaultPort)
