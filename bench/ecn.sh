@@ -7,18 +7,23 @@
 #
 # Usage, as root, from anywhere in the repository:
 #
-#   bench/ecn.sh                  # 2 and 4 senders, off and on, 20 s each: about 4 minutes
+#   bench/ecn.sh                  # 2 and 4 senders, off, on and on's floor, 20 s each: about 5 minutes
 #   bench/ecn.sh -u               # ... and writes the table into BENCHMARKS.md, the picture to bench/ecn.svg
 #   bench/ecn.sh -q               # quick: 2 senders at 200 Mbit/s, 4 s each (what TestECNScript runs)
 #   bench/ecn.sh -r 300 -t 30 -n "2 4" -c 2 -o DIR    # rate (Mbit/s), seconds, senders, rounds, output
 #   bench/ecn.sh -s "rp rpg_hai_rate 10" -s "np min_time_between_cnps 50"   # DCQCN settings on top
 #   bench/ecn.sh -p DIR -u        # no run: the table and picture of a saved output DIR
 #
+# Each DCQCN-on run has a floor run beside it: the same flows, DCQCN on,
+# but the probe in a queue of its own at the router (its packets steered
+# to an htb class of their own): the probe's latency from the machine's
+# load alone, with no queue of the flows to wait behind.
+#
 # Needs ip, tc and nft (Debian: iproute2, nftables). The namespaces it
 # makes are named goroce-ecn-PID-*, and are deleted when it exits.
 set -euo pipefail
 
-usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 rate=500 secs=20 senders="2 4" rounds=1 out= update= quick= reuse= settings=()
 while getopts r:t:n:c:o:p:s:uqh opt; do
@@ -152,6 +157,21 @@ nsx r tc qdisc add dev b root handle 1: htb default 10 r2q 1000
 nsx r tc class add dev b parent 1: classid 1:10 htb rate "${rate}mbit" ceil "${rate}mbit" \
 	burst $((rate * 2000)) cburst $((rate * 2000))
 nsx r tc qdisc add dev b parent 1:10 handle 10: pfifo limit 200
+# The floor runs' queue for the probe alone (class 1:20, steered there by
+# a filter only during those runs): the same rate and queue, none of the
+# flows' packets in it.
+nsx r tc class add dev b parent 1: classid 1:20 htb rate "${rate}mbit" ceil "${rate}mbit" \
+	burst $((rate * 2000)) cburst $((rate * 2000))
+nsx r tc qdisc add dev b parent 1:20 handle 20: pfifo limit 200
+# floor on|off: the probe's packets (to bp, 198.19.0.110) in 1:20, or in
+# the flows' 1:10 with everything else.
+floor() {
+	if [ "$1" = on ]; then
+		nsx r tc filter add dev b parent 1: protocol ip prio 1 u32 match ip dst 198.19.0.110/32 flowid 1:20
+	else
+		nsx r tc filter del dev b parent 1: prio 1 2>/dev/null || true
+	fi
+}
 # ECN marking: the kernel has no marking qdisc here (no red, codel, pie),
 # so r's forward chain marks CE on ECN-capable packets toward b beyond 0.9
 # of the htb rate. In packets: nft_limit's byte mode lets a whole second
@@ -226,12 +246,13 @@ run() {
 	pids+=("${s[@]}")
 	for ((i = 1; i <= n; i++)); do listening "b$i" 18515; done
 	listening bp 18515
-	# The bottleneck every 100 ms, the devices' counters every second.
+	# The bottleneck every 50 ms (its backlog is the queue's delay), the
+	# devices' counters every second.
 	# (ip netns exec runs its command as a child: the loops end by
 	# themselves, when $stop appears or after the run's time.)
 	local stop=$work/stop end=$((SECONDS + secs + 30))
 	rm -f "$stop"
-	nsx r bash -c 'while [ ! -e "$1" ] && [ $SECONDS -lt $2 ]; do a=$(date +%s.%N); q=$(tc -s qdisc show dev b parent 1:10 | tr "\n" " "); echo "$a $(date +%s.%N) $q"; sleep 0.1; done' \
+	nsx r bash -c 'while [ ! -e "$1" ] && [ $SECONDS -lt $2 ]; do a=$(date +%s.%N); q=$(tc -s qdisc show dev b parent 1:10 | tr "\n" " "); echo "$a $(date +%s.%N) $q"; sleep 0.05; done' \
 		- "$stop" $((secs + 30)) >"$dir/qdisc.txt" &
 	q+=($!)
 	(while [ ! -e "$stop" ] && ((SECONDS < end)); do
@@ -267,10 +288,16 @@ ecn off
 run "$out/idle" 0
 for n in $senders; do
 	for ((k = 1; k <= rounds; k++)); do
-		for mode in off on; do
+		for mode in off on floor; do
 			echo "bench/ecn.sh: $n senders, DCQCN $mode, round $k" >&2
-			ecn $mode
-			run "$out/n$n-$mode-$k" "$n"
+			if [ $mode = floor ]; then
+				floor on
+				run "$out/n$n-$mode-$k" "$n"
+				floor off
+			else
+				ecn $mode
+				run "$out/n$n-$mode-$k" "$n"
+			fi
 		done
 	done
 done
