@@ -13,6 +13,7 @@
 #   bench/ecn.sh -r 300 -t 30 -n "2 4" -c 2 -o DIR    # rate (Mbit/s), seconds, senders, rounds, output
 #   bench/ecn.sh -s "rp rpg_hai_rate 10" -s "np min_time_between_cnps 50"   # DCQCN settings on top
 #   bench/ecn.sh -p DIR -u        # no run: the table and picture of a saved output DIR
+#   bench/ecn.sh -x -n 4 -t 12    # and capture the first flow's packets at a1 and b1 (tcpdump, headers)
 #
 # Each DCQCN-on run has a floor run beside it: the same flows, DCQCN on,
 # but the probe in a queue of its own at the router (its packets steered
@@ -23,10 +24,10 @@
 # makes are named goroce-ecn-PID-*, and are deleted when it exits.
 set -euo pipefail
 
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
-rate=500 secs=20 senders="2 4" rounds=1 out= update= quick= reuse= settings=()
-while getopts r:t:n:c:o:p:s:uqh opt; do
+rate=500 secs=20 senders="2 4" rounds=1 out= update= quick= reuse= capture= settings=()
+while getopts r:t:n:c:o:p:s:uqxh opt; do
 	case $opt in
 	s) settings+=("$OPTARG") ;;
 	r) rate=$OPTARG ;;
@@ -37,6 +38,7 @@ while getopts r:t:n:c:o:p:s:uqh opt; do
 	p) reuse=$OPTARG ;;
 	u) update=1 ;;
 	q) quick=1 ;;
+	x) capture=1 ;;
 	*) usage ;;
 	esac
 done
@@ -93,6 +95,7 @@ trap 'exit 130' INT TERM
 
 echo "bench/ecn.sh: building roce; output in $out" >&2
 go build -o "$roce" ./cmd/roce
+go build -o "$work/qdiscstat" ./bench/cmd/qdiscstat
 nsx() { local ns=$1; shift; ip netns exec "$pfx-$ns" "$@"; }
 r() { local ns=$1; shift; ip netns exec "$pfx-$ns" "$roce" --rundir "$rundir" "$@"; }
 
@@ -246,14 +249,14 @@ run() {
 	pids+=("${s[@]}")
 	for ((i = 1; i <= n; i++)); do listening "b$i" 18515; done
 	listening bp 18515
-	# The bottleneck every 50 ms (its backlog is the queue's delay), the
-	# devices' counters every second.
-	# (ip netns exec runs its command as a child: the loops end by
-	# themselves, when $stop appears or after the run's time.)
+	# The bottleneck every 20 ms (its backlog is the queue's delay; one
+	# process reading netlink: a shell loop forking tc managed one sample
+	# in 650 ms on the loaded machine), the devices' counters every
+	# second. (ip netns exec runs its command as a child: the samplers
+	# end by themselves, when $stop appears or after the run's time.)
 	local stop=$work/stop end=$((SECONDS + secs + 30))
 	rm -f "$stop"
-	nsx r bash -c 'while [ ! -e "$1" ] && [ $SECONDS -lt $2 ]; do a=$(date +%s.%N); q=$(tc -s qdisc show dev b parent 1:10 | tr "\n" " "); echo "$a $(date +%s.%N) $q"; sleep 0.05; done' \
-		- "$stop" $((secs + 30)) >"$dir/qdisc.txt" &
+	nsx r "$work/qdiscstat" -dev b -parent 1:10 -every 20ms -stop "$stop" -max $((secs + 30))s >"$dir/qdisc.txt" &
 	q+=($!)
 	(while [ ! -e "$stop" ] && ((SECONDS < end)); do
 		echo "t $(date +%s.%N)"
@@ -261,6 +264,16 @@ run() {
 		sleep 1
 	done) >"$dir/stat.txt" &
 	q+=($!)
+	if [ -n "$capture" ] && ((n > 0)); then
+		# Flow 1 on both ends' wires: CE-marked data in and CNPs out at
+		# b1 (the notification point's delay), CNPs in and data out at
+		# a1 (the reaction point's); 96 bytes of each packet.
+		for h in a1 b1; do
+			nsx $h tcpdump -i eth0 -s 96 -w "$dir/$h.pcap" -Q inout udp port 4791 2>/dev/null &
+			q+=($!)
+		done
+		sleep 1
+	fi
 	pids+=("${q[@]}")
 	# The marking rule's counter runs on: its value before the run.
 	nsx r nft list chain inet goroce_ecn ce >"$dir/nft-before.txt"
@@ -275,6 +288,8 @@ run() {
 	st=0
 	for i in "${c[@]}" "${s[@]}"; do wait "$i" || st=1; done
 	touch "$stop"
+	# (tcpdump is the child of its subshell: stop it, by its parent.)
+	if [ -n "$capture" ]; then for i in "${q[@]}"; do pkill -INT -P "$i" tcpdump 2>/dev/null || true; done; fi
 	for i in "${q[@]}"; do wait "$i" 2>/dev/null || true; done
 	nsx r nft list chain inet goroce_ecn ce >"$dir/nft.txt"
 	if ((st != 0)); then

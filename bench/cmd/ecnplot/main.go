@@ -12,7 +12,7 @@
 // (`roce perf write -D` output: a progress line a second and perftest's
 // summary, whose average covers the middle half of the run), probe.out
 // (`roce perf send --lat -D -U`: every sample of the middle half, in
-// order), qdisc.txt (the bottleneck's `tc -s qdisc` every 50 ms),
+// order), qdisc.txt (the bottleneck's `tc -s qdisc` counters every 20 ms, bench/cmd/qdiscstat),
 // stat.txt (`roce stat` every second) and nft.txt (the CE-marking rule's
 // counter). "Steady state" is perftest's measured window, the middle half.
 package main
@@ -477,7 +477,7 @@ func (b *Bench) Table() string {
 	fmt.Fprintf(&w, "Run of %s, commit %s, kernel %s, %s CPUs, load %s before and %s after (1, 5, 15 min). "+
 		"Bottleneck: htb %.0f Mbit/s, pfifo limit 200, CE marks beyond %s packets/s; %.0f s a run, "+
 		"steady state = perftest's measured middle half. Probe alone: p50 %.0f µs, p99 %.0f µs (perftest's latency: half the round trip). "+
-		"Queue: the bottleneck's backlog over its rate, sampled every 50 ms in the steady state. "+
+		"Queue: the bottleneck's backlog over its rate, sampled every 20 ms in the steady state. "+
 		"Floor: DCQCN on, the same flows, the probe's packets in a queue of their own at the router: its latency from the machine's load alone.\n\n",
 		b.Meta["date"], b.Meta["commit"], b.Meta["kernel"], b.Meta["cpus"], b.Meta["load-before"], b.Meta["load-after"],
 		b.Rate, b.Meta["mark_pps"], b.Secs, idle.P50, idle.P99)
