@@ -167,6 +167,73 @@ func (q *QP) markECT(a *link.Addr) {
 	}
 }
 
+// ccFirst handles the congestion notifications of a received batch before
+// the rest of it: the notification point's CNPs leave at once, in a send
+// of their own, and the reaction point's cuts apply before the batch's
+// ACKs let the requesters send. In the order of the batch, a CNP for a
+// CE-marked packet waited for every packet before it to be processed
+// (up to 63 WRITEs of 4 KiB copied) and then for the batch's responses,
+// and a cut for the ACKs before it to have sent at the old rate: delay
+// in DCQCN's loop, which a NIC's NP and RP do not add (they answer in
+// hardware, beside the data path). It reports whether the batch held any
+// (then dispatch skips them). Called with rxMu held.
+func (d *Device) ccFirst(bufs []link.Packet) bool {
+	some := false
+	for i := range bufs {
+		if isCC(&bufs[i]) {
+			some = true
+			break
+		}
+	}
+	if !some {
+		return false
+	}
+	c := d.ecn.Load()
+	if c == nil {
+		c = &defaultECN
+	}
+	out := getTxBatch(d)
+	for i := range bufs {
+		pk := &bufs[i]
+		if !isCC(pk) {
+			continue
+		}
+		// As dispatch checks the packet (it counts what fails, once:
+		// a packet that does not parse is parsed again there).
+		p := &pk.Parsed
+		if !p.Holds(pk.Transport(), pk.Addr.Version) {
+			if p.ParseTransport(pk.Transport(), pk.Addr.Version) != nil {
+				continue
+			}
+		}
+		bth := p.BTH()
+		if bth.PKey()&0x7FFF != wire.DefaultPKey&0x7FFF || bth.DestQP() == MulticastQPN {
+			continue
+		}
+		q := d.lookupQP(bth.DestQP())
+		if q == nil {
+			continue
+		}
+		if p.Opcode() == wire.OpcodeCNP {
+			q.onCNP(&pk.Addr)
+		} else if pk.Addr.TrafficClass&3 == ECNCE && pk.Addr.Version == wire.RoCEv2 {
+			q.onCE(c, p, &pk.Addr, out)
+		}
+	}
+	putTxBatch(out)
+	return true
+}
+
+// isCC reports whether a received packet may be a CNP (its first byte,
+// the BTH's opcode, is 0x81) or is a RoCE v2 packet marked CE.
+func isCC(pk *link.Packet) bool {
+	if pk.Addr.TrafficClass&3 == ECNCE && pk.Addr.Version == wire.RoCEv2 {
+		return true
+	}
+	t := pk.Transport()
+	return len(t) > 0 && t[0] == byte(wire.OpcodeCNP)
+}
+
 // onCNP is the reaction point's half: a CNP for this QP cuts its rate
 // (rp_cnp_handled), unless the port's RP is disabled, the QP cannot send,
 // or the CNP comes within rate_reduce_monitor_period of the last cut
