@@ -14,6 +14,7 @@
 #   bench/ecn.sh -s "rp rpg_hai_rate 10" -s "np min_time_between_cnps 50"   # DCQCN settings on top
 #   bench/ecn.sh -p DIR -u        # no run: the table and picture of a saved output DIR
 #   bench/ecn.sh -x -n 4 -t 12    # and capture the first flow's packets at a1 and b1 (tcpdump, headers)
+#   bench/ecn.sh -m on -b OLD/roce -n 4   # DCQCN on only, with another build of roce (paired runs)
 #
 # Each DCQCN-on run has a floor run beside it: the same flows, DCQCN on,
 # but the probe in a queue of its own at the router (its packets steered
@@ -24,10 +25,10 @@
 # makes are named goroce-ecn-PID-*, and are deleted when it exits.
 set -euo pipefail
 
-usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
-rate=500 secs=20 senders="2 4" rounds=1 out= update= quick= reuse= capture= settings=()
-while getopts r:t:n:c:o:p:s:uqxh opt; do
+rate=500 secs=20 senders="2 4" rounds=1 out= update= quick= reuse= capture= modes="off on floor" bin= settings=()
+while getopts r:t:n:c:o:p:s:m:b:uqxh opt; do
 	case $opt in
 	s) settings+=("$OPTARG") ;;
 	r) rate=$OPTARG ;;
@@ -39,6 +40,8 @@ while getopts r:t:n:c:o:p:s:uqxh opt; do
 	u) update=1 ;;
 	q) quick=1 ;;
 	x) capture=1 ;;
+	m) modes=$OPTARG ;;
+	b) bin=$OPTARG ;;
 	*) usage ;;
 	esac
 done
@@ -51,6 +54,10 @@ for v in "$rate" "$secs" "$rounds"; do
 	[[ $v =~ ^[1-9][0-9]*$ ]] || { echo "bench/ecn.sh: -r, -t and -c take positive integers, not \"$v\"" >&2; exit 2; }
 done
 ((secs >= 4)) || { echo "bench/ecn.sh: -t $secs: at least 4 seconds (perftest measures the middle half)" >&2; exit 2; }
+for m in $modes; do
+	[[ $m =~ ^(off|on|floor)$ ]] || { echo "bench/ecn.sh: -m \"$modes\": modes are off, on and floor" >&2; exit 2; }
+done
+[ -z "$bin" ] || [ -x "$bin" ] || { echo "bench/ecn.sh: -b $bin: not an executable" >&2; exit 2; }
 for n in $senders; do
 	[[ $n =~ ^[1-9]$ ]] || { echo "bench/ecn.sh: -n \"$senders\": sender counts are 1 to 9" >&2; exit 2; }
 done
@@ -94,7 +101,11 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 echo "bench/ecn.sh: building roce; output in $out" >&2
-go build -o "$roce" ./cmd/roce
+if [ -n "$bin" ]; then
+	cp "$bin" "$roce"
+else
+	go build -o "$roce" ./cmd/roce
+fi
 go build -o "$work/qdiscstat" ./bench/cmd/qdiscstat
 nsx() { local ns=$1; shift; ip netns exec "$pfx-$ns" "$@"; }
 r() { local ns=$1; shift; ip netns exec "$pfx-$ns" "$roce" --rundir "$rundir" "$@"; }
@@ -195,6 +206,7 @@ EOF
 
 {
 	echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+	echo "roce: ${bin:-built from this tree}"
 	echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 	echo "kernel: $(uname -r)"
 	echo "cpus: $(nproc)"
@@ -303,9 +315,10 @@ ecn off
 run "$out/idle" 0
 for n in $senders; do
 	for ((k = 1; k <= rounds; k++)); do
-		for mode in off on floor; do
+		for mode in $modes; do
 			echo "bench/ecn.sh: $n senders, DCQCN $mode, round $k" >&2
 			if [ $mode = floor ]; then
+				ecn on
 				floor on
 				run "$out/n$n-$mode-$k" "$n"
 				floor off
