@@ -18,15 +18,15 @@ import (
 )
 
 // TestECNScript runs bench/ecn.sh in its quick mode (-q: 2 senders through
-// a 200 Mbit/s bottleneck, 4 s with DCQCN off and 4 s on), so the script
+// a 200 Mbit/s bottleneck, 4 s each with DCQCN off, on, and on with the
+// probe in a queue of its own: the floor), so the script
 // and its report cannot rot. It checks what does not depend on the
 // machine's speed: with DCQCN off the senders' packets are not
 // ECN-capable, so the router marks none and no CNP is handled; with it on
 // the router marks CE, the senders handle CNPs; unpaced, the senders
 // fill the bottleneck's queue, so its sampled delay is not zero; the
-// floor run (DCQCN on, the probe in a queue of its own) has its row and
-// the DCQCN-on row its probe's p99 over the floor's; the table has the rows,
-// the picture is well-formed SVG with a line per flow in each panel, and
+// floor run has its row and the DCQCN-on row its probe's p99 over the
+// floor's; the picture is well-formed SVG with a line per flow in each panel, and
 // the script leaves none of its namespaces behind. The figures themselves
 // are BENCHMARKS.md's business, not a test's.
 func TestECNScript(t *testing.T) {
