@@ -372,9 +372,6 @@ type rxPath struct {
 	bufs              []link.Packet
 	out               txBatch
 	prevICRC, prevMal uint64 // the link's drop counters, as last mirrored
-	// ccDone: the batch's CNPs and CE marks were handled before it
-	// (ccFirst, ecn.go), and dispatch leaves them be.
-	ccDone bool
 }
 
 func (r *rxPath) init(d *Device) {
@@ -493,11 +490,9 @@ func (d *Device) handleBatch(k int) {
 	// turns in the scheduler, so a READ of 256 MiB does not hold the
 	// receive path (and every other QP) while it is answered.
 	r.out.budget, r.out.unlimited = burstBytes, false
-	r.ccDone = d.ccFirst(r.bufs[:k])
 	for i := range r.bufs[:k] {
 		d.dispatch(&r.bufs[i], &r.out)
 	}
-	r.ccDone = false
 	r.out.release()
 }
 
@@ -529,12 +524,10 @@ func (d *Device) dispatch(pk *link.Packet, out *txBatch) {
 		return
 	}
 	if p.Opcode() == wire.OpcodeCNP {
-		if !d.rx.ccDone {
-			q.onCNP(&pk.Addr) // DCQCN's reaction point (ecn.go)
-		}
+		q.onCNP(&pk.Addr) // DCQCN's reaction point (ecn.go)
 		return
 	}
-	if pk.Addr.TrafficClass&3 == ECNCE && pk.Addr.Version == wire.RoCEv2 && !d.rx.ccDone {
+	if pk.Addr.TrafficClass&3 == ECNCE && pk.Addr.Version == wire.RoCEv2 {
 		// DCQCN's notification point (ecn.go).
 		c := d.ecn.Load()
 		if c == nil {
