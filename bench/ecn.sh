@@ -7,21 +7,28 @@
 #
 # Usage, as root, from anywhere in the repository:
 #
-#   bench/ecn.sh                  # 2 and 4 senders, off and on, 20 s each: about 4 minutes
+#   bench/ecn.sh                  # 2 and 4 senders, off, on and on's floor, 20 s each: about 5 minutes
 #   bench/ecn.sh -u               # ... and writes the table into BENCHMARKS.md, the picture to bench/ecn.svg
 #   bench/ecn.sh -q               # quick: 2 senders at 200 Mbit/s, 4 s each (what TestECNScript runs)
 #   bench/ecn.sh -r 300 -t 30 -n "2 4" -c 2 -o DIR    # rate (Mbit/s), seconds, senders, rounds, output
 #   bench/ecn.sh -s "rp rpg_hai_rate 10" -s "np min_time_between_cnps 50"   # DCQCN settings on top
 #   bench/ecn.sh -p DIR -u        # no run: the table and picture of a saved output DIR
+#   bench/ecn.sh -x -n 4 -t 12    # and capture the first flow's packets at a1 and b1 (tcpdump, headers)
+#   bench/ecn.sh -m on -b OLD/roce -n 4   # DCQCN on only, with another build of roce (paired runs)
+#
+# Each DCQCN-on run has a floor run beside it: the same flows, DCQCN on,
+# but the probe in a queue of its own at the router (its packets steered
+# to an htb class of their own): the probe's latency from the machine's
+# load alone, with no queue of the flows to wait behind.
 #
 # Needs ip, tc and nft (Debian: iproute2, nftables). The namespaces it
 # makes are named goroce-ecn-PID-*, and are deleted when it exits.
 set -euo pipefail
 
-usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
-rate=500 secs=20 senders="2 4" rounds=1 out= update= quick= reuse= settings=()
-while getopts r:t:n:c:o:p:s:uqh opt; do
+rate=500 secs=20 senders="2 4" rounds=1 out= update= quick= reuse= capture= modes="off on floor" bin= settings=()
+while getopts r:t:n:c:o:p:s:m:b:uqxh opt; do
 	case $opt in
 	s) settings+=("$OPTARG") ;;
 	r) rate=$OPTARG ;;
@@ -32,6 +39,9 @@ while getopts r:t:n:c:o:p:s:uqh opt; do
 	p) reuse=$OPTARG ;;
 	u) update=1 ;;
 	q) quick=1 ;;
+	x) capture=1 ;;
+	m) modes=$OPTARG ;;
+	b) bin=$OPTARG ;;
 	*) usage ;;
 	esac
 done
@@ -44,6 +54,10 @@ for v in "$rate" "$secs" "$rounds"; do
 	[[ $v =~ ^[1-9][0-9]*$ ]] || { echo "bench/ecn.sh: -r, -t and -c take positive integers, not \"$v\"" >&2; exit 2; }
 done
 ((secs >= 4)) || { echo "bench/ecn.sh: -t $secs: at least 4 seconds (perftest measures the middle half)" >&2; exit 2; }
+for m in $modes; do
+	[[ $m =~ ^(off|on|floor)$ ]] || { echo "bench/ecn.sh: -m \"$modes\": modes are off, on and floor" >&2; exit 2; }
+done
+[ -z "$bin" ] || [ -x "$bin" ] || { echo "bench/ecn.sh: -b $bin: not an executable" >&2; exit 2; }
 for n in $senders; do
 	[[ $n =~ ^[1-9]$ ]] || { echo "bench/ecn.sh: -n \"$senders\": sender counts are 1 to 9" >&2; exit 2; }
 done
@@ -87,7 +101,12 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 echo "bench/ecn.sh: building roce; output in $out" >&2
-go build -o "$roce" ./cmd/roce
+if [ -n "$bin" ]; then
+	cp "$bin" "$roce"
+else
+	go build -o "$roce" ./cmd/roce
+fi
+go build -o "$work/qdiscstat" ./bench/cmd/qdiscstat
 nsx() { local ns=$1; shift; ip netns exec "$pfx-$ns" "$@"; }
 r() { local ns=$1; shift; ip netns exec "$pfx-$ns" "$roce" --rundir "$rundir" "$@"; }
 
@@ -152,6 +171,21 @@ nsx r tc qdisc add dev b root handle 1: htb default 10 r2q 1000
 nsx r tc class add dev b parent 1: classid 1:10 htb rate "${rate}mbit" ceil "${rate}mbit" \
 	burst $((rate * 2000)) cburst $((rate * 2000))
 nsx r tc qdisc add dev b parent 1:10 handle 10: pfifo limit 200
+# The floor runs' queue for the probe alone (class 1:20, steered there by
+# a filter only during those runs): the same rate and queue, none of the
+# flows' packets in it.
+nsx r tc class add dev b parent 1: classid 1:20 htb rate "${rate}mbit" ceil "${rate}mbit" \
+	burst $((rate * 2000)) cburst $((rate * 2000))
+nsx r tc qdisc add dev b parent 1:20 handle 20: pfifo limit 200
+# floor on|off: the probe's packets (to bp, 198.19.0.110) in 1:20, or in
+# the flows' 1:10 with everything else.
+floor() {
+	if [ "$1" = on ]; then
+		nsx r tc filter add dev b parent 1: protocol ip prio 1 u32 match ip dst 198.19.0.110/32 flowid 1:20
+	else
+		nsx r tc filter del dev b parent 1: prio 1 2>/dev/null || true
+	fi
+}
 # ECN marking: the kernel has no marking qdisc here (no red, codel, pie),
 # so r's forward chain marks CE on ECN-capable packets toward b beyond 0.9
 # of the htb rate. In packets: nft_limit's byte mode lets a whole second
@@ -172,6 +206,7 @@ EOF
 
 {
 	echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+	echo "roce: ${bin:-built from this tree}"
 	echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 	echo "kernel: $(uname -r)"
 	echo "cpus: $(nproc)"
@@ -226,13 +261,14 @@ run() {
 	pids+=("${s[@]}")
 	for ((i = 1; i <= n; i++)); do listening "b$i" 18515; done
 	listening bp 18515
-	# The bottleneck every 100 ms, the devices' counters every second.
-	# (ip netns exec runs its command as a child: the loops end by
-	# themselves, when $stop appears or after the run's time.)
+	# The bottleneck every 20 ms (its backlog is the queue's delay; one
+	# process reading netlink: a shell loop forking tc managed one sample
+	# in 650 ms on the loaded machine), the devices' counters every
+	# second. (ip netns exec runs its command as a child: the samplers
+	# end by themselves, when $stop appears or after the run's time.)
 	local stop=$work/stop end=$((SECONDS + secs + 30))
 	rm -f "$stop"
-	nsx r bash -c 'while [ ! -e "$1" ] && [ $SECONDS -lt $2 ]; do a=$(date +%s.%N); q=$(tc -s qdisc show dev b parent 1:10 | tr "\n" " "); echo "$a $(date +%s.%N) $q"; sleep 0.1; done' \
-		- "$stop" $((secs + 30)) >"$dir/qdisc.txt" &
+	nsx r "$work/qdiscstat" -dev b -parent 1:10 -every 20ms -stop "$stop" -max $((secs + 30))s >"$dir/qdisc.txt" &
 	q+=($!)
 	(while [ ! -e "$stop" ] && ((SECONDS < end)); do
 		echo "t $(date +%s.%N)"
@@ -240,6 +276,16 @@ run() {
 		sleep 1
 	done) >"$dir/stat.txt" &
 	q+=($!)
+	if [ -n "$capture" ] && ((n > 0)); then
+		# Flow 1 on both ends' wires: CE-marked data in and CNPs out at
+		# b1 (the notification point's delay), CNPs in and data out at
+		# a1 (the reaction point's); 96 bytes of each packet.
+		for h in a1 b1; do
+			nsx $h tcpdump -i eth0 -s 96 -w "$dir/$h.pcap" -Q inout udp port 4791 2>/dev/null &
+			q+=($!)
+		done
+		sleep 1
+	fi
 	pids+=("${q[@]}")
 	# The marking rule's counter runs on: its value before the run.
 	nsx r nft list chain inet goroce_ecn ce >"$dir/nft-before.txt"
@@ -254,6 +300,8 @@ run() {
 	st=0
 	for i in "${c[@]}" "${s[@]}"; do wait "$i" || st=1; done
 	touch "$stop"
+	# (tcpdump is the child of its subshell: stop it, by its parent.)
+	if [ -n "$capture" ]; then for i in "${q[@]}"; do pkill -INT -P "$i" tcpdump 2>/dev/null || true; done; fi
 	for i in "${q[@]}"; do wait "$i" 2>/dev/null || true; done
 	nsx r nft list chain inet goroce_ecn ce >"$dir/nft.txt"
 	if ((st != 0)); then
@@ -267,10 +315,17 @@ ecn off
 run "$out/idle" 0
 for n in $senders; do
 	for ((k = 1; k <= rounds; k++)); do
-		for mode in off on; do
+		for mode in $modes; do
 			echo "bench/ecn.sh: $n senders, DCQCN $mode, round $k" >&2
-			ecn $mode
-			run "$out/n$n-$mode-$k" "$n"
+			if [ $mode = floor ]; then
+				ecn on
+				floor on
+				run "$out/n$n-$mode-$k" "$n"
+				floor off
+			else
+				ecn $mode
+				run "$out/n$n-$mode-$k" "$n"
+			fi
 		done
 	done
 done

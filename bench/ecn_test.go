@@ -18,12 +18,15 @@ import (
 )
 
 // TestECNScript runs bench/ecn.sh in its quick mode (-q: 2 senders through
-// a 200 Mbit/s bottleneck, 4 s with DCQCN off and 4 s on), so the script
+// a 200 Mbit/s bottleneck, 4 s each with DCQCN off, on, and on with the
+// probe in a queue of its own: the floor), so the script
 // and its report cannot rot. It checks what does not depend on the
 // machine's speed: with DCQCN off the senders' packets are not
 // ECN-capable, so the router marks none and no CNP is handled; with it on
-// the router marks CE, the senders handle CNPs; the table has both rows,
-// the picture is well-formed SVG with a line per flow in each panel, and
+// the router marks CE, the senders handle CNPs; unpaced, the senders
+// fill the bottleneck's queue, so its sampled delay is not zero; the
+// floor run has its row and the DCQCN-on row its probe's p99 over the
+// floor's; the picture is well-formed SVG with a line per flow in each panel, and
 // the script leaves none of its namespaces behind. The figures themselves
 // are BENCHMARKS.md's business, not a test's.
 func TestECNScript(t *testing.T) {
@@ -59,7 +62,7 @@ func TestECNScript(t *testing.T) {
 	rows := map[string][]string{}
 	for _, l := range strings.Split(stdout.String(), "\n") {
 		f := strings.Split(l, "|")
-		if len(f) > 12 && strings.TrimSpace(f[1]) == "2" {
+		if len(f) > 14 && strings.TrimSpace(f[1]) == "2" {
 			for i := range f {
 				f[i] = strings.TrimSpace(f[i])
 			}
@@ -83,6 +86,20 @@ func TestECNScript(t *testing.T) {
 	}
 	if ce, cnp := num("on", ceCol), num("on", cnpCol); ce == 0 || cnp == 0 {
 		t.Errorf("DCQCN on: %v packets marked CE, %v CNPs handled; want both (2 senders exceed the bottleneck)", ce, cnp)
+	}
+
+	const queueCol, floorCol = 11, 14
+	if _, ok := rows["on, floor"]; !ok {
+		t.Errorf("no floor row (2 senders, DCQCN on, probe beside the queue) in:\n%s", stdout.String())
+	}
+	if q := rows["off"]; q != nil {
+		_, p99, _ := strings.Cut(q[queueCol], " / ")
+		if v, err := strconv.ParseFloat(p99, 64); err != nil || v <= 0 {
+			t.Errorf("DCQCN off: queue p99 %q µs; want > 0 (unpaced senders fill the bottleneck's queue)", q[queueCol])
+		}
+	}
+	if on := rows["on"]; on != nil && !strings.HasSuffix(on[floorCol], "×") {
+		t.Errorf("DCQCN on: p99 / floor %q, want a ratio", on[floorCol])
 	}
 
 	svg, err := os.ReadFile(filepath.Join(out, "ecn.svg"))

@@ -38,10 +38,15 @@ func writeRun(t *testing.T, dir string, start float64, avgs []float64, probe []f
 	p.WriteString(" 64            4006            124.81         4006.00\n")
 	w("probe.out", p.String())
 	var qs strings.Builder
-	for i, x := range q { // bytes, drops, backlog
+	for i, x := range q { // bytes, drops, backlog bytes
 		ts := start + float64(i)
-		fmt.Fprintf(&qs, "%.3f %.3f qdisc pfifo 10: parent 1:10 limit 200p  Sent %.0f bytes 1 pkt (dropped %.0f, overlimits 0 requeues 0)   backlog 0b %.0fp requeues 0 \n",
-			ts-0.01, ts+0.01, x[0], x[1], x[2])
+		// As tc's sprint_size prints it: in Kb when a multiple of 1024.
+		backlog := fmt.Sprintf("%.0fb", x[2])
+		if x[2] >= 1024 && math.Mod(x[2], 1024) == 0 {
+			backlog = fmt.Sprintf("%.0fKb", x[2]/1024)
+		}
+		fmt.Fprintf(&qs, "%.3f %.3f qdisc pfifo 10: parent 1:10 limit 200p  Sent %.0f bytes 1 pkt (dropped %.0f, overlimits 0 requeues 0)   backlog %s %.0fp requeues 0 \n",
+			ts-0.01, ts+0.01, x[0], x[1], backlog, math.Ceil(x[2]/4154))
 	}
 	w("qdisc.txt", qs.String())
 	w("stat.txt", "t 1\nlink rxea1/1 sent_pkts 5 retrans_pkts 7 rp_cnp_handled 3\nlink rxeap/1 retrans_pkts 100\nt 2\nlink rxea1/1 sent_pkts 9 retrans_pkts 11 rp_cnp_handled 4\nlink rxea2/1 retrans_pkts 2\n")
@@ -54,19 +59,23 @@ func writeRun(t *testing.T, dir string, start float64, avgs []float64, probe []f
 // over the middle half (bytes 2 s → 6 s of an 8 s run at 100 Mbit/s), the
 // drops in and around that window, the senders' counters (the probe's
 // retransmissions are not the flows'), Jain's index, nearest-rank
-// percentiles; and the table and picture name them.
+// percentiles, the queue's delay from its backlog in the window; the floor
+// run's probe against the DCQCN-on run's; and the table and picture name
+// them.
 func TestMetrics(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "meta.txt"), []byte("rate_mbit: 100\nseconds: 8\ncommit: abc\n"), 0o644)
 	writeRun(t, filepath.Join(dir, "idle"), 1000, nil, []float64{10, 20, 30, 40}, [][3]float64{{0, 0, 0}, {0, 0, 0}})
 	// 12.5 MB/s = 100 Mbit/s for 1 s; drops at 1 s (before the window) and at 4 s (in it).
+	// The backlog in the window (2 s to 6 s): 1, 2, 4.096 (50Kb), 10 and 0 ms at the rate.
+	backlog := []float64{99e3, 99e3, 12500, 25000, 51200, 125000, 0, 99e3, 99e3}
 	var q [][3]float64
 	drops := 0.0
 	for i := 0; i <= 8; i++ {
 		if i == 1 || i == 4 {
 			drops += 5
 		}
-		q = append(q, [3]float64{float64(i) * 12.5e6 * 0.9, drops, 0})
+		q = append(q, [3]float64{float64(i) * 12.5e6 * 0.9, drops, backlog[i]})
 	}
 	probe := make([]float64, 100)
 	for i := range probe {
@@ -74,11 +83,12 @@ func TestMetrics(t *testing.T) {
 	}
 	writeRun(t, filepath.Join(dir, "n2-on-1"), 2000, []float64{0.06, 0.02}, probe, q)
 	writeRun(t, filepath.Join(dir, "n2-off-1"), 3000, []float64{0.04, 0.04}, probe, q)
+	writeRun(t, filepath.Join(dir, "n2-floor-1"), 4000, []float64{0.04, 0.04}, []float64{66, 66, 66}, q)
 	b, err := Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(b.Runs) != 2 || b.Runs[0].Mode != "off" || b.Runs[1].Mode != "on" {
+	if len(b.Runs) != 3 || b.Runs[0].Mode != "off" || b.Runs[1].Mode != "on" || b.Runs[2].Mode != "floor" {
 		t.Fatalf("runs %v", b.Runs)
 	}
 	m := b.Metrics(b.Runs[1])
@@ -92,11 +102,19 @@ func TestMetrics(t *testing.T) {
 	if m.P50 != 50 || m.P99 != 99 {
 		t.Errorf("p50 %v p99 %v, want 50 and 99", m.P50, m.P99)
 	}
+	if m.QP50 != 2000 || m.QP99 != 10000 {
+		t.Errorf("queue p50 %v p99 %v µs, want 2000 and 10000", m.QP50, m.QP99)
+	}
 	if off := b.Metrics(b.Runs[0]); !near(off.Jain, 1) {
 		t.Errorf("equal flows: Jain %v", off.Jain)
 	}
 	tab := b.Table()
-	for _, want := range []string{"| 2 | on | 90% | 80% | 5 / 10 | 13 | 42 | 4 | 0.800 | 60, 20 | 50 / 99 | 2.5× |", "| 2 | 1 | **not met** | met | **not met** | **not met** |"} {
+	for _, want := range []string{
+		"| 2 | on | 90% | 80% | 5 / 10 | 13 | 42 | 4 | 0.800 | 60, 20 | 2000 / 10000 | 50 / 99 | 2.5× | 1.5× |",
+		"| 2 | off | 90% | 80% | 5 / 10 | 13 | 42 | 4 | 1.000 | 40, 40 | 2000 / 10000 | 50 / 99 | 2.5× | — |",
+		"| 2 | on, floor | 90% | 80% | 5 / 10 | 13 | 42 | 4 | 1.000 | 40, 40 | 2000 / 10000 | 66 / 66 | 1.6× | — |",
+		"| 2 | 1 | **not met** (5) | met (90%) | **not met** (0.800) | **not met** (2.5×) | met (1.5×) |",
+	} {
 		if !strings.Contains(tab, want) {
 			t.Errorf("table lacks %q:\n%s", want, tab)
 		}
