@@ -130,6 +130,7 @@ var Table = map[string]rule{
 		"rsocket rdmacm host verbs verbs/verbstest link link/linktest link/udp wire internal/nettest internal/testenv internal/lab"},
 	"bench/cmd/benchtable": {9, "", ""},
 	"bench/cmd/ecnplot":    {9, "", ""},
+	"bench/cmd/qdiscstat":  {9, "", ""},
 }
 
 // stdOnly are the packages whose every dependency outside the module is
