@@ -32,6 +32,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 type sched struct {
@@ -53,6 +54,24 @@ type sched struct {
 	idle    atomic.Bool
 	waiting atomic.Bool
 	idleCh  chan struct{}
+	// share bounds the bulk work's time while other QPs are active
+	// (timeShare); guarded by mu.
+	share timeShare
+	// activeAt is when a packet last arrived for a QP with no bulk work
+	// (clock's nanoseconds; 0: never), activeQP that QP.
+	activeAt atomic.Int64
+	activeQP atomic.Pointer[QP]
+	// clock is the device's monotonic clock in nanoseconds (replaced by
+	// tests that drive the share by hand).
+	clock func() int64
+}
+
+// active records that a packet arrived for q, a QP with no bulk work.
+func (s *sched) active(q *QP) {
+	s.activeAt.Store(s.clock())
+	if s.activeQP.Load() != q {
+		s.activeQP.Store(q)
+	}
 }
 
 // rxIdle records whether the receive goroutine waits for packets.
@@ -87,6 +106,8 @@ func (s *sched) waitIdle() bool {
 }
 
 func (s *sched) init() {
+	epoch := time.Now()
+	s.clock = func() int64 { return int64(time.Since(epoch)) + 1 }
 	s.wake = make(chan struct{}, 1)
 	s.idleCh = make(chan struct{}, 1)
 	s.quit = make(chan struct{})
@@ -99,6 +120,7 @@ func (s *sched) push(q *QP) {
 	s.mu.Lock()
 	if !q.queued {
 		q.queued = true
+		q.bulk.Store(true)
 		s.fifo = append(s.fifo, q)
 		s.waitingQPs.Add(1)
 	}
@@ -139,6 +161,7 @@ func (d *Device) runSched() {
 	s := &d.sched
 	defer close(s.done)
 	out := &txBatch{dev: d}
+	var timer *time.Timer
 	for {
 		select {
 		case <-s.wake:
@@ -151,7 +174,23 @@ func (d *Device) runSched() {
 			if !s.waitIdle() {
 				return
 			}
-			if !d.serveTurn(out) {
+			served, wait := d.serveShared(out)
+			if wait > 0 {
+				// The bulk work has had its share while other QPs are
+				// active: the device's time (the CPU) is theirs for now.
+				if timer == nil {
+					timer = time.NewTimer(wait)
+				} else {
+					timer.Reset(wait)
+				}
+				select {
+				case <-timer.C:
+				case <-s.quit:
+					return
+				}
+				continue
+			}
+			if !served {
 				break
 			}
 			// Run to completion between bursts: what arrived during the
@@ -183,24 +222,102 @@ func (d *Device) runSched() {
 }
 
 // serveTurn gives the next QP its turn; it reports false when none waits.
+// It does not look at the share (tests that step the device).
 func (d *Device) serveTurn(out *txBatch) bool {
+	return d.serveTurnAt(out, false)
+}
+
+// serveShared gives the next QP its turn if the bulk work has time left
+// in its share (timeShare); else it reports how long until it has.
+func (d *Device) serveShared(out *txBatch) (served bool, wait time.Duration) {
+	s := &d.sched
+	if s.waitingQPs.Load() == 0 {
+		return false, 0
+	}
+	now := s.clock()
+	active := now-s.activeAt.Load() < shareActive
+	if q := s.activeQP.Load(); active && q != nil && q.bulk.Load() {
+		// The QP active last has bulk work of its own since: a lone
+		// QP whose ACKs arrived between its bursts does not share with
+		// itself.
+		active = false
+	}
+	s.mu.Lock()
+	wait = s.share.wait(now, active)
+	s.mu.Unlock()
+	if wait > 0 {
+		return false, wait
+	}
+	return d.serveTurnAt(out, true), 0
+}
+
+func (d *Device) serveTurnAt(out *txBatch, account bool) bool {
 	s := &d.sched
 	q := s.pop()
 	if q == nil {
 		return false
 	}
 	s.txMu.Lock()
+	t0 := s.clock()
 	out.budget, out.unlimited = burstBytes, false
 	q.mu.Lock()
 	more := q.serveBurst(out)
+	if !more {
+		q.bulk.Store(false)
+	}
 	q.mu.Unlock()
 	out.release()
+	t1 := s.clock()
 	s.txMu.Unlock()
+	if account {
+		s.mu.Lock()
+		s.share.spend(t1 - t0)
+		s.mu.Unlock()
+	}
 	if more {
 		s.push(q)
 	}
 	return true
 }
+
+// timeShare is a deficit counter of the bulk work's time, in nanoseconds:
+// while another QP is active (had a packet in the last shareActive) the
+// bulk turns may take shareNum/shareDen of the time, earned as the clock
+// advances and spent by each turn's duration, at most shareCap ahead. A
+// turn is served while the balance is positive; a negative balance is
+// time owed, waited for. With no other QP active the balance is full and
+// the bulk work has the device to itself.
+type timeShare struct {
+	balance, at int64
+}
+
+// wait refills the balance to now and reports how long the next turn
+// waits: 0 when it may go now.
+func (t *timeShare) wait(now int64, active bool) time.Duration {
+	if !active {
+		t.balance, t.at = shareCap, now
+		return 0
+	}
+	if el := now - t.at; el > 0 {
+		t.balance = min(t.balance+el*shareNum/shareDen, shareCap)
+		t.at = now
+	}
+	if t.balance > 0 {
+		return 0
+	}
+	return time.Duration((-t.balance)*shareDen/shareNum + 1)
+}
+
+// spend charges a turn that took d nanoseconds.
+func (t *timeShare) spend(d int64) {
+	t.balance = max(t.balance-d, -shareCap*shareDen/shareNum)
+}
+
+const (
+	shareNum, shareDen = 1, 2
+	shareActive        = int64(2 * time.Millisecond)
+	shareCap           = int64(500 * time.Microsecond)
+)
 
 // serveBurst sends up to one burst of q's pending work: responses first
 // (they answer requests that arrived before anything the requester sends
