@@ -284,7 +284,7 @@ func (d *Device) serveTurnAt(out *txBatch, account bool) bool {
 // while another QP is active (had a packet in the last shareActive) the
 // bulk turns may take shareNum/shareDen of the time, earned as the clock
 // advances and spent by each turn's duration, at most shareCap ahead. A
-// turn is served while the balance is positive; a negative balance is
+// turn is served while the balance is not negative; a negative balance is
 // time owed, waited for. With no other QP active the balance is full and
 // the bulk work has the device to itself.
 type timeShare struct {
@@ -302,10 +302,11 @@ func (t *timeShare) wait(now int64, active bool) time.Duration {
 		t.balance = min(t.balance+el*shareNum/shareDen, shareCap)
 		t.at = now
 	}
-	if t.balance > 0 {
+	if t.balance >= 0 {
 		return 0
 	}
-	return time.Duration((-t.balance)*shareDen/shareNum + 1)
+	// Rounded up, so that the refill after the wait covers what is owed.
+	return time.Duration((-t.balance*shareDen + shareNum - 1) / shareNum)
 }
 
 // spend charges a turn that took d nanoseconds.
