@@ -23,10 +23,25 @@ package verbs
 // takes what the link received and handles it itself (tryReceive), so a
 // packet that arrives during a burst waits for that burst only, and not
 // also for the receive goroutine to be woken. When the scheduler's
-// goroutine ran beside a busy
-// receive goroutine instead, the two competed for the link and the CPU,
-// and a connection doing small operations kept a third of its rate while
-// another QP answered a READ of 256 MiB (bench/'s ReadFairness).
+// goroutine ran beside a busy receive goroutine instead, the two competed
+// for the link and the CPU, and a connection doing small operations kept a
+// third of its rate while another QP answered a READ of 256 MiB (bench/'s
+// ReadFairness).
+//
+// Turns by bytes are not enough: what the other QPs wait for is a CPU.
+// A READ answered in back-to-back bursts kept one of the benchmark VM's
+// two vCPUs busy building packets and the other much of the time with the
+// kernel's work to deliver them, and the small operations of another
+// connection, each as fast as before in the median, lost their tail to
+// threads that waited milliseconds for a CPU (execution traces;
+// BENCHMARKS.md). So the bulk work's share is of time, too: while a QP
+// without bulk work has had a packet in the last shareActive, the bulk
+// turns together take at most shareNum/shareDen of the time (timeShare, a
+// deficit counter by time), and the scheduler's goroutine sleeps off what
+// they took beyond it; alone, the bulk work is not held back. rxe has no
+// such bound (its QPs' tasks share the CPUs through the kernel's work
+// queues and scheduler); this is what those give a QP there, done by the
+// one scheduler a user-space device has.
 
 import (
 	"runtime"
@@ -251,6 +266,8 @@ func (d *Device) serveShared(out *txBatch) (served bool, wait time.Duration) {
 	return d.serveTurnAt(out, true), 0
 }
 
+// serveTurnAt serves the next QP's turn; with account, its time is
+// charged to the share.
 func (d *Device) serveTurnAt(out *txBatch, account bool) bool {
 	s := &d.sched
 	q := s.pop()
@@ -263,7 +280,12 @@ func (d *Device) serveTurnAt(out *txBatch, account bool) bool {
 	q.mu.Lock()
 	more := q.serveBurst(out)
 	if !more {
-		q.bulk.Store(false)
+		// Unless a push since the pop gave q another turn.
+		s.mu.Lock()
+		if !q.queued {
+			q.bulk.Store(false)
+		}
+		s.mu.Unlock()
 	}
 	q.mu.Unlock()
 	out.release()
@@ -311,14 +333,8 @@ func (t *timeShare) wait(now int64, active bool) time.Duration {
 
 // spend charges a turn that took d nanoseconds.
 func (t *timeShare) spend(d int64) {
-	t.balance = max(t.balance-d, -shareCap*shareDen/shareNum)
+	t.balance = max(t.balance-d, -shareCap)
 }
-
-const (
-	shareNum, shareDen = 1, 2
-	shareActive        = int64(2 * time.Millisecond)
-	shareCap           = int64(500 * time.Microsecond)
-)
 
 // serveBurst sends up to one burst of q's pending work: responses first
 // (they answer requests that arrived before anything the requester sends
