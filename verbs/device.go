@@ -523,9 +523,9 @@ func (d *Device) dispatch(pk *link.Packet, out *txBatch) {
 		d.counters[RcvdBadQP].Add(1)
 		return
 	}
-	if !q.bulk.Load() {
-		// A QP without bulk work is active: while it is, the bulk work
-		// keeps to its share of the time (sched.go).
+	if !q.bulk.Load() && d.sched.bulkQPs.Load() > 0 {
+		// A QP without bulk work is active while others have some: they
+		// keep to their share of the time (sched.go).
 		d.sched.active(q)
 	}
 	if p.Opcode() == wire.OpcodeCNP {

@@ -73,9 +73,13 @@ type sched struct {
 	// (timeShare); guarded by mu.
 	share timeShare
 	// activeAt is when a packet last arrived for a QP with no bulk work
-	// (clock's nanoseconds; 0: never), activeQP that QP.
+	// while others had (clock's nanoseconds), activeQP that QP; nil: no
+	// QP active. bulkQPs counts the QPs whose bulk is set (changed under
+	// mu): with none, nothing is recorded, and the data path does not
+	// read the clock.
 	activeAt atomic.Int64
 	activeQP atomic.Pointer[QP]
+	bulkQPs  atomic.Int32
 	// clock is the device's monotonic clock in nanoseconds (replaced by
 	// tests that drive the share by hand).
 	clock func() int64
@@ -135,7 +139,9 @@ func (s *sched) push(q *QP) {
 	s.mu.Lock()
 	if !q.queued {
 		q.queued = true
-		q.bulk.Store(true)
+		if !q.bulk.Swap(true) {
+			s.bulkQPs.Add(1)
+		}
 		s.fifo = append(s.fifo, q)
 		s.waitingQPs.Add(1)
 	}
@@ -249,13 +255,18 @@ func (d *Device) serveShared(out *txBatch) (served bool, wait time.Duration) {
 	if s.waitingQPs.Load() == 0 {
 		return false, 0
 	}
-	now := s.clock()
-	active := now-s.activeAt.Load() < shareActive
-	if q := s.activeQP.Load(); active && q != nil && q.bulk.Load() {
-		// The QP active last has bulk work of its own since: a lone
-		// QP whose ACKs arrived between its bursts does not share with
-		// itself.
-		active = false
+	var now int64
+	active := false
+	if q := s.activeQP.Load(); q != nil {
+		now = s.clock()
+		if now-s.activeAt.Load() >= shareActive {
+			s.activeQP.CompareAndSwap(q, nil) // quiet: no clock until one is active again
+		} else {
+			// Unless the QP active last has bulk work of its own since: a
+			// lone QP whose ACKs arrived between its bursts does not share
+			// with itself.
+			active = !q.bulk.Load()
+		}
 	}
 	s.mu.Lock()
 	wait = s.share.wait(now, active)
@@ -263,11 +274,11 @@ func (d *Device) serveShared(out *txBatch) (served bool, wait time.Duration) {
 	if wait > 0 {
 		return false, wait
 	}
-	return d.serveTurnAt(out, true), 0
+	return d.serveTurnAt(out, active), 0
 }
 
-// serveTurnAt serves the next QP's turn; with account, its time is
-// charged to the share.
+// serveTurnAt serves the next QP's turn; with account (another QP is
+// active), its time is charged to the share.
 func (d *Device) serveTurnAt(out *txBatch, account bool) bool {
 	s := &d.sched
 	q := s.pop()
@@ -275,21 +286,27 @@ func (d *Device) serveTurnAt(out *txBatch, account bool) bool {
 		return false
 	}
 	s.txMu.Lock()
-	t0 := s.clock()
+	var t0 int64
+	if account {
+		t0 = s.clock()
+	}
 	out.budget, out.unlimited = burstBytes, false
 	q.mu.Lock()
 	more := q.serveBurst(out)
 	if !more {
 		// Unless a push since the pop gave q another turn.
 		s.mu.Lock()
-		if !q.queued {
-			q.bulk.Store(false)
+		if !q.queued && q.bulk.Swap(false) {
+			s.bulkQPs.Add(-1)
 		}
 		s.mu.Unlock()
 	}
 	q.mu.Unlock()
 	out.release()
-	t1 := s.clock()
+	var t1 int64
+	if account {
+		t1 = s.clock()
+	}
 	s.txMu.Unlock()
 	if account {
 		s.mu.Lock()
@@ -317,10 +334,12 @@ type timeShare struct {
 // waits: 0 when it may go now.
 func (t *timeShare) wait(now int64, active bool) time.Duration {
 	if !active {
-		t.balance, t.at = shareCap, now
+		t.balance, t.at = shareCap, 0
 		return 0
 	}
-	if el := now - t.at; el > 0 {
+	if t.at == 0 {
+		t.at = now
+	} else if el := now - t.at; el > 0 {
 		t.balance = min(t.balance+el*shareNum/shareDen, shareCap)
 		t.at = now
 	}

@@ -37,7 +37,7 @@ func (l *clockLink) Send(pkts []link.Packet) (int, error) {
 }
 
 // shareEnv is a device with two RC QPs in RTS: bulk, which a peer READs
-// from, and inter, to which it does 64-byte RDMA WRITEs.
+// from, and inter, to which it does 64-byte RDMA WRITEs (or READs).
 type shareEnv struct {
 	d           *Device
 	lk          *clockLink
@@ -105,9 +105,9 @@ func (e *shareEnv) deliver(f *wire.PacketFields) {
 	e.d.rxMu.Unlock()
 }
 
-// read asks bulk for the whole region.
-func (e *shareEnv) read() {
-	f := wire.PacketFields{BTH: wire.BTHFields{Opcode: wire.TransportRC | wire.OpReadRequest, PKey: wire.DefaultPKey, DestQP: e.bulk.num, PSN: fuzzPSN, AckReq: true}}
+// read asks q for the whole region.
+func (e *shareEnv) read(q *QP) {
+	f := wire.PacketFields{BTH: wire.BTHFields{Opcode: wire.TransportRC | wire.OpReadRequest, PKey: wire.DefaultPKey, DestQP: q.num, PSN: fuzzPSN, AckReq: true}}
 	f.Ext.RETH = wire.RETHFields{VA: e.mr.Addr(), RKey: e.mr.RKey(), DMALength: shareTestRead}
 	e.deliver(&f)
 }
@@ -121,12 +121,14 @@ func (e *shareEnv) write() {
 	e.deliver(&f)
 }
 
-// TestBulkAloneDoesNotWait: a QP answering a READ with no other QP active
-// has the device to itself: no turn waits, though the READ request itself
-// arrived (for a QP that had no bulk work then) just before.
+// TestBulkAloneDoesNotWait: QPs answering READs with no QP without bulk
+// work active have the device to themselves: no turn waits, though the
+// second READ request arrived, while the first READ was answered, for a
+// QP that had no bulk work yet.
 func TestBulkAloneDoesNotWait(t *testing.T) {
 	e := newShareEnv(t)
-	e.read()
+	e.read(e.bulk)
+	e.read(e.inter)
 	turns := 0
 	for {
 		served, wait := e.d.serveShared(&e.out)
@@ -138,8 +140,8 @@ func TestBulkAloneDoesNotWait(t *testing.T) {
 		}
 		turns++
 	}
-	if n := e.lk.responses.Load(); n != shareTestRead/4096 {
-		t.Fatalf("%d READ responses sent, want %d", n, shareTestRead/4096)
+	if n := e.lk.responses.Load(); n != 2*shareTestRead/4096 {
+		t.Fatalf("%d READ responses sent, want %d", n, 2*shareTestRead/4096)
 	}
 }
 
@@ -152,8 +154,7 @@ func TestBulkAloneDoesNotWait(t *testing.T) {
 // every response is sent.
 func TestBulkSharesTimeWithActiveQP(t *testing.T) {
 	e := newShareEnv(t)
-	e.write()
-	e.read()
+	e.read(e.bulk)
 	start := e.lk.now.Load()
 	const activeFor = int64(10 * time.Millisecond)
 	const turn = 16 * shareTestPerPkt
