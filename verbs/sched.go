@@ -29,19 +29,18 @@ package verbs
 // ReadFairness).
 //
 // Turns by bytes are not enough: what the other QPs wait for is a CPU.
-// A READ answered in back-to-back bursts kept one of the benchmark VM's
-// two vCPUs busy building packets and the other much of the time with the
-// kernel's work to deliver them, and the small operations of another
-// connection, each as fast as before in the median, lost their tail to
-// threads that waited milliseconds for a CPU (execution traces;
-// BENCHMARKS.md). So the bulk work's share is of time, too: while a QP
-// without bulk work has had a packet in the last shareActive, the bulk
-// turns together take at most shareNum/shareDen of the time (timeShare, a
-// deficit counter by time), and the scheduler's goroutine sleeps off what
-// they took beyond it; alone, the bulk work is not held back. rxe has no
-// such bound (its QPs' tasks share the CPUs through the kernel's work
-// queues and scheduler); this is what those give a QP there, done by the
-// one scheduler a user-space device has.
+// On the benchmark VM a READ answered in back-to-back bursts, with the
+// kernel's work to deliver them, filled both vCPUs, and the small
+// operations of another connection, each as fast as before in the median,
+// lost their tail to threads that waited milliseconds for a CPU
+// (execution traces; BENCHMARKS.md). So the bulk work's share is of time,
+// too: while a QP without bulk work has had a packet in the last
+// shareActive, the bulk turns together take at most shareNum/shareDen of
+// the time (timeShare, a deficit counter by time), and the scheduler's
+// goroutine sleeps off what they took beyond it; the receive goroutine
+// then serves no turn either. With no such QP active, bulk work is not
+// held back. (rxe has no such bound: its QPs' tasks share the CPUs through
+// the kernel's scheduler.)
 
 import (
 	"runtime"
