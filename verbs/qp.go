@@ -164,6 +164,9 @@ type QP struct {
 	// turn leaves none (sched.go); its packets do not make the device's
 	// other QPs active.
 	bulk atomic.Bool
+	// bulkEnd is when bulk was last cleared (the scheduler's clock; 0:
+	// never).
+	bulkEnd atomic.Int64
 }
 
 // CreateQP creates a queue pair in RESET (GSI: QP1).

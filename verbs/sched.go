@@ -84,9 +84,17 @@ type sched struct {
 	clock func() int64
 }
 
-// active records that a packet arrived for q, a QP with no bulk work.
+// active records that a packet arrived for q, a QP with no bulk work,
+// while others have some. A QP whose own bulk work ended less than
+// shareActive ago is not counted: it is one of many QPs streaming (each in
+// the scheduler now and then, between its ACKs), not a small operation
+// waiting behind the others' bulk.
 func (s *sched) active(q *QP) {
-	s.activeAt.Store(s.clock())
+	now := s.clock()
+	if e := q.bulkEnd.Load(); e != 0 && now-e < shareActive {
+		return
+	}
+	s.activeAt.Store(now)
 	if s.activeQP.Load() != q {
 		s.activeQP.Store(q)
 	}
@@ -297,6 +305,7 @@ func (d *Device) serveTurnAt(out *txBatch, account bool) bool {
 		s.mu.Lock()
 		if !q.queued && q.bulk.Swap(false) {
 			s.bulkQPs.Add(-1)
+			q.bulkEnd.Store(s.clock())
 		}
 		s.mu.Unlock()
 	}

@@ -108,6 +108,10 @@ func (e *shareEnv) deliver(f *wire.PacketFields) {
 // read asks q for the whole region.
 func (e *shareEnv) read(q *QP) {
 	f := wire.PacketFields{BTH: wire.BTHFields{Opcode: wire.TransportRC | wire.OpReadRequest, PKey: wire.DefaultPKey, DestQP: q.num, PSN: fuzzPSN, AckReq: true}}
+	if q == e.inter {
+		f.BTH.PSN = e.interPSN
+		e.interPSN = e.interPSN.Add(shareTestRead / 4096)
+	}
 	f.Ext.RETH = wire.RETHFields{VA: e.mr.Addr(), RKey: e.mr.RKey(), DMALength: shareTestRead}
 	e.deliver(&f)
 }
@@ -192,4 +196,43 @@ func TestBulkSharesTimeWithActiveQP(t *testing.T) {
 		t.Fatalf("%d READ responses sent, want %d", n, shareTestRead/4096)
 	}
 	t.Logf("%d waits; the READ's turns took %v of %v", waits, time.Duration(bulk), time.Duration(e.lk.now.Load()-start))
+}
+
+// TestRecentlyBulkQPIsNotActive: a QP whose own bulk work ended less than
+// shareActive ago (one of many streaming QPs, in the scheduler between
+// its ACKs) does not hold back the others' bulk work with its packets:
+// while inter's WRITEs arrive within that time after inter answered a
+// READ, the READ on bulk never waits.
+func TestRecentlyBulkQPIsNotActive(t *testing.T) {
+	e := newShareEnv(t)
+	e.lk.perPkt = int64(10 * time.Microsecond) // turns of 160 µs: ten fit in shareActive
+	e.read(e.inter)
+	for {
+		if served, wait := e.d.serveShared(&e.out); !served || wait > 0 {
+			break
+		}
+	}
+	end := e.inter.bulkEnd.Load()
+	if e.lk.responses.Load() != shareTestRead/4096 || end == 0 {
+		t.Fatalf("inter's READ: %d responses, bulk work ended at %d", e.lk.responses.Load(), end)
+	}
+	e.read(e.bulk)
+	turns := 0
+	for e.lk.now.Load()-end < shareActive { // each WRITE within shareActive
+		e.write()
+		served, wait := e.d.serveShared(&e.out)
+		if wait > 0 {
+			t.Fatalf("turn %d waits %v, %v after inter's bulk work ended", turns, time.Duration(wait), time.Duration(e.lk.now.Load()-end))
+		}
+		if !served {
+			t.Fatal("bulk's READ ended early")
+		}
+		turns++
+	}
+	// Without the rule, the seventh turn waits: the share's balance is
+	// 500 µs, and each turn of 160 µs and its WRITE's ACK of 10 µs take
+	// 160 and give 85 back.
+	if turns < 8 {
+		t.Fatalf("%d turns in the time, want ≥ 8", turns)
+	}
 }
