@@ -84,8 +84,9 @@ const (
 	// shareNum/shareDen: the bulk turns' fraction of the time while
 	// another QP is active; a half: two parties, the bulk work and the
 	// rest, each get half. On the benchmark VM a legitimate connection kept
-	// 0.56 of its rate (median, 8 paired rounds; 0.44 before) while the
-	// READ ran at half its speed (BENCHMARKS.md, ReadFairness).
+	// 0.54–0.64 of its rate beside a hostile READ (medians of three sets of
+	// eight paired rounds; 0.33–0.44 before), the READ at about half its
+	// speed alone (BENCHMARKS.md, ReadFairness).
 	shareNum, shareDen = 1, 2
 	// shareActive: a QP without bulk work that had a packet this recently
 	// is active. A connection doing small operations one at a time sends
