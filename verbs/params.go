@@ -84,8 +84,8 @@ const (
 	// shareNum/shareDen: the bulk turns' fraction of the time while
 	// another QP is active; a half: two parties, the bulk work and the
 	// rest, each get half. On the benchmark VM a legitimate connection kept
-	// 0.54–0.64 of its rate beside a hostile READ (medians of three sets of
-	// eight paired rounds; 0.33–0.44 before), the READ at about half its
+	// 0.54–0.65 of its rate beside a hostile READ (medians of four sets of
+	// eight paired rounds; 0.33–0.44 before), the READ at 0.41 of its
 	// speed alone (BENCHMARKS.md, ReadFairness).
 	shareNum, shareDen = 1, 2
 	// shareActive: a QP without bulk work that had a packet this recently
