@@ -174,7 +174,8 @@ var sentPkts = func() verbs.Counter {
 // operations just before, the pair measured in the same iteration);
 // fair-ratio is the median over the iterations (the goal is ≥ 0.5).
 // base-ops/s and read-ops/s are the medians of the two rates, read-MB/s
-// the READ's own rate. Before the READ was answered in bursts it went out
+// the READ's own rate, lone-read-MB/s its rate in a READ just before, with
+// no other traffic (what the READ does when it has the device alone). Before the READ was answered in bursts it went out
 // in one loop on the receive goroutine and the ratio was near 0.
 func BenchmarkReadFairness(b *testing.B) {
 	ha, hb := newVeth(b)
@@ -182,9 +183,16 @@ func BenchmarkReadFairness(b *testing.B) {
 	for range 200 { // warm up: ARP, ND, the QPs' first packets
 		e.op(b)
 	}
-	var ratio, base, during, readMB []float64
+	var ratio, base, during, readMB, loneMB []float64
 	b.ResetTimer()
 	for range b.N {
+		// The READ alone: nobody else's traffic to share the device with.
+		e.read(b)
+		t := time.Now()
+		for e.reading() {
+			time.Sleep(50 * time.Microsecond)
+		}
+		loneMB = append(loneMB, fairReadBytes/time.Since(t).Seconds()/1e6)
 		t0 := time.Now()
 		for range fairBaseOps {
 			e.op(b)
@@ -211,4 +219,5 @@ func BenchmarkReadFairness(b *testing.B) {
 	b.ReportMetric(med(base), "base-ops/s")
 	b.ReportMetric(med(during), "read-ops/s")
 	b.ReportMetric(med(readMB), "read-MB/s")
+	b.ReportMetric(med(loneMB), "lone-read-MB/s")
 }

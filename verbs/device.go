@@ -425,7 +425,7 @@ func (d *Device) receive() {
 		// keep the receive goroutine busy, the scheduler's goroutine waits
 		// (runSched), and bulk work still moves a burst at a time.
 		if k > 0 && d.sched.waitingQPs.Load() > 0 {
-			d.serveTurn(&turn)
+			d.serveShared(&turn)
 		}
 	}
 }
@@ -443,7 +443,7 @@ func (d *Device) pollLink() bool {
 	if d.sched.waitingQPs.Load() > 0 {
 		// As the receive goroutine does after a batch.
 		out := getTxBatch(d)
-		d.serveTurn(out)
+		d.serveShared(out)
 		putTxBatch(out)
 	}
 	return true
@@ -522,6 +522,11 @@ func (d *Device) dispatch(pk *link.Packet, out *txBatch) {
 	if q == nil {
 		d.counters[RcvdBadQP].Add(1)
 		return
+	}
+	if !q.bulk.Load() && d.sched.bulkQPs.Load() > 0 {
+		// A QP without bulk work is active while others have some: they
+		// keep to their share of the time (sched.go).
+		d.sched.active(q)
 	}
 	if p.Opcode() == wire.OpcodeCNP {
 		q.onCNP(&pk.Addr) // DCQCN's reaction point (ecn.go)

@@ -78,6 +78,27 @@ const (
 	burstBytes = txFlushBytes
 )
 
+// The bulk work's share of the time while other QPs are active (sched.go,
+// timeShare).
+const (
+	// shareNum/shareDen: the bulk turns' fraction of the time while
+	// another QP is active; a half: two parties, the bulk work and the
+	// rest, each get half. On the benchmark VM a legitimate connection kept
+	// 0.54–0.65 of its rate beside a hostile READ (medians of four sets of
+	// eight paired rounds; 0.33–0.44 before), the READ at 0.41 of its
+	// speed alone (BENCHMARKS.md, ReadFairness).
+	shareNum, shareDen = 1, 2
+	// shareActive: a QP without bulk work that had a packet this recently
+	// is active. A connection doing small operations one at a time sends
+	// one every few tens of µs; 2 ms spans a stall of a busy machine.
+	shareActive = int64(2 * time.Millisecond)
+	// shareCap bounds the time the bulk work saves up (a turn may go while
+	// the balance is not negative) and the time it may owe: a wait is at
+	// most shareCap·shareDen/shareNum, 1 ms, however long a turn took (a
+	// thread the OS preempted in it).
+	shareCap = int64(500 * time.Microsecond)
+)
+
 // TimeoutDuration returns the local ACK timeout for the QP attribute
 // timeout: 4.096 µs × 2^timeout (IBTA §11.2.4.2, C9-140); 0 means infinite.
 func TimeoutDuration(timeout uint8) time.Duration {

@@ -4,6 +4,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -159,6 +160,13 @@ type QP struct {
 	// queued: the QP waits for a turn in the device's scheduler (guarded
 	// by dev.sched.mu).
 	queued bool
+	// bulk: the QP has work in the scheduler, from its push until a
+	// turn leaves none (sched.go); its packets do not make the device's
+	// other QPs active.
+	bulk atomic.Bool
+	// bulkEnd is when bulk was last cleared (the scheduler's clock; 0:
+	// never).
+	bulkEnd atomic.Int64
 }
 
 // CreateQP creates a queue pair in RESET (GSI: QP1).
