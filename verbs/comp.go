@@ -396,6 +396,25 @@ func (q *QP) laterResponse(out *txBatch) {
 	q.nakRetry(out)
 }
 
+// resumeAtHead handles a READ response or atomic ACK that finds the
+// requester at the head of the send queue (head == cur) once the WQEs it
+// acknowledged have completed. Usually nothing is outstanding and the
+// response is stray. But after a go-back-N retry that the window stopped
+// before a READ or atomic sent earlier, the late response of the original
+// transmission acknowledges the WQEs before it, and completeThrough moves
+// the requester up to that READ: started, not resent since, its own
+// response not taken here (the requester's state says it was not sent).
+// It must go again now, and the timer wait for it: nothing else would
+// send it, since with head == cur the timer finds nothing outstanding and
+// every later response is ignored as stray (TestResponseUpToHeadRunsRequester;
+// TestFaultsRCExactlyOnce deadlocked so about once in a hundred runs).
+// The responder answers the repeat from its record of what it executed.
+func (q *QP) resumeAtHead(out *txBatch) {
+	if q.sq.head != q.sq.tail && q.sq.at(q.sq.head).started {
+		q.afterProgress(out)
+	}
+}
+
 // fastForward moves the requester to comp.psn when the responder
 // acknowledged part of the WQE at cur that has not been resent since a
 // rewind.
@@ -433,6 +452,7 @@ func (q *QP) onReadResponse(p *wire.Packet, psn wire.PSN, out *txBatch) {
 		return
 	}
 	if q.sq.head == q.sq.cur {
+		q.resumeAtHead(out)
 		return
 	}
 	w := q.sq.at(q.sq.head)
@@ -483,6 +503,7 @@ func (q *QP) onAtomicAck(p *wire.Packet, psn wire.PSN, out *txBatch) {
 		return
 	}
 	if q.sq.head == q.sq.cur {
+		q.resumeAtHead(out)
 		return
 	}
 	w := q.sq.at(q.sq.head)

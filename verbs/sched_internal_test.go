@@ -24,6 +24,7 @@ type clockLink struct {
 	now       atomic.Int64
 	perPkt    int64
 	responses atomic.Int64
+	requests  atomic.Int64 // READ and atomic requests sent
 }
 
 func (l *clockLink) Send(pkts []link.Packet) (int, error) {
@@ -31,6 +32,9 @@ func (l *clockLink) Send(pkts []link.Packet) (int, error) {
 	for i := range pkts {
 		if op := wire.Opcode(pkts[i].Transport()[0]); op >= wire.TransportRC|wire.OpReadResponseFirst && op <= wire.TransportRC|wire.OpReadResponseOnly {
 			l.responses.Add(1)
+		}
+		if info := wire.Opcode(pkts[i].Transport()[0]).Info(); info.Is(wire.FlagRequest) && (info.Is(wire.FlagRead) || info.Is(wire.FlagAtomic)) {
+			l.requests.Add(1)
 		}
 	}
 	return len(pkts), nil
