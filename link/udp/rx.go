@@ -218,32 +218,32 @@ func (r *rxState) plan(pkts []link.Packet) int {
 // right by process (the extra segments are copied, into buffers borrowed
 // from the read's unused tail, or queued).
 func (r *rxState) counts(n int) int {
-	k := 1
-	if r.g > 0 {
-		k = min(maxRes, (maxDatagram+r.g-1)/r.g)
-	}
-	k = min(k, n)
-	m := 0
-	if p := r.period(); p > 0 && r.g > 0 {
-		used := 0
-		for m < len(r.hdrs) {
-			c := min(max(int(r.histAt(p-1-m%p)), 1), k)
-			if used+c > n {
-				if m == 0 {
-					c = n
-				} else {
-					break
-				}
-			}
-			r.want[m] = c
-			used += c
-			m++
+	if r.g == 0 {
+		// Single datagrams: one buffer each.
+		m := min(len(r.hdrs), n)
+		for j := range m {
+			r.want[j] = 1
 		}
 		return m
 	}
-	m = min(len(r.hdrs), n/k)
-	for j := range m {
-		r.want[j] = k
+	k := min(maxRes, (maxDatagram+r.g-1)/r.g, n)
+	p := r.period()
+	if p == 0 {
+		m := min(len(r.hdrs), n/k)
+		for j := range m {
+			r.want[j] = k
+		}
+		return m
+	}
+	m, used := 0, 0
+	for m < len(r.hdrs) {
+		c := min(max(int(r.histAt(p-1-m%p)), 1), k)
+		if used+c > n {
+			break
+		}
+		r.want[m] = c
+		used += c
+		m++
 	}
 	return m
 }
