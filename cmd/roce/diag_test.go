@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,36 +25,6 @@ func addRoute(t *testing.T, h *nettest.Host, dst, gw string) {
 	})
 	if err != nil {
 		t.Fatal(err)
-	}
-}
-
-// watchWriter collects a process's stderr and tells when it holds a string.
-type watchWriter struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *watchWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-// waitFor polls until the output holds s, failing t after limit.
-func (w *watchWriter) waitFor(t *testing.T, s string, limit time.Duration) string {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
-		w.mu.Lock()
-		out := w.b.String()
-		w.mu.Unlock()
-		if strings.Contains(out, s) {
-			return out
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v, stderr lacks %q:\n%s", limit, s, out)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -218,9 +186,8 @@ func TestRoutedV1OnlyPort(t *testing.T) {
 func TestLongWaitsSay(t *testing.T) {
 	a, b, dir, roceBin := pingHosts(t, "", "")
 	t.Run("ping", func(t *testing.T) {
-		var w watchWriter
-		p := startRoceTee(t, a, dir, roceBin, &w, "ping", "-c", "-a", b.IPv4.String(), "-C", "1")
-		out := w.waitFor(t, "waiting for 198.18.0.2:7174 to answer the connection request (REQ)", 30*time.Second)
+		p := startRoce(t, a, dir, roceBin, "ping", "-c", "-a", b.IPv4.String(), "-C", "1")
+		out := p.stderr.waitWithin(t, "waiting for 198.18.0.2:7174 to answer the connection request (REQ)", 30*time.Second)
 		if !strings.Contains(out, "is a server listening at 198.18.0.2:7174") {
 			t.Errorf("the notice does not say what may be wrong:\n%s", out)
 		}
@@ -244,15 +211,13 @@ func TestLongWaitsSay(t *testing.T) {
 				time.Sleep(time.Minute)
 			}
 		}()
-		var w watchWriter
-		p := startRoceTee(t, a, dir, roceBin, &w, "pingpong", "-d", "rxeA", "-g", "3", "-p", "19301", b.IPv4.String())
-		w.waitFor(t, "roce: waiting for the server at 198.18.0.2, TCP port 19301, to exchange QP numbers", 30*time.Second)
+		p := startRoce(t, a, dir, roceBin, "pingpong", "-d", "rxeA", "-g", "3", "-p", "19301", b.IPv4.String())
+		p.stderr.waitWithin(t, "roce: waiting for the server at 198.18.0.2, TCP port 19301, to exchange QP numbers", 30*time.Second)
 		p.cmd.Process.Kill()
 	})
 	t.Run("pingpong-server", func(t *testing.T) {
-		var w watchWriter
-		p := startRoceTee(t, b, dir, roceBin, &w, "pingpong", "-d", "rxeB", "-g", "3", "-p", "19302")
-		w.waitFor(t, "roce: waiting for a client to connect to TCP port 19302", 30*time.Second)
+		p := startRoce(t, b, dir, roceBin, "pingpong", "-d", "rxeB", "-g", "3", "-p", "19302")
+		p.stderr.waitWithin(t, "roce: waiting for a client to connect to TCP port 19302", 30*time.Second)
 		p.cmd.Process.Kill()
 	})
 }

@@ -140,3 +140,11 @@ func (b *lockedBuffer) waitFor(t *testing.T, ctx context.Context, s string) stri
 		}
 	}
 }
+
+// waitWithin is waitFor with a time limit instead of a context.
+func (b *lockedBuffer) waitWithin(t *testing.T, s string, limit time.Duration) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	return b.waitFor(t, ctx, s)
+}

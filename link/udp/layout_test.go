@@ -118,6 +118,19 @@ func (lp *layoutPair) counters() [3]uint64 {
 	return [3]uint64{r.nInPlace, r.nCopied, r.nQueued}
 }
 
+// queueWriteImms warms the layout, queues n 64 KiB WRITEs WITH IMMEDIATE
+// at the receiver, and returns the placement counters before they are read.
+func (lp *layoutPair) queueWriteImms(n int) [3]uint64 {
+	psn := wire.PSN(100)
+	lp.warm(&psn)
+	for range n {
+		lp.send(writeImmBatch(lp.a.Headroom(), lp.addr, psn), 3)
+		psn += 16
+	}
+	lp.settle()
+	return lp.counters()
+}
+
 // warm sends four WRITEs WITH IMMEDIATE and reads them, so that the
 // receiver has seen the traffic's shape.
 func (lp *layoutPair) warm(psn *wire.PSN) {
@@ -140,14 +153,7 @@ func (lp *layoutPair) warm(psn *wire.PSN) {
 // at most, a read: the third GSO message's whole cost to goroce.
 func TestRecvLayoutFollowsWriteImm(t *testing.T) {
 	lp := newLayoutPair(t)
-	psn := wire.PSN(100)
-	lp.warm(&psn)
-	for range 4 {
-		lp.send(writeImmBatch(lp.a.Headroom(), lp.addr, psn), 3)
-		psn += 16
-	}
-	lp.settle()
-	c0 := lp.counters()
+	c0 := lp.queueWriteImms(4)
 	if n := lp.recv(64); n != 64 {
 		t.Errorf("one Recv with 64 buffers took %d packets of four queued WRITEs WITH IMMEDIATE, want 64", n)
 	}
@@ -162,14 +168,7 @@ func TestRecvLayoutFollowsWriteImm(t *testing.T) {
 // still lands in place.
 func TestRecvLayoutKeepsPhase(t *testing.T) {
 	lp := newLayoutPair(t)
-	psn := wire.PSN(100)
-	lp.warm(&psn)
-	for range 4 {
-		lp.send(writeImmBatch(lp.a.Headroom(), lp.addr, psn), 3)
-		psn += 16
-	}
-	lp.settle()
-	c0 := lp.counters()
+	c0 := lp.queueWriteImms(4)
 	n1 := lp.recv(40)
 	n2 := lp.recv(64)
 	if n1 != 33 || n2 != 31 {
