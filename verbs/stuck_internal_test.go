@@ -69,3 +69,33 @@ func TestResponseUpToHeadRunsRequester(t *testing.T) {
 		})
 	}
 }
+
+// TestDuplicateOfPendingReadDropped: a duplicate of a READ whose
+// responses still wait to be sent (behind the scheduler's turns) is
+// answered by them: it is dropped, not executed again. Executed again,
+// every go-back-N retry of the requester added another copy of its READs'
+// responses to the queue, until a new READ found it full and the responder
+// ended the connection with Invalid Request (TestPerfOverVeth's read, in
+// CI).
+func TestDuplicateOfPendingReadDropped(t *testing.T) {
+	e := newShareEnv(t)
+	q := e.bulk
+	e.read(q)
+	if n := q.resp.pend.rdAtomic; n != 1 {
+		t.Fatalf("%d READs waiting after the first burst, want 1", n)
+	}
+	dropped := q.counters[DuplicateRequestDropped].Load()
+	e.read(q) // the same request again: a retry
+	if n := q.resp.pend.rdAtomic; n != 1 {
+		t.Errorf("%d READs waiting after its duplicate, want 1: the duplicate was executed again", n)
+	}
+	if d := q.counters[DuplicateRequestDropped].Load() - dropped; d != 1 {
+		t.Errorf("duplicate_request_dropped rose by %d, want 1", d)
+	}
+	// Once they are sent, a duplicate is a READ to execute again.
+	e.d.drainSched()
+	e.read(q)
+	if n := q.resp.pend.rdAtomic; n != 1 {
+		t.Errorf("%d READs waiting after a duplicate of a READ answered in full, want 1", n)
+	}
+}

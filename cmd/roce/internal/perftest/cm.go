@@ -447,6 +447,17 @@ func (d *cmData) close() {
 // connectCM is create_rdma_cm_connection: a handshake, the QPs connected
 // through RDMA CM on the exchange's port, another handshake.
 func (r *run) connectCM(ctx context.Context) error {
+	if !r.client {
+		// Listen before the sync: the client connects as soon as the
+		// handshake ends, and perftest's client does not retry a REJECT
+		// (invalid service ID, no listener yet): it exits, 6.06 with a
+		// segmentation fault (TestLabInteropRDMACM, ib_write_bw -b).
+		lid, err := r.listenCM()
+		if err != nil {
+			return fmt.Errorf("Failed to create RDMA CM connection: %w", err)
+		}
+		defer lid.Destroy()
+	}
 	if err := r.hs(); err != nil {
 		return fmt.Errorf("Failed to sync between client and server before creating RDMA CM connection: %w", err)
 	}
@@ -529,19 +540,27 @@ func (r *run) connectCMClient(ctx context.Context, param rdmacm.ConnParam) error
 	}
 }
 
-func (r *run) connectCMServer(ctx context.Context, param rdmacm.ConnParam) error {
+// listenCM is the server's listen ID for the test's QPs, on r.cmd.ec.
+func (r *run) listenCM() (*rdmacm.ID, error) {
 	r.cmd.ec = r.CM.CreateEventChannel()
 	lid, err := r.CM.CreateID(r.cmd.ec, rdmacm.PSTCP)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer lid.Destroy()
 	if err := lid.BindAddr(netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(r.Port))); err != nil {
-		return fmt.Errorf("Failed to bind RDMA CM address on the server: %w", err)
+		lid.Destroy()
+		return nil, fmt.Errorf("Failed to bind RDMA CM address on the server: %w", err)
 	}
 	if err := lid.Listen(r.NumQPs); err != nil {
-		return fmt.Errorf("Failed to listen on RDMA CM server listen ID: %w", err)
+		lid.Destroy()
+		return nil, fmt.Errorf("Failed to listen on RDMA CM server listen ID: %w", err)
 	}
+	return lid, nil
+}
+
+// connectCMServer accepts the client's connections on the ID listenCM
+// made.
+func (r *run) connectCMServer(ctx context.Context, param rdmacm.ConnParam) error {
 	established := 0
 	for established < len(r.qps) {
 		e, err := r.cmd.ec.Get(ctx)
