@@ -171,16 +171,6 @@ func (w waitCtx) Err() error {
 	}
 }
 
-// nowCtx is a context already done: CQ.Wait(nowCtx) reports without
-// waiting whether the CQ holds a completion (nil) or not.
-var nowCtx = waitCtx{done: closedChan()}
-
-func closedChan() chan struct{} {
-	ch := make(chan struct{})
-	close(ch)
-	return ch
-}
-
 // newConn makes a connection's resources on id's device, as rs_create_ep
 // does: a PD, one CQ for sends and receives, the RC QP, the rings and the
 // target SGL, and the posted receives.
@@ -750,17 +740,6 @@ func (c *Conn) progress() {
 	changed := false
 	for _, cq := range []*verbs.CQ{c.scq, c.rcq} {
 		for {
-			// Only a CQ that holds something is polled: CQ.Poll of an
-			// empty CQ drives the device's link on this goroutine (a
-			// recvmmsg, run to completion), which is for programs that
-			// spin on their CQ. rsocket waits instead (await), and its
-			// links' packets are the device's receive goroutine's: a
-			// look here found nothing most times, and when it found
-			// packets it split the receive goroutine's batches, for
-			// more recvmmsg calls and more ACKs per 64 KiB.
-			if cq.Wait(nowCtx) != nil {
-				break
-			}
 			n, err := cq.Poll(c.wcs[:])
 			if err != nil {
 				c.fail(fmt.Errorf("rsocket: %w", err), false)
