@@ -396,23 +396,37 @@ func (q *QP) laterResponse(out *txBatch) {
 	q.nakRetry(out)
 }
 
-// resumeAtHead handles a READ response or atomic ACK that finds the
-// requester at the head of the send queue (head == cur) once the WQEs it
-// acknowledged have completed. Usually nothing is outstanding and the
-// response is stray. But after a go-back-N retry that the window stopped
-// before a READ or atomic sent earlier, the late response of the original
-// transmission acknowledges the WQEs before it, and completeThrough moves
-// the requester up to that READ: started, not resent since, its own
-// response not taken here (the requester's state says it was not sent).
-// It must go again now, and the timer wait for it: nothing else would
-// send it, since with head == cur the timer finds nothing outstanding and
-// every later response is ignored as stray (TestResponseUpToHeadRunsRequester;
-// TestFaultsRCExactlyOnce deadlocked so about once in a hundred runs).
-// The responder answers the repeat from its record of what it executed.
-func (q *QP) resumeAtHead(out *txBatch) {
-	if q.sq.head != q.sq.tail && q.sq.at(q.sq.head).started {
-		q.afterProgress(out)
+// awaitedHead starts handling a READ response or atomic ACK for psn: the
+// response acknowledges every request before it (completeThrough), and
+// awaitedHead returns the WQE at the head of the send queue, which the
+// response may answer, or nil when it has handled the response itself:
+//   - a response beyond the READ or atomic at the head is an implicit NAK
+//     (laterResponse);
+//   - with the requester at the head (head == cur) nothing is outstanding
+//     and the response is stray; unless a go-back-N retry that the window
+//     stopped before a READ or atomic sent earlier was overtaken by the late
+//     response of the original transmission: it acknowledged the WQEs
+//     before that READ, and completeThrough moved the requester up to it:
+//     started, not resent since, its own response not taken here (the
+//     requester's state says it was not sent). It must go again now, and
+//     the timer wait for it: nothing else would send it, since with
+//     head == cur the timer finds nothing outstanding and every later
+//     response is ignored as stray (TestResponseUpToHeadRunsRequester;
+//     TestFaultsRCExactlyOnce deadlocked so about once in a hundred runs).
+//     The responder answers the repeat from its record of what it
+//     executed.
+func (q *QP) awaitedHead(psn wire.PSN, out *txBatch) *sendWQE {
+	if q.completeThrough(psn.Add(-1)) {
+		q.laterResponse(out)
+		return nil
 	}
+	if q.sq.head == q.sq.cur {
+		if q.sq.head != q.sq.tail && q.sq.at(q.sq.head).started {
+			q.afterProgress(out)
+		}
+		return nil
+	}
+	return q.sq.at(q.sq.head)
 }
 
 // fastForward moves the requester to comp.psn when the responder
@@ -446,16 +460,10 @@ func (q *QP) afterProgress(out *txBatch) {
 }
 
 func (q *QP) onReadResponse(p *wire.Packet, psn wire.PSN, out *txBatch) {
-	// Responses acknowledge every earlier request.
-	if q.completeThrough(psn.Add(-1)) {
-		q.laterResponse(out)
+	w := q.awaitedHead(psn, out)
+	if w == nil {
 		return
 	}
-	if q.sq.head == q.sq.cur {
-		q.resumeAtHead(out)
-		return
-	}
-	w := q.sq.at(q.sq.head)
 	if w.wr.Opcode != WRRDMARead && w.wr.Opcode != WRFlush || psn.Diff(w.firstPSN) < 0 || psn.Diff(w.lastPSN) > 0 {
 		return // not the response we wait for: a duplicate
 	}
@@ -498,15 +506,10 @@ func (q *QP) onReadResponse(p *wire.Packet, psn wire.PSN, out *txBatch) {
 }
 
 func (q *QP) onAtomicAck(p *wire.Packet, psn wire.PSN, out *txBatch) {
-	if q.completeThrough(psn.Add(-1)) {
-		q.laterResponse(out)
+	w := q.awaitedHead(psn, out)
+	if w == nil {
 		return
 	}
-	if q.sq.head == q.sq.cur {
-		q.resumeAtHead(out)
-		return
-	}
-	w := q.sq.at(q.sq.head)
 	if w.wr.Opcode != WRAtomicCmpAndSwp && w.wr.Opcode != WRAtomicFetchAndAdd || psn != w.firstPSN {
 		return
 	}
