@@ -62,4 +62,15 @@ func TestSocketFullCounted(t *testing.T) {
 	if got >= 16*batches {
 		t.Errorf("received all %d packets: the socket never overflowed, the test proves nothing", got)
 	}
+	// The drops were counted although most full reads did not ask the
+	// kernel: one in dropsEvery did, and the read that found the backlog
+	// gone.
+	full, samples := b.rx.fullReads, b.rx.nDropSamples
+	t.Logf("%d reads filled every buffer, %d PACKET_STATISTICS samples", full, samples)
+	if full < 2*dropsEvery {
+		t.Fatalf("only %d full reads: the test proves nothing about sampling", full)
+	}
+	if max := full/dropsEvery + 1; samples > max {
+		t.Errorf("%d samples for %d full reads, want at most %d", samples, full, max)
+	}
 }

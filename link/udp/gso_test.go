@@ -63,7 +63,7 @@ func build(headroom int, f *wire.PacketFields, a link.Addr) link.Packet {
 // openOn opens a link in h's namespace on both of h's addresses,
 // privileged (AF_PACKET on h's interface) or not, closed when the test
 // ends.
-func openOn(t *testing.T, h *nettest.Host, priv bool) *Link {
+func openOn(t testing.TB, h *nettest.Host, priv bool) *Link {
 	t.Helper()
 	var l *Link
 	if err := h.Do(func() (err error) {
