@@ -193,7 +193,7 @@ func Load(dir string) (*Bench, error) {
 
 var (
 	progressRe = regexp.MustCompile(`^roce perf:\s+(\d+) s of \d+ s: ([0-9.]+) (Gb|MB)/sec`)
-	qdiscRe    = regexp.MustCompile(`^(\d+\.\d+) (\d+\.\d+) .*Sent (\d+) bytes \d+ pkt \(dropped (\d+),.*backlog ([0-9.]+)(b|Kb|Mb) (\d+)p`)
+	qdiscRe    = regexp.MustCompile(`^(\d+\.\d+) (\d+\.\d+) .*Sent (\d+) bytes \d+ pkt \(dropped (\d+),.*backlog (\d+)b (\d+)p`)
 	ceRe       = regexp.MustCompile(`ip6? ecn set ce counter packets (\d+)`)
 )
 
@@ -275,16 +275,10 @@ func loadRun(dir string, n int) (*Run, error) {
 			q.T = (t0 + t1) / 2
 			q.Bytes, _ = strconv.ParseFloat(m[3], 64)
 			q.Drops, _ = strconv.ParseFloat(m[4], 64)
-			// tc prints the backlog in Kb or Mb (of 1024) when it is
-			// within a few bytes of a round number (sprint_size).
+			// qdiscstat writes the backlog in bytes, always (tc
+			// itself would round it to Kb or Mb).
 			q.BacklogBytes, _ = strconv.ParseFloat(m[5], 64)
-			switch m[6] {
-			case "Kb":
-				q.BacklogBytes *= 1024
-			case "Mb":
-				q.BacklogBytes *= 1 << 20
-			}
-			q.Backlog, _ = strconv.ParseFloat(m[7], 64)
+			q.Backlog, _ = strconv.ParseFloat(m[6], 64)
 			r.Qdisc = append(r.Qdisc, q)
 		}
 	}); err != nil {

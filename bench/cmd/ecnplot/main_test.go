@@ -40,13 +40,9 @@ func writeRun(t *testing.T, dir string, start float64, avgs []float64, probe []f
 	var qs strings.Builder
 	for i, x := range q { // bytes, drops, backlog bytes
 		ts := start + float64(i)
-		// As tc's sprint_size prints it: in Kb when a multiple of 1024.
-		backlog := fmt.Sprintf("%.0fb", x[2])
-		if x[2] >= 1024 && math.Mod(x[2], 1024) == 0 {
-			backlog = fmt.Sprintf("%.0fKb", x[2]/1024)
-		}
-		fmt.Fprintf(&qs, "%.3f %.3f qdisc pfifo 10: parent 1:10 limit 200p  Sent %.0f bytes 1 pkt (dropped %.0f, overlimits 0 requeues 0)   backlog %s %.0fp requeues 0 \n",
-			ts-0.01, ts+0.01, x[0], x[1], backlog, math.Ceil(x[2]/4154))
+		// As qdiscstat writes it: tc's format, the backlog in bytes.
+		fmt.Fprintf(&qs, "%.3f %.3f qdisc pfifo 10: parent 1:10 Sent %.0f bytes 1 pkt (dropped %.0f, overlimits 0 requeues 0) backlog %.0fb %.0fp requeues 0\n",
+			ts-0.01, ts+0.01, x[0], x[1], x[2], math.Ceil(x[2]/4154))
 	}
 	w("qdisc.txt", qs.String())
 	w("stat.txt", "t 1\nlink rxea1/1 sent_pkts 5 retrans_pkts 7 rp_cnp_handled 3\nlink rxeap/1 retrans_pkts 100\nt 2\nlink rxea1/1 sent_pkts 9 retrans_pkts 11 rp_cnp_handled 4\nlink rxea2/1 retrans_pkts 2\n")
@@ -67,7 +63,7 @@ func TestMetrics(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "meta.txt"), []byte("rate_mbit: 100\nseconds: 8\ncommit: abc\n"), 0o644)
 	writeRun(t, filepath.Join(dir, "idle"), 1000, nil, []float64{10, 20, 30, 40}, [][3]float64{{0, 0, 0}, {0, 0, 0}})
 	// 12.5 MB/s = 100 Mbit/s for 1 s; drops at 1 s (before the window) and at 4 s (in it).
-	// The backlog in the window (2 s to 6 s): 1, 2, 4.096 (50Kb), 10 and 0 ms at the rate.
+	// The backlog in the window (2 s to 6 s): 1, 2, 4.096, 10 and 0 ms at the rate.
 	backlog := []float64{99e3, 99e3, 12500, 25000, 51200, 125000, 0, 99e3, 99e3}
 	var q [][3]float64
 	drops := 0.0
