@@ -24,7 +24,8 @@ package rsocket
 //   - what Read returns is exactly, in order, what the peer's well-formed
 //     data messages carried (while the peer wrote nothing else into the
 //     ring); whatever the peer did, never more bytes than its data
-//     messages said;
+//     messages said, and nothing once a protocol violation ended the
+//     connection (the data not read is dropped with it);
 //   - what the Conn's Writes sent lands, in order and unchanged, in the
 //     buffers a well-behaved peer advertised (while it advertised no
 //     others);
@@ -314,12 +315,22 @@ func (f *fuzzRun) recvData(n, byteLen int) {
 // Conn posted.
 func (f *fuzzRun) settle() {
 	f.t.Helper()
+	defer func(start time.Time) {
+		if d := time.Since(start); d > time.Second && testing.Verbose() {
+			f.c.mu.Lock()
+			f.t.Logf("settle took %v: %d sends of the peer's left, the Conn sent %d data and %d control messages, the peer received %d and %d; err %v", d, len(f.sends), f.c.sseqNo, f.c.ctrlSeq, f.rcvdMsgs, f.rcvdCtrl, f.c.err)
+			f.c.mu.Unlock()
+		}
+	}(time.Now())
 	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); {
 		f.pump()
 		f.c.mu.Lock()
-		done := f.c.closed || f.c.err != nil || f.c.sseqNo == f.rcvdMsgs && int(f.c.ctrlSeq) == f.rcvdCtrl
+		// A Conn that failed acknowledges nothing more: the peer's sends
+		// would wait for their retries to run out.
+		over := f.c.closed || f.c.err != nil
+		done := f.c.sseqNo == f.rcvdMsgs && int(f.c.ctrlSeq) == f.rcvdCtrl
 		f.c.mu.Unlock()
-		if len(f.sends) == 0 && (done || f.peerDead) {
+		if over || len(f.sends) == 0 && (done || f.peerDead) {
 			return
 		}
 		time.Sleep(200 * time.Microsecond)
@@ -616,10 +627,17 @@ func (f *fuzzRun) read(n int, wait time.Duration) error {
 	buf := make([]byte, n)
 	var k int
 	var err error
+	var discarded bool
 	f.conn(func() {
 		f.c.SetReadDeadline(time.Now().Add(wait))
 		k, err = f.c.Read(buf)
+		f.c.mu.Lock()
+		discarded = f.c.discard
+		f.c.mu.Unlock()
 	})
+	if k > 0 && discarded {
+		f.fatalf("Read returned %d bytes, though the connection had ended for a protocol violation (%v), which drops what was not read", k, f.c.err)
+	}
 	f.got = append(f.got, buf[:k]...)
 	if len(f.got) > f.dataSent {
 		f.fatalf("Read returned %d bytes in all; the peer's data messages said %d", len(f.got), f.dataSent)
@@ -867,6 +885,9 @@ func (f *fuzzRun) run(in *fuzzIn) {
 		}
 		f.pump()
 		f.bounded(actName(a))
+		if testing.Verbose() {
+			f.t.Logf("%s: %d sent, %d read, hostile %v, rx taint %v, tx taint %v, peer dead %v, err %v", actName(a), len(f.expect), len(f.got), f.hostile, f.rxTaint, f.txTaint, f.peerDead, f.connErr)
+		}
 	}
 }
 
