@@ -595,8 +595,9 @@ func (f *fuzzRun) classify(op string, err error) {
 			f.fatalf("%s: %v; the peer did nothing rsocket does not", op, err)
 		}
 	case errors.Is(err, syscall.ECONNRESET):
-		// rsend's ECONNRESET: the peer disconnected.
-		if !f.shut && !f.peerGone && !f.hostile {
+		// rsend's ECONNRESET: the peer disconnected, or this side shut
+		// down both ways (its RS_CTRL_DISCONNECT completed).
+		if !f.shut && !f.peerGone && !f.hostile && !(f.closedW && f.closedR) {
 			f.fatalf("%s: %v; the peer did not disconnect", op, err)
 		}
 	case errors.Is(err, io.EOF):
