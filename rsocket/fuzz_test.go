@@ -80,7 +80,7 @@ const (
 )
 
 const (
-	fuzzMaxActs = 48
+	fuzzMaxActs = 400 // enough to run past the credits (rq_size 384)
 	peerCredits = 128 // the rawPeer's rq size, in its connection data
 	peerHalf    = 4096
 )
@@ -465,7 +465,17 @@ func (f *fuzzRun) place(in *fuzzIn) (uint64, uint32) {
 
 // rawWrite is any RDMA WRITE WITH IMMEDIATE.
 func (f *fuzzRun) rawWrite(in *fuzzIn) {
-	o, v, n := op(in.u8()%8), in.u32(), int(in.u16()%5000)
+	o, v, n := op(in.u8()%8), in.u32(), int(in.u16())
+	switch in.u8() % 4 {
+	case 0:
+		n %= 5000
+	case 1:
+		n = int(f.r.peer.dataBuf.len) + n%8 - 4 // about a half of the Conn's ring
+	case 2:
+		n = min(n|int(in.u8())<<16, len(f.r.sbuf)) // up to 1 MiB: past the ring
+	case 3:
+		n %= 64
+	}
 	va, key := f.place(in)
 	m := mkMsg(o, v)
 	if o == opData && in.u8()%2 == 0 {
@@ -566,6 +576,9 @@ func (f *fuzzRun) finish() {
 		f.bounded("the last reads")
 		f.writeBack()
 		f.bounded("the last write")
+	}
+	if testing.Verbose() {
+		f.t.Logf("at the end: %d bytes sent, %d read; the Conn's error: %v", len(f.expect), len(f.got), f.connErr)
 	}
 	// Both ends close: the peer first (its DREQ), then the Conn, at once.
 	f.r.close()
@@ -909,7 +922,7 @@ func rsocketSeeds() [][]byte {
 	// raw: op, data, length; place sel, offset; for RS_OP_DATA, whether
 	// the length follows the immediate.
 	raw := func(o op, v uint32, n int, sel byte, off int) []byte {
-		b := cat([]byte{actRawWrite, byte(o)}, u32(v), u16(n), []byte{sel}, u16(off))
+		b := cat([]byte{actRawWrite, byte(o)}, u32(v), u16(n), []byte{0, sel}, u16(off))
 		if o == opData {
 			b = append(b, 1) // the immediate as given
 		}
@@ -924,11 +937,13 @@ func rsocketSeeds() [][]byte {
 	for range defRQSize + 1 {
 		credits = append(credits, raw(opData, 1, 1, 0, 0)...)
 	}
-	seeds = append(seeds, credits[:fuzzMaxActs*len(raw(opData, 1, 1, 0, 0))]) // as many as an input does
+	seeds = append(seeds, credits)
 	seeds = append(seeds,
-		cat(raw(opData, 4097, 4097, 0, 0)),                   // overrunning its buffer
-		cat(data(4096), data(4096), raw(opData, 1, 1, 0, 0)), // beyond the ring
-		cat(raw(opData, 10, 20, 0, 0)),                       // immediate and length disagree
+		// Overrunning its buffer: a half and a byte.
+		cat([]byte{actRawWrite, byte(opData)}, u32(0), u16(5), []byte{1, 0}, u16(0), []byte{0}),
+		// Beyond the ring: both halves filled, then a byte.
+		cat(bytes.Repeat(data(9000), 16), raw(opData, 1, 1, 0, 0)),
+		cat(raw(opData, 10, 20, 0, 0)), // immediate and length disagree
 		cat(raw(opRsvd, 0, 0, 0, 0)),
 		cat(raw(opWrite, 4, 4, 0, 0)),
 		cat(raw(opIOMapSGL, 0, 32, 0, 0)),
