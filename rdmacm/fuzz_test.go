@@ -27,9 +27,10 @@ package rdmacm
 //   - once every CM timeout has passed and the consumer has let go of its
 //     IDs, each CM's tables (IDs, comm IDs, remote keys, SIDR requests)
 //     and timers are back to what they were before the attack;
-//   - the established connection, if no MAD named it (its comm IDs, or
-//     the peer's address in a REQ), still carries data, and neither end
-//     got an event;
+//   - the established connection, if no MAD named it (both its comm IDs,
+//     as Local and Remote Communication ID one way or the other, or the
+//     peer's address, CA GUID and QPN in a REQ), still carries data, and
+//     neither end got an event: one comm ID is not enough to end it;
 //   - the listener still accepts a well-behaved connection, which
 //     carries data.
 
@@ -262,10 +263,23 @@ func (r *cmfRun) cid(in *cmfIn) uint32 {
 			r.b.cm.mu.Unlock()
 		}
 	}
-	if c != 0 && (c == calcid || c == cblcid) {
+	return c
+}
+
+// pair notes whether a MAD's Local and Remote Communication IDs are the
+// established connection's, one way or the other: the CM takes a message
+// for a connection only if both are (cm.c's cm_acquire_id checks the
+// remote ID with the local one).
+func (r *cmfRun) pair(local, remote uint32) {
+	r.a.cm.mu.Lock()
+	a := r.ca.lcid
+	r.a.cm.mu.Unlock()
+	r.b.cm.mu.Lock()
+	b := r.cb.lcid
+	r.b.cm.mu.Unlock()
+	if local == a && remote == b || local == b && remote == a {
 		r.named = true
 	}
-	return c
 }
 
 // tid picks a transaction ID.
@@ -356,31 +370,37 @@ func (r *cmfRun) step(in *cmfIn) (read bool) {
 	case cmfMRA:
 		f := mad.MRAFields{LocalCommID: r.cid(in)}
 		f.RemoteCommID = r.cid(in)
+		r.pair(f.LocalCommID, f.RemoteCommID)
 		f.MessageMRAed, f.ServiceTimeout = mad.MsgType(in.u8()%4), in.u8()%32
 		m = buildMAD(mad.AttrMRA, r.tid(in), f)
 	case cmfREJ:
 		f := mad.REJFields{LocalCommID: r.cid(in)}
 		f.RemoteCommID = r.cid(in)
+		r.pair(f.LocalCommID, f.RemoteCommID)
 		f.MessageRejected, f.RejectInfoLength, f.Reason = mad.MsgType(in.u8()%4), in.u8()%128, mad.RejectReason(in.u8()%40)
 		m = buildMAD(mad.AttrREJ, r.tid(in), f)
 	case cmfREP:
 		f := mad.REPFields{LocalCommID: r.cid(in)}
 		f.RemoteCommID = r.cid(in)
+		r.pair(f.LocalCommID, f.RemoteCommID)
 		f.LocalQPN, f.StartingPSN = uint32(in.u16())|0x100, in.u32()&0xFFFFFF
 		f.ResponderResources, f.InitiatorDepth, f.RNRRetryCount, f.LocalCAGUID = in.u8(), in.u8(), 7, uint64(in.u32())
 		m = buildMAD(mad.AttrREP, r.tid(in), f)
 	case cmfRTU:
 		f := mad.RTUFields{LocalCommID: r.cid(in)}
 		f.RemoteCommID = r.cid(in)
+		r.pair(f.LocalCommID, f.RemoteCommID)
 		m = buildMAD(mad.AttrRTU, r.tid(in), f)
 	case cmfDREQ:
 		f := mad.DREQFields{LocalCommID: r.cid(in)}
 		f.RemoteCommID = r.cid(in)
+		r.pair(f.LocalCommID, f.RemoteCommID)
 		f.RemoteQPN = uint32(in.u16())
 		m = buildMAD(mad.AttrDREQ, r.tid(in), f)
 	case cmfDREP:
 		f := mad.DREPFields{LocalCommID: r.cid(in)}
 		f.RemoteCommID = r.cid(in)
+		r.pair(f.LocalCommID, f.RemoteCommID)
 		m = buildMAD(mad.AttrDREP, r.tid(in), f)
 	case cmfLAP, cmfAPR:
 		attr := mad.AttrLAP
@@ -596,6 +616,9 @@ func cmSeeds() [][]byte {
 	w.u8(cmfREJ).spoof(4, false).cid(1, 0).cid(2, 0).u8(0, 0, 1, 2).u8(0)
 	w.u8(cmfREJ).spoof(4, false).cid(1, 0).cid(2, 0).u8(1, 0, 1, 2).u8(0)
 	seeds = append(seeds, w.b)
+	// A REJ of its REP to the passive end with its comm ID, but not the
+	// peer's.
+	seeds = append(seeds, new(cmfSeed).u8(0, cmfREJ).spoof(4, false).cid(0, 0).cid(2, 0).u8(1, 0, 1, 2).u8(0).b)
 	// A REQ from the connection's peer's CA and QP: a stale connection.
 	w = new(cmfSeed).u8(0)
 	w.u8(cmfREQ).u8(1).u8(0).u32(0x4242).u8(0).u16(0x200).u8(1, 1, 20, 0).u32(1).u8(20, 3, 15, 3, 0).u8(0)
