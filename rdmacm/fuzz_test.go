@@ -86,19 +86,18 @@ func (in *cmfIn) u32() uint32 { return uint32(in.u16()) | uint32(in.u16())<<16 }
 
 // cmfRun is one input's run.
 type cmfRun struct {
-	t        *testing.T
-	a, b     *side
-	at       *attacker
-	l, lu    *ID // b's listeners: RC and UDP
-	ca, cb   *ID // the established connection: a's end, b's
-	policy   uint8
-	nreq     int
-	reqCIDs  []uint32     // comm IDs of the attacker's REQs
-	held     map[*ID]bool // IDs b's consumer holds (CONNECT_REQUESTs accepted or left)
-	named    bool         // a MAD named the established connection
-	base     [2]cmCounts
-	events   int
-	lastKind string
+	t       *testing.T
+	a, b    *side
+	at      *attacker
+	l, lu   *ID // b's listeners: RC and UDP
+	ca, cb  *ID // the established connection: a's end, b's
+	policy  uint8
+	nreq    int
+	reqCIDs []uint32     // comm IDs of the attacker's REQs
+	held    map[*ID]bool // IDs b's consumer holds (CONNECT_REQUESTs accepted or left)
+	named   bool         // a MAD named the established connection
+	base    [2]cmCounts
+	events  int
 }
 
 // cmCounts is what a CM holds.

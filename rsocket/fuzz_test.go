@@ -141,20 +141,19 @@ type fuzzRun struct {
 	rcvdBytes int
 
 	// What was sent and read.
-	expect    []byte // the well-formed data messages' bytes, in order
-	got       []byte // what the Conn's Reads returned
-	dataSent  int    // bytes every data message said, well-formed or not
-	connSent  []byte // what the Conn's Writes posted
-	writing   int    // the length of the Write under way
-	pattern   byte
-	rxTaint   bool // the peer wrote into the ring other than as a sender would
-	txTaint   bool // the peer advertised buffers a receiver would not
-	hostile   bool // the peer did something rsocket does not
-	closedW   bool // the Conn's user: CloseWrite
-	closedR   bool // CloseRead
-	closed    bool // Close
-	connErr   error
-	lastFinal string
+	expect   []byte // the well-formed data messages' bytes, in order
+	got      []byte // what the Conn's Reads returned
+	dataSent int    // bytes every data message said, well-formed or not
+	connSent []byte // what the Conn's Writes posted
+	writing  int    // the length of the Write under way
+	pattern  byte
+	rxTaint  bool // the peer wrote into the ring other than as a sender would
+	txTaint  bool // the peer advertised buffers a receiver would not
+	hostile  bool // the peer did something rsocket does not
+	closedW  bool // the Conn's user: CloseWrite
+	closedR  bool // CloseRead
+	closed   bool // Close
+	connErr  error
 }
 
 func (f *fuzzRun) fatalf(format string, args ...any) {
