@@ -321,9 +321,16 @@ func (f *fuzzRun) settle() {
 			f.c.mu.Unlock()
 		}
 	}(time.Now())
-	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); {
+	start := time.Now()
+	for end := start.Add(3 * time.Second); time.Now().Before(end); {
 		f.pump()
 		f.c.mu.Lock()
+		if len(f.sends) > 0 && time.Since(start) > 50*time.Millisecond {
+			// The peer's sends wait: more messages than the Conn has
+			// receives posted (RNR NAKs, retried for ever), which it
+			// reposts only when it polls, as a pending Read would.
+			f.c.progress()
+		}
 		// A Conn that failed acknowledges nothing more: the peer's sends
 		// would wait for their retries to run out.
 		over := f.c.closed || f.c.err != nil
