@@ -670,8 +670,9 @@ func TestListenerDestroyRejectsUnread(t *testing.T) {
 // it is taken (REJECTED), as cm.c's cm_acquire_rejected_id does: a REJ of
 // a REQ matches only an ID that has not learned the peer's comm ID, any
 // other only the ID whose peer has the REJ's Local Communication ID.
-// FuzzCMSequence found it: one random 32-bit guess, not two, ended a
-// connection.
+// Found while making FuzzCMSequence's notion of a MAD that names the
+// connection exact (both comm IDs): its seed of such a REJ fails without
+// the fix. One 32-bit guess, not two, ended a connection.
 func TestREJNeedsBothCommIDs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a, b := newSides(t, "", Options{}, Options{})

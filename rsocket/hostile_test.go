@@ -427,7 +427,8 @@ func sprintf(f string, args ...any) string { return fmt.Sprintf(f, args...) }
 // TestHostileDataAfterViolation: data messages that arrive after the one
 // that broke the protocol are dropped with the data before it; Read
 // returns the *ProtocolError, not their bytes (which it took from where
-// the dropped messages had been). FuzzRsocketPeer found it.
+// the dropped messages had been). Found replaying an input of
+// FuzzRsocketPeer (kept in testdata), which now checks for it.
 func TestHostileDataAfterViolation(t *testing.T) {
 	a, b := newSides(t, netFabric4)
 	l := b.listen(t, 7471, Options{})
