@@ -190,6 +190,18 @@ func (cm *CM) handleREJ(rej mad.REJ) {
 	if id == nil {
 		return
 	}
+	// The REJ's Local Communication ID (IBTA Vol 1 §12.6.7) must be the
+	// peer's, as cm.c's cm_acquire_rejected_id checks with cm_acquire_id:
+	// a REJ of a REQ is for an ID that has not learned the peer's comm ID
+	// (remote ID 0), any other for the ID whose peer has that comm ID.
+	// Without it one 32-bit guess, not two, would end a connection.
+	if rej.MessageRejected() == mad.MsgREQ {
+		if id.rcid != 0 {
+			return
+		}
+	} else if id.rcid != rej.LocalCommID() {
+		return
+	}
 	switch id.state {
 	case stReqSent, stRepSent, stRepRcvd:
 	case stEstablished:

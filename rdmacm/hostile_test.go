@@ -663,3 +663,53 @@ func TestListenerDestroyRejectsUnread(t *testing.T) {
 		}
 	})
 }
+
+// TestREJNeedsBothCommIDs: a REJ that names an established connection by
+// the comm ID of the side it is sent to, but not the peer's, is not the
+// peer's: the connection carries on, no event. With both comm IDs right
+// it is taken (REJECTED), as cm.c's cm_acquire_rejected_id does: a REJ of
+// a REQ matches only an ID that has not learned the peer's comm ID, any
+// other only the ID whose peer has the REJ's Local Communication ID.
+// Found while making FuzzCMSequence's notion of a MAD that names the
+// connection exact (both comm IDs): its seed of such a REJ fails without
+// the fix. One 32-bit guess, not two, ended a connection.
+func TestREJNeedsBothCommIDs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := newSides(t, "", Options{}, Options{})
+		ca, cb := connect(t, a, b, nil, nil)
+		at := newAttacker(t, b)
+		a.cm.mu.Lock()
+		alcid := ca.lcid
+		a.cm.mu.Unlock()
+		b.cm.mu.Lock()
+		blcid := cb.lcid
+		b.cm.mu.Unlock()
+		for _, rejected := range []mad.MsgType{mad.MsgREP, mad.MsgOther, mad.MsgREQ} {
+			f := mad.REJFields{LocalCommID: alcid + 1, RemoteCommID: blcid, MessageRejected: rejected, Reason: mad.RejectNoQP}
+			at.send(a.ip, b.ip, 0, buildMAD(mad.AttrREJ, 7, f))
+			synctest.Wait()
+			if ev := queuedEvents(t, b); len(ev) != 0 {
+				t.Fatalf("a REJ (%v rejected) with the passive side's comm ID and a wrong one of the peer's: %v", rejected, ev)
+			}
+		}
+		// A REJ of a REQ, for a connection that knows its peer's comm ID,
+		// even with both right.
+		f := mad.REJFields{LocalCommID: alcid, RemoteCommID: blcid, MessageRejected: mad.MsgREQ, Reason: mad.RejectNoQP}
+		at.send(a.ip, b.ip, 0, buildMAD(mad.AttrREJ, 7, f))
+		synctest.Wait()
+		if ev := queuedEvents(t, b); len(ev) != 0 {
+			t.Fatalf("a REJ of a REQ for an established connection: %v", ev)
+		}
+		send(t, a, b, ca.QP(), cb.QP(), []byte("still connected"))
+
+		// Both comm IDs, a REJ of the REP: the peer's.
+		f = mad.REJFields{LocalCommID: alcid, RemoteCommID: blcid, MessageRejected: mad.MsgREP, Reason: mad.RejectNoQP}
+		at.send(a.ip, b.ip, 0, buildMAD(mad.AttrREJ, 7, f))
+		synctest.Wait()
+		if ev := queuedEvents(t, b); len(ev) != 1 || ev[0].Type != EventRejected || ev[0].ID != cb {
+			t.Fatalf("a REJ of the REP with both comm IDs: %v, want REJECTED for the connection", ev)
+		}
+		ca.Destroy()
+		cb.Destroy()
+	})
+}

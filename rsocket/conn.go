@@ -830,6 +830,13 @@ func (c *Conn) completeRecv(wc *verbs.WC) {
 		return
 	}
 	c.toRepost++
+	if c.discard {
+		// A protocol violation ended the connection and dropped the data
+		// not read: what completed after it (already in the CQ when the
+		// QP went to the error state) is dropped too, or Read would
+		// return its length of bytes from where the dropped messages lay.
+		return
+	}
 	if wc.Opcode != verbs.WCRecvRDMAWithImm || wc.Flags&verbs.WCWithImm == 0 {
 		c.violation("a message received as %v (%d bytes, a SEND): rsocket sends only RDMA WRITE WITH IMMEDIATE (RS_OPT_MSG_SEND, iWARP's SENDs, is not supported)", wc.Opcode, wc.ByteLen)
 		return

@@ -423,3 +423,27 @@ func listenRaw(t *testing.T, a *side, port uint16) (*rdmacm.ID, *rdmacm.EventCha
 }
 
 func sprintf(f string, args ...any) string { return fmt.Sprintf(f, args...) }
+
+// TestHostileDataAfterViolation: data messages that arrive after the one
+// that broke the protocol are dropped with the data before it; Read
+// returns the *ProtocolError, not their bytes (which it took from where
+// the dropped messages had been). Found replaying an input of
+// FuzzRsocketPeer (kept in testdata), which now checks for it.
+func TestHostileDataAfterViolation(t *testing.T) {
+	a, b := newSides(t, netFabric4)
+	l := b.listen(t, 7471, Options{})
+	r, c := rawDial(t, a, l, nil)
+	r.write(mkMsg(opData, 4), []byte("AAAA"), r.peer.dataBuf.addr, r.peer.dataBuf.key)
+	r.write(mkMsg(opRsvd, 0), nil, 0, 0)
+	r.write(mkMsg(opData, 4), []byte("BBBB"), r.peer.dataBuf.addr+4, r.peer.dataBuf.key)
+	if wc := r.lastSend(); wc.Status != verbs.WCSuccess {
+		t.Fatalf("the last data message: %v", &wc) // all three arrived before the Conn reads
+	}
+	c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	n, err := c.Read(make([]byte, 16))
+	var pe *ProtocolError
+	if n != 0 || !errors.As(err, &pe) {
+		t.Fatalf("Read: %d bytes, %v; want none and the *ProtocolError", n, err)
+	}
+	t.Logf("as wanted: %v", err)
+}
