@@ -662,6 +662,12 @@ func (q *QP) kick() {
 	out.unlimited = true // the application's goroutine
 	q.reqRun(out)
 	out.flush()
+	for q.reqBatch == out && q.reqDeferred {
+		// The run stopped at a full batch (reqRun): go on.
+		q.reqBatch, q.reqDeferred = nil, false
+		q.reqRun(out)
+		out.flush()
+	}
 	if q.reqBatch == out {
 		q.reqBatch = nil
 	}

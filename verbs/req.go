@@ -329,6 +329,14 @@ func (q *QP) reqRun(out *txBatch) {
 			q.dev.sched.push(q)
 			break
 		}
+		if out.full() {
+			// out's batch is full: the run goes on once it is sent,
+			// which release does with no lock held (reqDeferred), so
+			// that a long run never waits for the link holding q.mu.
+			out.own(q)
+			q.reqDeferred = true
+			break
+		}
 		done, ok := q.sendPacket(w, out)
 		if !ok {
 			return // the QP went to ERR or SQE
