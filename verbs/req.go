@@ -286,6 +286,8 @@ func (q *QP) reqRun(out *txBatch) {
 	}
 	rc := q.typ == RC
 	sent := false
+	last := -1    // out.pkts index of the last packet this run built
+	cont := false // the run stopped at a full batch, and release goes on with it
 	for q.sq.cur < q.sq.tail {
 		w := q.sq.at(q.sq.cur)
 		if q.req.off == 0 && !w.started {
@@ -335,13 +337,14 @@ func (q *QP) reqRun(out *txBatch) {
 			// that a long run never waits for the link holding q.mu.
 			out.own(q)
 			q.reqDeferred = true
+			cont = true
 			break
 		}
 		done, ok := q.sendPacket(w, out)
 		if !ok {
 			return // the QP went to ERR or SQE
 		}
-		sent = true
+		sent, last = true, len(out.pkts)-1
 		out.own(q)
 		if !done {
 			continue
@@ -353,6 +356,9 @@ func (q *QP) reqRun(out *txBatch) {
 			q.completeSend(w, WCSuccess, "")
 			q.sq.head = q.sq.cur
 		}
+	}
+	if rc && last >= 0 && q.req.off != 0 && !cont {
+		q.ackStopped(&out.pkts[last])
 	}
 	if sent && rc {
 		q.armRetrans()
@@ -515,6 +521,26 @@ func (q *QP) requestFields(w *sendWQE) (f wire.PacketFields, paylen uint64, last
 		x.IETH = wr.InvalidateRKey
 	}
 	return f, paylen, last
+}
+
+// ackStopped sets AckReq on pk, the last packet of a requester run that
+// stopped part-way through a message (the window, the pacer, the batch's
+// budget: what is left waits for an ACK, the pacer's timer or the next
+// turn in the scheduler). Without it the packets that did leave are
+// acknowledged only once later ones carrying AckReq arrive, and those may
+// wait behind every other QP's turn: with 64 QPs the retransmit timer
+// (67 ms) fired first and resent them (issue 15, BENCHMARKS.md). IBTA Vol
+// 1 §9.2.4 (BTH AckReq) lets the requester ask for an acknowledgement on
+// any request packet; rxe sets it on the last packet of a message and
+// every RXE_MAX_PKT_PER_ACK packets (rxe_req.c init_req_packet), here on
+// the last that left as well. pk is not sent yet (the link computes the
+// ICRC when it sends), so its BTH may change.
+func (q *QP) ackStopped(pk *link.Packet) {
+	bth := wire.BTH(pk.Transport())
+	if !bth.AckReq() {
+		bth.SetAckReq(true)
+		q.req.noack = 0
+	}
 }
 
 // ackReq reports whether an RC packet asks for an acknowledgement: at the
