@@ -671,6 +671,10 @@ func (q *QP) kick() {
 	if q.reqBatch == out {
 		q.reqBatch = nil
 	}
+	if q.req.armOnSend {
+		q.req.armOnSend = false
+		q.armRetrans() // what reqRun built is sent (release's step)
+	}
 	if q.respBatch == out {
 		q.respBatch = nil
 	}

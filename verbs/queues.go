@@ -258,6 +258,11 @@ func (b *txBatch) release() {
 			}
 			if q.reqBatch == b {
 				q.reqBatch = nil
+				if q.req.armOnSend {
+					// q's packets in b are out (the flush above).
+					q.req.armOnSend = false
+					q.armRetrans()
+				}
 				if q.reqDeferred {
 					q.reqDeferred = false
 					q.reqRun(b)

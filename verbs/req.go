@@ -89,6 +89,9 @@ type reqState struct {
 	// more: the requester stopped at its batch's budget with packets left
 	// to send; the device's scheduler gives it its next turn (sched.go).
 	more bool
+	// armOnSend: packets the requester built wait in its batch (reqBatch);
+	// the batch arms the local ACK timer once they are sent (release).
+	armOnSend bool
 }
 
 func (o WROpcode) validFor(t QPType) bool {
@@ -361,7 +364,11 @@ func (q *QP) reqRun(out *txBatch) {
 		q.ackStopped(&out.pkts[last])
 	}
 	if sent && rc {
-		q.armRetrans()
+		// The local ACK timer times the wait for a response to a packet
+		// sent (IBTA §9.7.6.1.3), so it starts when the batch has left
+		// (release), not now: the batch may wait for the link behind
+		// every other QP's (with 64 QPs, longer than the 67 ms timeout).
+		q.req.armOnSend = true
 	}
 	if q.state == QPSSQD {
 		q.checkDrained()
