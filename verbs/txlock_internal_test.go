@@ -27,6 +27,9 @@ type lockCheckLink struct {
 	d                atomic.Pointer[Device]
 	q                atomic.Pointer[QP]
 	underQP, underRx atomic.Int64
+	// armedAtSend counts the Sends that found the QP's local ACK timer
+	// armed already.
+	armedAtSend atomic.Int64
 
 	qmu   sync.Mutex
 	queue []link.Packet // guarded by qmu
@@ -35,6 +38,9 @@ type lockCheckLink struct {
 func (l *lockCheckLink) Send(pkts []link.Packet) (int, error) {
 	if q := l.q.Load(); q != nil {
 		if q.mu.TryLock() {
+			if q.comp.timerArmed {
+				l.armedAtSend.Add(1)
+			}
 			q.mu.Unlock()
 		} else {
 			l.underQP.Add(1)
@@ -88,8 +94,8 @@ const txlockSQPSN = 0x800
 
 // newLockEnv opens a device on a lockCheckLink, without its scheduler's
 // goroutine, with one RC QP in RTS (path MTU 4096, sq_psn txlockSQPSN,
-// no local ACK timeout) and a 1 MiB region.
-func newLockEnv(t *testing.T) (*lockCheckLink, *Device, *QP, *MR) {
+// local ACK timeout timeout) and a 1 MiB region.
+func newLockEnv(t *testing.T, timeout uint8) (*lockCheckLink, *Device, *QP, *MR) {
 	t.Helper()
 	lk := &lockCheckLink{fuzzLink: &fuzzLink{closed: make(chan struct{})}}
 	d, err := openDevice(DeviceConfig{Name: "txlock0", Link: lk, GIDs: []GIDEntry{{GID: netip.MustParseAddr("::ffff:192.0.2.1"), Type: GIDTypeRoCEv2}},
@@ -119,9 +125,10 @@ func newLockEnv(t *testing.T) (*lockCheckLink, *Device, *QP, *MR) {
 		AttrState|AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN|AttrMaxDestRdAtomic|AttrMinRNRTimer); err != nil {
 		t.Fatal(err)
 	}
-	// Timeout 0: no local ACK timeout (IBTA §11.2.4.2), so no timer's
-	// goroutine takes the QP's lock while the test's sends.
-	if err := q.Modify(&QPAttr{State: QPSRTS, SQPSN: txlockSQPSN, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
+	// Timeout 0: no local ACK timeout, so no timer's goroutine takes the
+	// QP's lock while the test's sends; the tests that arm it take 4.3 s
+	// (20), far more than they run.
+	if err := q.Modify(&QPAttr{State: QPSRTS, SQPSN: txlockSQPSN, Timeout: timeout, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
 		AttrState|AttrSQPSN|AttrTimeout|AttrRetryCnt|AttrRNRRetry|AttrMaxQPRdAtomic); err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +161,7 @@ func checkPSNs(t *testing.T, psns []wire.PSN, n int) {
 // batch goes to the link while the QP's lock is held (it used to be,
 // from txBatch.next, for every batch but the last).
 func TestPostSendSendsWithoutQPLock(t *testing.T) {
-	lk, _, q, mr := newLockEnv(t)
+	lk, _, q, mr := newLockEnv(t, 0)
 	if err := q.PostSend(writeWR(mr, 64*4096)); err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +176,7 @@ func TestPostSendSendsWithoutQPLock(t *testing.T) {
 // requester run from the receive path; what it builds is sent after rxMu
 // and the QP's lock are released, in PSN order.
 func TestReceivePathSendsWithoutRxMu(t *testing.T) {
-	lk, d, q, mr := newLockEnv(t)
+	lk, d, q, mr := newLockEnv(t, 0)
 	q.mu.Lock()
 	q.req.window = minUnackedPSNs // 8 packets in flight
 	q.mu.Unlock()
@@ -200,7 +207,7 @@ func TestReceivePathSendsWithoutRxMu(t *testing.T) {
 // that the responder acknowledges what left before the rest follows; the
 // packets before it carry none (fewer than maxPktPerAck, the window far).
 func TestStoppedRunAsksForACK(t *testing.T) {
-	lk, _, q, mr := newLockEnv(t)
+	lk, _, q, mr := newLockEnv(t, 0)
 	q.mu.Lock()
 	wr := writeWR(mr, 64*4096)
 	if err := q.postOne(&wr); err != nil {
@@ -224,5 +231,28 @@ func TestStoppedRunAsksForACK(t *testing.T) {
 		if want := i == len(ack)-1; a != want {
 			t.Errorf("packet %d of %d (PSN %v): AckReq %v, want %v", i+1, len(ack), psns[i], a, want)
 		}
+	}
+}
+
+// TestACKTimerArmedWhenSent: the local ACK timer starts once the
+// requester's packets have gone to the link, not when they are built: a
+// batch that waits for the link (behind other QPs') must not spend the
+// timeout before its packets leave (IBTA §9.7.6.1.3 times the wait for a
+// response to a packet sent).
+func TestACKTimerArmedWhenSent(t *testing.T) {
+	lk, _, q, mr := newLockEnv(t, 20)
+	if err := q.PostSend(writeWR(mr, 8*4096)); err != nil {
+		t.Fatal(err)
+	}
+	psns, _ := lk.sentPSNs()
+	checkPSNs(t, psns, 8)
+	if n := lk.armedAtSend.Load(); n != 0 {
+		t.Errorf("the timer was armed before the packets were sent (%d Sends)", n)
+	}
+	q.mu.Lock()
+	armed := q.comp.timerArmed
+	q.mu.Unlock()
+	if !armed {
+		t.Error("the timer is not armed after the packets were sent")
 	}
 }
