@@ -261,7 +261,9 @@ func (b *txBatch) release() {
 				if q.req.armOnSend {
 					// q's packets in b are out (the flush above).
 					q.req.armOnSend = false
-					q.armRetrans()
+					if !q.destroyed {
+						q.armRetrans()
+					}
 				}
 				if q.reqDeferred {
 					q.reqDeferred = false
