@@ -8,8 +8,9 @@
 #   bench/perfq.sh ROUNDS BIN_A BIN_B ...
 #
 # Per run it prints the client's MB/s (perf's BW average), the client
-# device's retrans_pkts and completer_retry_err (`roce stat`, sampled while
-# the client runs: the device lives in the perf process) and the 1-minute
+# device's retrans_pkts and completer_retry_err, the server's
+# rx_drop_socket_full and duplicate_request (`roce stat`, sampled while the
+# client runs: each device lives in its perf process) and the 1-minute
 # load average. The namespaces are always deleted.
 set -u
 R=$1; shift; BINS=("$@")
@@ -37,16 +38,21 @@ for r in $(seq "$R"); do
 			timeout 40 ip netns exec $B env GOROCE_RUNDIR=$D/b $BIN --rundir $D/b perf write -d pqrxe1 -p $port -s 4096 -q $q -D 3 10.78.0.1 >$D/c.out 2>$D/c.err &
 			cp=$!
 			: >$D/stat
+			: >$D/sstat
 			while kill -0 $cp 2>/dev/null; do
 				ip netns exec $B $BIN --rundir $D/b stat show pqrxe1 2>/dev/null >$D/stat.new &&
 					grep -q "sent_pkts [1-9]" $D/stat.new && cp $D/stat.new $D/stat
+				ip netns exec $A $BIN --rundir $D/a stat show pqrxe0 2>/dev/null >$D/sstat.new &&
+					grep -q "rcvd_pkts [1-9]" $D/sstat.new && cp $D/sstat.new $D/sstat
 				sleep 0.2
 			done
 			wait $cp; crc=$?; wait $sp
 			bw=$(grep -E '^ *4096' $D/c.out | tail -1 | awk '{print $4}')
 			rt=$(grep -o 'retrans_pkts [0-9]*' $D/stat | awk '{print $2}')
 			cr=$(grep -o 'completer_retry_err [0-9]*' $D/stat | awk '{print $2}')
-			echo "round $r $(basename $BIN) q=$q MBps=${bw:-?} retrans_pkts=${rt:-?} completer_retry_err=${cr:-?} rc=$crc load=$(cut -d' ' -f1 /proc/loadavg)"
+			sf=$(grep -o 'rx_drop_socket_full [0-9]*' $D/sstat | awk '{print $2}')
+			dr=$(grep -o 'duplicate_request [0-9]*' $D/sstat | awk '{print $2}')
+			echo "round $r $(basename $BIN) q=$q MBps=${bw:-?} retrans_pkts=${rt:-?} completer_retry_err=${cr:-?} rc=$crc load=$(cut -d' ' -f1 /proc/loadavg) server_rx_drop_socket_full=${sf:-?} server_duplicate_request=${dr:-?}"
 			[ "$crc" != 0 ] && { tail -3 $D/c.err; tail -3 $D/s.err; }
 		done
 	done
