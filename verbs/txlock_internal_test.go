@@ -172,28 +172,31 @@ func TestPostSendSendsWithoutQPLock(t *testing.T) {
 	}
 }
 
-// TestReceivePathSendsWithoutRxMu: an ACK that opens the window lets the
-// requester run from the receive path; what it builds is sent after rxMu
-// and the QP's lock are released, in PSN order.
+// TestReceivePathSendsWithoutRxMu: a READ response that completes a READ
+// lets the requester run from the receive path (the next READ waited for
+// max_rd_atomic); what it builds is sent after rxMu and the QP's lock are
+// released, in PSN order.
 func TestReceivePathSendsWithoutRxMu(t *testing.T) {
 	lk, d, q, mr := newLockEnv(t, 0)
-	q.mu.Lock()
-	q.req.window = minUnackedPSNs // 8 packets in flight
-	q.mu.Unlock()
-	if err := q.PostSend(writeWR(mr, 16*4096)); err != nil {
-		t.Fatal(err)
+	const reads = 6 // MaxRdAtomic is 4: two wait
+	for i := range reads {
+		wr := SendWR{WRID: uint64(i), Opcode: WRRDMARead, Flags: SendSignaled, SGList: []SGE{{Addr: mr.Addr() + uint64(64*i), Length: 64, LKey: mr.LKey()}},
+			RemoteAddr: 0x10000, RKey: 0x1234}
+		if err := q.PostSend(wr); err != nil {
+			t.Fatal(err)
+		}
 	}
 	psns, _ := lk.sentPSNs()
-	checkPSNs(t, psns, minUnackedPSNs)
-	f := wire.PacketFields{BTH: wire.BTHFields{Opcode: wire.OpcodeRCAcknowledge, PKey: wire.DefaultPKey, DestQP: q.num,
-		PSN: wire.PSN(txlockSQPSN).Add(minUnackedPSNs - 1)}}
-	f.Ext.AETH = wire.AETHFields{Syndrome: wire.SyndromeACK, MSN: 0}
+	checkPSNs(t, psns, 4)
+	f := wire.PacketFields{BTH: wire.BTHFields{Opcode: wire.TransportRC | wire.OpReadResponseOnly, PKey: wire.DefaultPKey, DestQP: q.num,
+		PSN: txlockSQPSN}, Payload: make([]byte, 64)}
+	f.Ext.AETH = wire.AETHFields{Syndrome: wire.SyndromeACK, MSN: 1}
 	lk.push(&f)
 	if !d.tryReceive() {
 		t.Fatal("tryReceive took no packet")
 	}
 	psns, _ = lk.sentPSNs()
-	checkPSNs(t, psns, 16)
+	checkPSNs(t, psns, 5)
 	if n := lk.underRx.Load(); n != 0 {
 		t.Errorf("%d of the link's Sends ran with rxMu held", n)
 	}
