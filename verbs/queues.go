@@ -193,7 +193,7 @@ type txBatch struct {
 	unlimited bool
 }
 
-// txFlushBytes: next sends the batch once it holds this many bytes, even
+// txFlushBytes: next ends the batch (a link.Send of its own) once it holds this many bytes, even
 // if the link would take more packets. Each packet is written (gather),
 // then read twice (the link's ICRC, the kernel's copy); a batch small
 // enough to stay in the L2 cache between those passes costs less CPU than
