@@ -193,8 +193,8 @@ type txBatch struct {
 	unlimited bool
 }
 
-// txFlushBytes: next ends the batch (a link.Send of its own) once it holds this many bytes, even
-// if the link would take more packets. Each packet is written (gather),
+// txFlushBytes: next ends the batch (cuts: one link.Send each) once it
+// holds this many bytes, even if the link would take more packets. Each packet is written (gather),
 // then read twice (the link's ICRC, the kernel's copy); a batch small
 // enough to stay in the L2 cache between those passes costs less CPU than
 // the link's full batch of 64 packets (256 KiB at path MTU 4096, next to
