@@ -58,6 +58,12 @@ type Device struct {
 	// packets in the order the link delivered them.
 	rxMu sync.Mutex
 	rx   rxPath // guarded by rxMu
+	// rxSendMu is read-locked, before rxMu is released, by each goroutine
+	// that handled a batch, until it has sent what the batch answered
+	// (handleBatch): the sending happens without rxMu, so that while it
+	// waits for the link another goroutine can take the next packets (the
+	// ACKs), and Close takes it to wait for those sends.
+	rxSendMu sync.RWMutex
 	// poller is the link's link.Poller, or nil: then only the receive
 	// goroutine takes packets, in Recv.
 	poller link.Poller
@@ -146,6 +152,8 @@ func (d *Device) Close() error {
 	// Let the batch being handled send its responses (see receive).
 	d.rxMu.Lock()
 	d.rxMu.Unlock() //nolint:staticcheck // waiting for the critical section is the point
+	d.rxSendMu.Lock()
+	d.rxSendMu.Unlock() //nolint:staticcheck // likewise, for the sends after it (handleBatch)
 	for _, q := range qps {
 		q.Destroy()
 	}
@@ -370,7 +378,6 @@ func (d *Device) lookupQP(qpn uint32) *QP {
 // holds Device.rxMu uses it.
 type rxPath struct {
 	bufs              []link.Packet
-	out               txBatch
 	prevICRC, prevMal uint64 // the link's drop counters, as last mirrored
 }
 
@@ -379,7 +386,6 @@ func (r *rxPath) init(d *Device) {
 	for i := range r.bufs {
 		r.bufs[i].Buf = make([]byte, 0, link.MaxFrameSize)
 	}
-	r.out.dev = d
 }
 
 // receive is the device's receive goroutine: it takes batches from the
@@ -401,8 +407,9 @@ func (d *Device) receive() {
 			k, err = d.poller.RecvLocked(d.rx.bufs, &d.rxMu)
 			d.sched.rxIdle(false)
 			if err == nil {
-				d.handleBatch(k)
+				out := d.handleBatch(k)
 				d.rxMu.Unlock()
+				d.sendHandled(out)
 			}
 		} else {
 			// Recv blocks, so it runs without rxMu; the goroutine is the
@@ -411,8 +418,9 @@ func (d *Device) receive() {
 			d.sched.rxIdle(false)
 			if err == nil {
 				d.rxMu.Lock()
-				d.handleBatch(k)
+				out := d.handleBatch(k)
 				d.rxMu.Unlock()
+				d.sendHandled(out)
 			}
 		}
 		if err != nil {
@@ -459,15 +467,20 @@ func (d *Device) tryReceive() bool {
 	}
 	// An error is the receive goroutine's to report: it gets the same.
 	k, _ := d.poller.TryRecv(d.rx.bufs)
-	if k > 0 {
-		d.handleBatch(k)
+	if k == 0 {
+		d.rxMu.Unlock()
+		return false
 	}
+	out := d.handleBatch(k)
 	d.rxMu.Unlock()
-	return k > 0
+	d.sendHandled(out)
+	return true
 }
 
-// handleBatch handles d.rx.bufs[:k]. Called with rxMu held.
-func (d *Device) handleBatch(k int) {
+// handleBatch handles d.rx.bufs[:k] and returns the batch of what they
+// answered, for sendHandled once rxMu is released. Called with rxMu held;
+// it read-locks rxSendMu.
+func (d *Device) handleBatch(k int) *txBatch {
 	r := &d.rx
 	// Mirror the link's drop counters into the port's.
 	st := d.link.Stats()
@@ -479,21 +492,33 @@ func (d *Device) handleBatch(k int) {
 		d.counters[RcvdBadHeader].Add(v - r.prevMal)
 		r.prevMal = v
 	}
-	// The batch's responses (ACKs, READ responses) go out before rxMu is
-	// released: a program that sees a completion from this batch and
-	// closes the device at once must not lose the ACK its peer waits for
-	// (Close takes rxMu before it closes the link), or the peer, which
-	// has heard from us, retries forever.
+	// The batch's responses (ACKs, READ responses) go out before Close
+	// can close the link: a program that sees a completion from this
+	// batch and closes the device at once must not lose the ACK its peer
+	// waits for, or the peer, which has heard from us, retries forever.
+	// They go out after rxMu is released, though (sendHandled): a send
+	// waits for the link's lock behind every other sender, and while it
+	// waited holding rxMu nobody could take the ACKs that had arrived
+	// meanwhile (issue 15's holes, BENCHMARKS.md). rxSendMu, read-locked
+	// before rxMu is released, is what Close waits for.
 	//
 	// The batch's responses and the requester runs it triggers may send
 	// burstBytes inline; the rest of any bulk work waits for the QPs'
 	// turns in the scheduler, so a READ of 256 MiB does not hold the
 	// receive path (and every other QP) while it is answered.
-	r.out.budget, r.out.unlimited = burstBytes, false
+	out := getTxBatch(d) // burstBytes
 	for i := range r.bufs[:k] {
-		d.dispatch(&r.bufs[i], &r.out)
+		d.dispatch(&r.bufs[i], out)
 	}
-	r.out.release()
+	d.rxSendMu.RLock()
+	return out
+}
+
+// sendHandled sends what handleBatch's batch holds, and gives its QPs
+// back (release). Called with rxMu released.
+func (d *Device) sendHandled(out *txBatch) {
+	putTxBatch(out)
+	d.rxSendMu.RUnlock()
 }
 
 // dispatch checks a packet's transport headers and hands it to its QP.

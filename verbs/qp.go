@@ -662,8 +662,18 @@ func (q *QP) kick() {
 	out.unlimited = true // the application's goroutine
 	q.reqRun(out)
 	out.flush()
+	for q.reqBatch == out && q.reqDeferred {
+		// The run stopped at a full batch (reqRun): go on.
+		q.reqBatch, q.reqDeferred = nil, false
+		q.reqRun(out)
+		out.flush()
+	}
 	if q.reqBatch == out {
 		q.reqBatch = nil
+	}
+	if q.req.armOnSend {
+		q.req.armOnSend = false
+		q.armRetrans() // what reqRun built is sent (release's step)
 	}
 	if q.respBatch == out {
 		q.respBatch = nil

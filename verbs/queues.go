@@ -161,9 +161,20 @@ type txBatch struct {
 	dev  *Device
 	pkts []link.Packet
 	bufs []*[]byte
-	// bytes is the length of pkts[:counted], the packets next has seen
-	// finished.
+	// bytes is the length of pkts[cut:counted], the packets of the batch
+	// being filled that next has seen finished.
 	bytes, counted int
+	// cuts are where the batches that filled end: pkts[:cuts[0]] is one
+	// link.Send, pkts[cuts[0]:cuts[1]] the next, and so on; pkts[cut:] is
+	// the batch being filled. next cuts a full batch instead of sending
+	// it, because its callers hold a QP's lock (q.mu) and the receive path
+	// may hold the device's (rxMu): a Send waits for the link's own lock
+	// behind every other sender, and while it waited with q.mu held the
+	// receive path stalled on that QP and nobody read the ACKs (the 67 ms
+	// holes of issue 15, BENCHMARKS.md). flush, called with no lock held,
+	// sends them in order.
+	cuts []int
+	cut  int
 	// lastACK is the QP whose positive ACK is pkts[lastACKAt-1], while
 	// that is the batch's last packet (QP.ack coalesces into it).
 	lastACK   *QP
@@ -182,8 +193,8 @@ type txBatch struct {
 	unlimited bool
 }
 
-// txFlushBytes: next sends the batch once it holds this many bytes, even
-// if the link would take more packets. Each packet is written (gather),
+// txFlushBytes: next ends the batch (cuts: one link.Send each) once it
+// holds this many bytes, even if the link would take more packets. Each packet is written (gather),
 // then read twice (the link's ICRC, the kernel's copy); a batch small
 // enough to stay in the L2 cache between those passes costs less CPU than
 // the link's full batch of 64 packets (256 KiB at path MTU 4096, next to
@@ -247,6 +258,13 @@ func (b *txBatch) release() {
 			}
 			if q.reqBatch == b {
 				q.reqBatch = nil
+				if q.req.armOnSend {
+					// q's packets in b are out (the flush above).
+					q.req.armOnSend = false
+					if !q.destroyed {
+						q.armRetrans()
+					}
+				}
 				if q.reqDeferred {
 					q.reqDeferred = false
 					q.reqRun(b)
@@ -260,14 +278,22 @@ func (b *txBatch) release() {
 	}
 }
 
-// next returns a fresh packet whose buffer has the link's headroom.
-func (b *txBatch) next() *link.Packet {
+// full reports whether the batch being filled is full: the link's batch
+// size, or txFlushBytes. The next packet starts a new one.
+func (b *txBatch) full() bool {
 	for i := range b.pkts[b.counted:] {
 		b.bytes += b.pkts[b.counted+i].Len
 	}
 	b.counted = len(b.pkts)
-	if len(b.pkts) == b.dev.link.BatchSize() || b.bytes >= txFlushBytes {
-		b.flush()
+	return len(b.pkts)-b.cut >= b.dev.link.BatchSize() || b.bytes >= txFlushBytes
+}
+
+// next returns a fresh packet whose buffer has the link's headroom. It
+// never sends (see cuts): a full batch is cut, and flush sends it.
+func (b *txBatch) next() *link.Packet {
+	if len(b.pkts) > b.cut && b.full() {
+		b.cuts = append(b.cuts, len(b.pkts))
+		b.cut, b.bytes = len(b.pkts), 0
 	}
 	bp := b.dev.txPool.Get().(*[]byte)
 	b.bufs = append(b.bufs, bp)
@@ -293,8 +319,12 @@ func (b *txBatch) flush() {
 	// the counters after that completion must see them. What Send did not
 	// send comes off again.
 	b.dev.counters[SentPkts].Add(uint64(len(b.pkts)))
-	if n, _ := b.dev.link.Send(b.pkts); n < len(b.pkts) {
-		b.dev.counters[SentPkts].Add(^uint64(len(b.pkts) - n - 1))
+	start := 0
+	for _, end := range append(b.cuts, len(b.pkts)) {
+		if n, _ := b.dev.link.Send(b.pkts[start:end]); n < end-start {
+			b.dev.counters[SentPkts].Add(^uint64(end - start - n - 1))
+		}
+		start = end
 	}
 	for i, bp := range b.bufs {
 		b.dev.txPool.Put(bp)
@@ -306,6 +336,7 @@ func (b *txBatch) flush() {
 	b.pkts = b.pkts[:0]
 	b.bufs = b.bufs[:0]
 	b.bytes, b.counted = 0, 0
+	b.cuts, b.cut = b.cuts[:0], 0
 	b.lastACK, b.lastACKAt = nil, 0
 }
 

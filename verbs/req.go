@@ -89,6 +89,9 @@ type reqState struct {
 	// more: the requester stopped at its batch's budget with packets left
 	// to send; the device's scheduler gives it its next turn (sched.go).
 	more bool
+	// armOnSend: packets the requester built wait in its batch (reqBatch);
+	// the batch arms the local ACK timer once they are sent (release).
+	armOnSend bool
 }
 
 func (o WROpcode) validFor(t QPType) bool {
@@ -286,6 +289,8 @@ func (q *QP) reqRun(out *txBatch) {
 	}
 	rc := q.typ == RC
 	sent := false
+	last := -1    // out.pkts index of the last packet this run built
+	cont := false // the run stopped at a full batch, and release goes on with it
 	for q.sq.cur < q.sq.tail {
 		w := q.sq.at(q.sq.cur)
 		if q.req.off == 0 && !w.started {
@@ -329,11 +334,20 @@ func (q *QP) reqRun(out *txBatch) {
 			q.dev.sched.push(q)
 			break
 		}
+		if out.full() {
+			// out's batch is full: the run goes on once it is sent,
+			// which release does with no lock held (reqDeferred), so
+			// that a long run never waits for the link holding q.mu.
+			out.own(q)
+			q.reqDeferred = true
+			cont = true
+			break
+		}
 		done, ok := q.sendPacket(w, out)
 		if !ok {
 			return // the QP went to ERR or SQE
 		}
-		sent = true
+		sent, last = true, len(out.pkts)-1
 		out.own(q)
 		if !done {
 			continue
@@ -346,8 +360,15 @@ func (q *QP) reqRun(out *txBatch) {
 			q.sq.head = q.sq.cur
 		}
 	}
+	if rc && last >= 0 && q.req.off != 0 && !cont {
+		q.ackStopped(&out.pkts[last])
+	}
 	if sent && rc {
-		q.armRetrans()
+		// The local ACK timer times the wait for a response to a packet
+		// sent (IBTA §9.7.6.1.3), so it starts when the batch has left
+		// (release), not now: the batch may wait for the link behind
+		// every other QP's (with 64 QPs, longer than the 67 ms timeout).
+		q.req.armOnSend = true
 	}
 	if q.state == QPSSQD {
 		q.checkDrained()
@@ -507,6 +528,26 @@ func (q *QP) requestFields(w *sendWQE) (f wire.PacketFields, paylen uint64, last
 		x.IETH = wr.InvalidateRKey
 	}
 	return f, paylen, last
+}
+
+// ackStopped sets AckReq on pk, the last packet of a requester run that
+// stopped part-way through a message (the window, the pacer, the batch's
+// budget: what is left waits for an ACK, the pacer's timer or the next
+// turn in the scheduler). Without it the packets that did leave are
+// acknowledged only once later ones carrying AckReq arrive, and those may
+// wait behind every other QP's turn: with 64 QPs the retransmit timer
+// (67 ms) fired first and resent them (issue 15, BENCHMARKS.md). IBTA Vol
+// 1 §9.2.4 (BTH AckReq) lets the requester ask for an acknowledgement on
+// any request packet; rxe sets it on the last packet of a message and
+// every RXE_MAX_PKT_PER_ACK packets (rxe_req.c init_req_packet), here on
+// the last that left as well. pk is not sent yet (the link computes the
+// ICRC when it sends), so its BTH may change.
+func (q *QP) ackStopped(pk *link.Packet) {
+	bth := wire.BTH(pk.Transport())
+	if !bth.AckReq() {
+		bth.SetAckReq(true)
+		q.req.noack = 0
+	}
 }
 
 // ackReq reports whether an RC packet asks for an acknowledgement: at the

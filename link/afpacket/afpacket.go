@@ -80,8 +80,8 @@ type Link struct {
 	closed atomic.Bool
 
 	txMu sync.Mutex
-	ipID uint16    // guarded by txMu
-	tx   txScratch // guarded by txMu
+	ipID uint16  // guarded by txMu
+	mm   txBatch // guarded by txMu
 
 	// vnet says whether the socket has PACKET_VNET_HDR, which changes how
 	// frames are sent as well as received: a send holds vnetMu's read
@@ -243,6 +243,85 @@ type txScratch struct {
 	sa  unix.RawSockaddrLinklayer
 }
 
+// txBatch is what one sendmmsg(2) of a Send's frames needs, kept from call
+// to call: a message header, two iovecs (the virtio-net header, the frame)
+// and a destination per frame.
+type txBatch struct {
+	vh   [vnetLen]byte
+	hdrs []unix.Mmsghdr
+	iovs []unix.Iovec
+	sas  []unix.RawSockaddrLinklayer
+	lens []int // each frame's length, for TxBytes
+	// The current sendmmsg, for write (rawConn.Write's callback).
+	done  int
+	errno unix.Errno
+}
+
+// add queues frame, to go with the next sendmmsg.
+func (b *txBatch) add(ifindex int, frame []byte, vnet bool) {
+	i := len(b.hdrs)
+	b.hdrs = append(b.hdrs, unix.Mmsghdr{})
+	b.iovs = append(b.iovs, unix.Iovec{}, unix.Iovec{})
+	b.sas = append(b.sas, unix.RawSockaddrLinklayer{Family: unix.AF_PACKET, Ifindex: int32(ifindex), Halen: 6})
+	b.lens = append(b.lens, len(frame))
+	copy(b.sas[i].Addr[:], frame[0:6])
+	if vnet {
+		setIov(&b.iovs[2*i], b.vh[:])
+		setIov(&b.iovs[2*i+1], frame)
+	} else {
+		setIov(&b.iovs[2*i], frame)
+	}
+}
+
+// headers points each message header at its iovecs and destination, once
+// the slices no longer grow.
+func (b *txBatch) headers(vnet bool) {
+	for i := range b.hdrs {
+		h := &b.hdrs[i].Hdr
+		*h = unix.Msghdr{Name: (*byte)(unsafe.Pointer(&b.sas[i])), Namelen: unix.SizeofSockaddrLinklayer, Iov: &b.iovs[2*i]}
+		if vnet {
+			h.SetIovlen(2)
+		} else {
+			h.SetIovlen(1)
+		}
+	}
+}
+
+func (b *txBatch) reset() {
+	clear(b.iovs) // no frame kept alive
+	b.hdrs, b.iovs, b.sas, b.lens = b.hdrs[:0], b.iovs[:0], b.sas[:0], b.lens[:0]
+	b.done, b.errno = 0, 0
+}
+
+// write sends b's messages from done on with sendmmsg(2): rawConn.Write's
+// callback, which waits for room in the socket while it returns false. It
+// stops at a message the kernel refuses (errno, done at that message).
+func (b *txBatch) write(fd uintptr) bool {
+	for b.done < len(b.hdrs) {
+		n, e := sendmmsg(fd, b.hdrs[b.done:])
+		switch {
+		case e == unix.EINTR:
+			continue
+		case e == unix.EAGAIN:
+			return false
+		case e != 0:
+			b.errno = e
+			return true
+		}
+		b.done += int(n)
+	}
+	return true
+}
+
+// sendmmsg is a variable so tests can count the calls and make the kernel
+// refuse a frame.
+var sendmmsg = sendmmsgSyscall
+
+func sendmmsgSyscall(fd uintptr, hdrs []unix.Mmsghdr) (int, unix.Errno) {
+	n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&hdrs[0])), uintptr(len(hdrs)), unix.MSG_DONTWAIT, 0, 0)
+	return int(n), e
+}
+
 // sendFrame sends one frame (the resolver's ARP and ND).
 func (l *Link) sendFrame(frame []byte) error { return l.sendWith(new(txScratch), frame) }
 
@@ -286,15 +365,24 @@ func setIov(v *unix.Iovec, b []byte) {
 }
 
 // Send encapsulates each packet in a frame, resolving the next hop, and
-// sends it. Packets whose neighbour is not resolved yet are dropped and
-// counted (the transport retransmits), after a resolution is started.
+// sends the frames with one sendmmsg(2) (more only when the kernel refuses
+// one), not one sendmsg(2) each: the link's lock is held for the batch,
+// and every other sender (with many QPs, the other QPs' batches, the
+// retransmit timers, the ACKs) waits for it, so the shorter it is held the
+// sooner their packets leave (issue 15, BENCHMARKS.md). Packets whose
+// neighbour is not resolved yet are dropped and counted (the transport
+// retransmits), after a resolution is started.
 func (l *Link) Send(pkts []link.Packet) (int, error) {
 	if l.closed.Load() {
 		return 0, net.ErrClosed
 	}
 	l.txMu.Lock()
 	defer l.txMu.Unlock()
-	sent := 0
+	l.vnetMu.RLock()
+	defer l.vnetMu.RUnlock()
+	vnet := l.vnet.Load()
+	b := &l.mm
+	defer b.reset()
 	for i := range pkts {
 		pk := &pkts[i]
 		if pk.Len > l.cfg.MTU || pk.Addr.Version == wire.RoCEv2 && !l.cfg.V2 {
@@ -322,16 +410,33 @@ func (l *Link) Send(pkts []link.Packet) (int, error) {
 			l.stats.TxBadAddress.Add(1)
 			continue
 		}
-		if err := l.sendWith(&l.tx, frame); err != nil {
+		b.add(l.cfg.Ifindex, frame, vnet)
+	}
+	if len(b.hdrs) == 0 {
+		return 0, nil
+	}
+	b.headers(vnet)
+	sent := 0
+	for b.done < len(b.hdrs) {
+		from := b.done
+		if err := l.rc.Write(b.write); err != nil {
+			return sent, net.ErrClosed
+		}
+		for _, n := range b.lens[from:b.done] {
+			l.stats.TxPackets.Add(1)
+			l.stats.TxBytes.Add(uint64(n))
+		}
+		sent += b.done - from
+		if b.errno != 0 {
+			// The kernel refused the frame at done (sendWith's case):
+			// count it, go on with the rest.
 			if l.closed.Load() {
 				return sent, net.ErrClosed
 			}
 			l.stats.TxNoRoute.Add(1)
-			continue
+			b.done++
+			b.errno = 0
 		}
-		l.stats.TxPackets.Add(1)
-		l.stats.TxBytes.Add(uint64(len(frame)))
-		sent++
 	}
 	return sent, nil
 }

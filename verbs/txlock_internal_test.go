@@ -1,0 +1,261 @@
+package verbs
+
+// Where the device sends (issue 15): never on the link while holding a
+// QP's lock or the receive path's (rxMu), and what a requester run that
+// stopped part-way through a message put out asks for an ACK.
+
+import (
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/goroce/goroce/internal/mem"
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/wire"
+)
+
+// lockCheckLink is a link.Poller that delivers what the test queues (to
+// tryReceive) and, on each Send, notes whether the QP's lock or the
+// device's rxMu was held. The tests run on one goroutine (the device's
+// receive goroutine never gets a packet, the scheduler's is not started,
+// the QP's retransmit timer is off), so a lock found held is held by the
+// goroutine that sends.
+type lockCheckLink struct {
+	*fuzzLink
+	d                atomic.Pointer[Device]
+	q                atomic.Pointer[QP]
+	underQP, underRx atomic.Int64
+	// armedAtSend counts the Sends that found the QP's local ACK timer
+	// armed already.
+	armedAtSend atomic.Int64
+
+	qmu   sync.Mutex
+	queue []link.Packet // guarded by qmu
+}
+
+func (l *lockCheckLink) Send(pkts []link.Packet) (int, error) {
+	if q := l.q.Load(); q != nil {
+		if q.mu.TryLock() {
+			if q.comp.timerArmed {
+				l.armedAtSend.Add(1)
+			}
+			q.mu.Unlock()
+		} else {
+			l.underQP.Add(1)
+		}
+	}
+	if d := l.d.Load(); d != nil {
+		if d.rxMu.TryLock() {
+			d.rxMu.Unlock()
+		} else {
+			l.underRx.Add(1)
+		}
+	}
+	return l.fuzzLink.Send(pkts)
+}
+
+func (l *lockCheckLink) TryRecv(pkts []link.Packet) (int, error) {
+	l.qmu.Lock()
+	defer l.qmu.Unlock()
+	n := copy(pkts, l.queue)
+	l.queue = l.queue[n:]
+	return n, nil
+}
+
+func (l *lockCheckLink) RecvLocked([]link.Packet, sync.Locker) (int, error) {
+	<-l.closed
+	return 0, net.ErrClosed
+}
+
+// push queues a packet of fields f from the peer for TryRecv.
+func (l *lockCheckLink) push(f *wire.PacketFields) {
+	b := append(f.AppendTransport(nil), 0, 0, 0, 0)
+	buf := append(make([]byte, link.FrameHeadroom, link.FrameHeadroom+len(b)), b...)
+	l.qmu.Lock()
+	l.queue = append(l.queue, link.Packet{Buf: buf, Off: link.FrameHeadroom, Len: len(b), Addr: link.Addr{Version: wire.RoCEv2,
+		SrcGID: netip.MustParseAddr("::ffff:192.0.2.2"), DstGID: netip.MustParseAddr("::ffff:192.0.2.1"), UDPSrcPort: 4791, HopLimit: 64}})
+	l.qmu.Unlock()
+}
+
+// sentPSNs returns the PSNs and AckReq bits of the packets sent so far.
+func (l *lockCheckLink) sentPSNs() (psns []wire.PSN, ackReq []bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, b := range l.sent {
+		psns = append(psns, wire.BTH(b).PSN())
+		ackReq = append(ackReq, wire.BTH(b).AckReq())
+	}
+	return psns, ackReq
+}
+
+const txlockSQPSN = 0x800
+
+// newLockEnv opens a device on a lockCheckLink, without its scheduler's
+// goroutine, with one RC QP in RTS (path MTU 4096, sq_psn txlockSQPSN,
+// local ACK timeout timeout) and a 1 MiB region.
+func newLockEnv(t *testing.T, timeout uint8) (*lockCheckLink, *Device, *QP, *MR) {
+	t.Helper()
+	lk := &lockCheckLink{fuzzLink: &fuzzLink{closed: make(chan struct{})}}
+	d, err := openDevice(DeviceConfig{Name: "txlock0", Link: lk, GIDs: []GIDEntry{{GID: netip.MustParseAddr("::ffff:192.0.2.1"), Type: GIDTypeRoCEv2}},
+		ActiveMTU: MTU4096}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	if d.poller == nil {
+		t.Fatal("the device does not poll the test's link")
+	}
+	pd, _ := d.AllocPD()
+	mr, err := pd.RegMR(make([]byte, 1<<20), mem.LocalWrite|mem.RemoteRead|mem.RemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, _ := d.CreateCQ(64)
+	q, err := pd.CreateQP(QPInitAttr{Type: RC, SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: 16, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Modify(&QPAttr{State: QPSInit, PortNum: 1, AccessFlags: mem.LocalWrite | mem.RemoteWrite | mem.RemoteRead}, AttrState|AttrPKeyIndex|AttrPort|AttrAccessFlags); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Modify(&QPAttr{State: QPSRTR, PathMTU: MTU4096, DestQPN: 0x90, RQPSN: fuzzPSN, MaxDestRdAtomic: 4, MinRNRTimer: 1,
+		AH: AHAttr{IsGlobal: true, PortNum: 1, GRH: GlobalRoute{DGID: netip.MustParseAddr("::ffff:192.0.2.2"), HopLimit: 64}}},
+		AttrState|AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN|AttrMaxDestRdAtomic|AttrMinRNRTimer); err != nil {
+		t.Fatal(err)
+	}
+	// Timeout 0: no local ACK timeout, so no timer's goroutine takes the
+	// QP's lock while the test's sends; the tests that arm it take 4.3 s
+	// (20), far more than they run.
+	if err := q.Modify(&QPAttr{State: QPSRTS, SQPSN: txlockSQPSN, Timeout: timeout, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
+		AttrState|AttrSQPSN|AttrTimeout|AttrRetryCnt|AttrRNRRetry|AttrMaxQPRdAtomic); err != nil {
+		t.Fatal(err)
+	}
+	lk.d.Store(d)
+	lk.q.Store(q)
+	return lk, d, q, mr
+}
+
+func writeWR(mr *MR, n uint32) SendWR {
+	return SendWR{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: []SGE{{Addr: mr.Addr(), Length: n, LKey: mr.LKey()}},
+		RemoteAddr: 0x10000, RKey: 0x1234}
+}
+
+// checkPSNs fails unless the packets sent carry PSNs txlockSQPSN, +1, ...,
+// n of them: each once, in order.
+func checkPSNs(t *testing.T, psns []wire.PSN, n int) {
+	t.Helper()
+	if len(psns) != n {
+		t.Fatalf("%d packets sent, want %d", len(psns), n)
+	}
+	for i, p := range psns {
+		if want := wire.PSN(txlockSQPSN).Add(i); p != want {
+			t.Fatalf("packet %d has PSN %v, want %v (PSNs %v)", i, p, want, psns)
+		}
+	}
+}
+
+// TestPostSendSendsWithoutQPLock: a WRITE of 64 packets, four transmit
+// batches (txFlushBytes), is sent in PSN order, each packet once, and no
+// batch goes to the link while the QP's lock is held (it used to be,
+// from txBatch.next, for every batch but the last).
+func TestPostSendSendsWithoutQPLock(t *testing.T) {
+	lk, _, q, mr := newLockEnv(t, 0)
+	if err := q.PostSend(writeWR(mr, 64*4096)); err != nil {
+		t.Fatal(err)
+	}
+	psns, _ := lk.sentPSNs()
+	checkPSNs(t, psns, 64)
+	if n := lk.underQP.Load(); n != 0 {
+		t.Errorf("%d of the link's Sends ran with the QP's lock held", n)
+	}
+}
+
+// TestReceivePathSendsWithoutRxMu: a READ response that completes a READ
+// lets the requester run from the receive path (the next READ waited for
+// max_rd_atomic); what it builds is sent after rxMu and the QP's lock are
+// released, in PSN order.
+func TestReceivePathSendsWithoutRxMu(t *testing.T) {
+	lk, d, q, mr := newLockEnv(t, 0)
+	const reads = 6 // MaxRdAtomic is 4: two wait
+	for i := range reads {
+		wr := SendWR{WRID: uint64(i), Opcode: WRRDMARead, Flags: SendSignaled, SGList: []SGE{{Addr: mr.Addr() + uint64(64*i), Length: 64, LKey: mr.LKey()}},
+			RemoteAddr: 0x10000, RKey: 0x1234}
+		if err := q.PostSend(wr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	psns, _ := lk.sentPSNs()
+	checkPSNs(t, psns, 4)
+	f := wire.PacketFields{BTH: wire.BTHFields{Opcode: wire.TransportRC | wire.OpReadResponseOnly, PKey: wire.DefaultPKey, DestQP: q.num,
+		PSN: txlockSQPSN}, Payload: make([]byte, 64)}
+	f.Ext.AETH = wire.AETHFields{Syndrome: wire.SyndromeACK, MSN: 1}
+	lk.push(&f)
+	if !d.tryReceive() {
+		t.Fatal("tryReceive took no packet")
+	}
+	psns, _ = lk.sentPSNs()
+	checkPSNs(t, psns, 5)
+	if n := lk.underRx.Load(); n != 0 {
+		t.Errorf("%d of the link's Sends ran with rxMu held", n)
+	}
+	if n := lk.underQP.Load(); n != 0 {
+		t.Errorf("%d of the link's Sends ran with the QP's lock held", n)
+	}
+}
+
+// TestStoppedRunAsksForACK: a requester run that its batch's budget stops
+// part-way through a message sets AckReq on the last packet it put out, so
+// that the responder acknowledges what left before the rest follows; the
+// packets before it carry none (fewer than maxPktPerAck, the window far).
+func TestStoppedRunAsksForACK(t *testing.T) {
+	lk, _, q, mr := newLockEnv(t, 0)
+	q.mu.Lock()
+	wr := writeWR(mr, 64*4096)
+	if err := q.postOne(&wr); err != nil {
+		q.mu.Unlock()
+		t.Fatal(err)
+	}
+	out := getTxBatch(q.dev) // burstBytes: the scheduler's turn, the receive path
+	q.reqRun(out)
+	more := q.req.more
+	q.mu.Unlock()
+	putTxBatch(out)
+	if !more {
+		t.Fatal("the run was not stopped by its budget")
+	}
+	psns, ack := lk.sentPSNs()
+	if len(psns) == 0 || len(psns) >= 64 {
+		t.Fatalf("%d packets sent, want some of the message's 64", len(psns))
+	}
+	checkPSNs(t, psns, len(psns))
+	for i, a := range ack {
+		if want := i == len(ack)-1; a != want {
+			t.Errorf("packet %d of %d (PSN %v): AckReq %v, want %v", i+1, len(ack), psns[i], a, want)
+		}
+	}
+}
+
+// TestACKTimerArmedWhenSent: the local ACK timer starts once the
+// requester's packets have gone to the link, not when they are built: a
+// batch that waits for the link (behind other QPs') must not spend the
+// timeout before its packets leave (IBTA §9.7.6.1.3 times the wait for a
+// response to a packet sent).
+func TestACKTimerArmedWhenSent(t *testing.T) {
+	lk, _, q, mr := newLockEnv(t, 20)
+	if err := q.PostSend(writeWR(mr, 8*4096)); err != nil {
+		t.Fatal(err)
+	}
+	psns, _ := lk.sentPSNs()
+	checkPSNs(t, psns, 8)
+	if n := lk.armedAtSend.Load(); n != 0 {
+		t.Errorf("the timer was armed before the packets were sent (%d Sends)", n)
+	}
+	q.mu.Lock()
+	armed := q.comp.timerArmed
+	q.mu.Unlock()
+	if !armed {
+		t.Error("the timer is not armed after the packets were sent")
+	}
+}
