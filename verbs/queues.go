@@ -320,7 +320,11 @@ func (b *txBatch) flush() {
 	// send comes off again.
 	b.dev.counters[SentPkts].Add(uint64(len(b.pkts)))
 	start := 0
-	for _, end := range append(b.cuts, len(b.pkts)) {
+	for i := 0; i <= len(b.cuts); i++ {
+		end := len(b.pkts)
+		if i < len(b.cuts) {
+			end = b.cuts[i]
+		}
 		if n, _ := b.dev.link.Send(b.pkts[start:end]); n < end-start {
 			b.dev.counters[SentPkts].Add(^uint64(end - start - n - 1))
 		}
