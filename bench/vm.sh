@@ -32,6 +32,13 @@
 #                 directory, deleted at the end)
 #   -b FILE       use this static roce binary instead of building one
 #   -t SECONDS    limit of each command in a VM (default 300; --quick 120)
+#   -p DIR        profile goroce: every goroce command runs with
+#                 GOROCE_CPUPROFILE, and each run's CPU profiles land in DIR as
+#                 TAG.server.prof and TAG.client.prof (TAG as the logs' names),
+#                 beside DIR/roce, the binary to read them with:
+#                 go tool pprof -top DIR/roce DIR/r1-goroce-v2-write_bw.client.prof
+#   -e VAR=VALUE  run goroce's commands with this in their environment (again
+#                 for more), e.g. -e GODEBUG=gctrace=1 (its lines in the logs, -l)
 #   --quick       -r 1 with few iterations (the Go test TestLabVMScript runs this)
 #
 # The lab's lock (/run/roce-lab.lock, internal/lab's) is held for the whole
@@ -46,9 +53,9 @@ set -euo pipefail
 
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 2; }
 
-rounds=3 kinds=v2 iters= json= logdir= bin= limit= quick=
+rounds=3 kinds=v2 iters= json= logdir= bin= limit= quick= profdir= genv=()
 while [ $# -gt 0 ]; do
-	case $1 in -r | -k | -n | -j | -l | -b | -t) [ $# -ge 2 ] || { echo "bench/vm.sh: $1 needs a value (-h says which)" >&2; exit 2; } ;; esac
+	case $1 in -r | -k | -n | -j | -l | -b | -t | -p | -e) [ $# -ge 2 ] || { echo "bench/vm.sh: $1 needs a value (-h says which)" >&2; exit 2; } ;; esac
 	case $1 in
 	-r) rounds=$2; shift ;;
 	-k) kinds=$2; shift ;;
@@ -57,6 +64,8 @@ while [ $# -gt 0 ]; do
 	-l) logdir=$2; shift ;;
 	-b) bin=$2; shift ;;
 	-t) limit=$2; shift ;;
+	-p) profdir=$2; shift ;;
+	-e) genv+=("$2"); shift ;;
 	--quick) quick=1 ;;
 	-h | --help) usage ;;
 	*) echo "bench/vm.sh: unknown argument '$1' (-h lists them)" >&2; exit 2 ;;
@@ -80,6 +89,14 @@ for k in "${kind_list[@]}"; do
 	case $k in v2 | both) ;; *) bad "-k: device kinds are v2 and both, not '$k'" ;; esac
 done
 [ "${#kind_list[@]}" -gt 0 ] || bad "-k: at least one device kind"
+for e in "${genv[@]}"; do
+	# The commands go inside sh -c '...' in the VMs: no quote, no space.
+	[[ $e =~ ^[A-Za-z_][A-Za-z0-9_]*=[A-Za-z0-9_.,:/=+-]*$ ]] || bad "-e: VAR=VALUE, the value of letters, digits and _.,:/=+-, not '$e'"
+done
+if [ -n "$profdir" ]; then
+	mkdir -p "$profdir" || bad "-p: cannot make the directory '$profdir'"
+	profdir=$(cd "$profdir" && pwd)
+fi
 [ "$(id -u)" -eq 0 ] || die "run as root (the lab runs QEMU in a network namespace)"
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -92,6 +109,12 @@ HASHFILE=.goroce-extra-sha256
 VD=/tmp/goroce-vmbench # the script's directory in each VM (tmpfs)
 RD=$VD/rundir          # the goroce device's runtime directory there
 ROCE="$EXTRA/roce --rundir $RD"
+PROF=$VD/roce.prof # -p: each goroce command's CPU profile, in its VM
+# GROCE: how a goroce test command starts (-e's environment, -p's profile).
+genv_all=("${genv[@]}")
+[ -z "$profdir" ] || genv_all+=("GOROCE_CPUPROFILE=$PROF")
+GROCE=$ROCE
+[ "${#genv_all[@]}" -eq 0 ] || GROCE="env ${genv_all[*]} $ROCE"
 SERVER_MGMT=198.51.100.11 # vm1 on the management link: the TCP exchange goes there
 ETH0=/sys/class/net/eth0/statistics
 
@@ -144,6 +167,7 @@ else
 	(cd "$REPO" && CGO_ENABLED=0 go build -o "$work/extra/roce" ./cmd/roce) 9>&- || die "go build failed"
 fi
 chmod 755 "$work/extra/roce"
+[ -z "$profdir" ] || cp "$work/extra/roce" "$profdir/roce" # what pprof reads the profiles with
 gover=$(cd "$REPO" && go env GOVERSION 2>/dev/null || echo "go unknown")
 
 # hash_tree DIR: internal/lab's hashTree in shell, so that this script and
@@ -298,9 +322,9 @@ cmdline() {
 	rxe/pingpong) echo "ibv_rc_pingpong -d rxe0 -g $3 -s 64 -n $pp_n" ;;
 	rxe/send_lat) echo "ib_send_lat -d rxe0 -x $3 -s 64 -n $lat_n -m 1024 -F" ;;
 	rxe/write_bw) echo "ib_write_bw -d rxe0 -x $3 -s 65536 -n $bw_n -m 1024 -F" ;;
-	goroce/pingpong) echo "$ROCE pingpong -d g0 -g $3 -s 64 -n $pp_n" ;;
-	goroce/send_lat) echo "$ROCE perf send --lat -d g0 -x $3 -s 64 -n $lat_n -m 1024 -F" ;;
-	goroce/write_bw) echo "$ROCE perf write -d g0 -x $3 -s 65536 -n $bw_n -m 1024 -F" ;;
+	goroce/pingpong) echo "$GROCE pingpong -d g0 -g $3 -s 64 -n $pp_n" ;;
+	goroce/send_lat) echo "$GROCE perf send --lat -d g0 -x $3 -s 64 -n $lat_n -m 1024 -F" ;;
+	goroce/write_bw) echo "$GROCE perf write -d g0 -x $3 -s 65536 -n $bw_n -m 1024 -F" ;;
 	esac
 }
 
@@ -347,15 +371,21 @@ run_one() {
 		sleep 0.2
 	done
 	if [ "$st" = listening ]; then
+		# Where each VM's one vCPU went while the client ran (/proc/stat's
+		# cpu line: user nice system idle iowait irq softirq steal), the
+		# server's read from here around the client's command.
+		local cpu_s0
+		cpu_s0=$(vmx vm1 "head -1 /proc/stat" 2>/dev/null || true)
 		t0=$(date +%s.%N)
 		# eth0's packet counters around the client: what each stack sent
 		# and received for the same work (retransmissions, ACKs), eth1
 		# carrying the exchange and vm-exec.
-		out=$(vmx vm2 "mkdir -p $VD; p0=\$(cat $ETH0/tx_packets $ETH0/rx_packets)
+		out=$(vmx vm2 "mkdir -p $VD; c0=\$(head -1 /proc/stat); p0=\$(cat $ETH0/tx_packets $ETH0/rx_packets)
 timeout $limit sh -c 'echo \$\$ > $VD/c.pid; exec $ccmd' 2>&1; rc=\$?
-echo PKTS \$p0 \$(cat $ETH0/tx_packets $ETH0/rx_packets); rm -f $VD/c.pid; echo EXIT \$rc") || true
+echo PKTS \$p0 \$(cat $ETH0/tx_packets $ETH0/rx_packets); echo CPUC \$c0 \$(head -1 /proc/stat); rm -f $VD/c.pid; echo EXIT \$rc") || true
 		t1=$(date +%s.%N)
 		printf '%s\n' "$out" >"$logdir/$tag.client.log"
+		echo "CPUS $cpu_s0 $(vmx vm1 "head -1 /proc/stat" 2>/dev/null || true)" >>"$logdir/$tag.client.log"
 		rc=$(printf '%s\n' "$out" | sed -n 's/.*EXIT \([0-9]*\)$/\1/p' | tail -1)
 		rc=${rc:-255}
 		# The server ends right after the client; give it the time a loaded VM takes.
@@ -368,6 +398,16 @@ echo PKTS \$p0 \$(cat $ETH0/tx_packets $ETH0/rx_packets); rm -f $VD/c.pid; echo 
 		rc=255 t0=0 t1=0
 	fi
 	vmx vm1 "$KILL_OURS; echo SCNT \$(cat $VD/s.cnt) \$($SERVER_COUNTERS); cat $VD/s.log" >"$logdir/$tag.server.log" 2>&1 || true
+	if [ -n "$profdir" ] && [ "$stack" = goroce ]; then
+		# The profiles are written when the commands end: both have.
+		local side vm
+		for side in server client; do
+			vm=vm1
+			[ $side = client ] && vm=vm2
+			vmx "$vm" "base64 $PROF 2>/dev/null; rm -f $PROF" | base64 -d >"$profdir/$tag.$side.prof" 2>/dev/null || true
+			[ -s "$profdir/$tag.$side.prof" ] || { log "$tag: no CPU profile from $vm"; rm -f "$profdir/$tag.$side.prof"; }
+		done
+	fi
 	local src
 	src=$(sed -n 's/.*EXIT \([0-9]*\)$/\1/p' "$logdir/$tag.server.log" | tail -1)
 	value=$(metric "$test" <"$logdir/$tag.client.log" 2>/dev/null || true)
@@ -375,11 +415,19 @@ echo PKTS \$p0 \$(cat $ETH0/tx_packets $ETH0/rx_packets); rm -f $VD/c.pid; echo 
 	secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
 	pkts=$(awk '$1 == "PKTS" && NF == 5 { printf "%d\t%d", $4 - $2, $5 - $3 }' "$logdir/$tag.client.log")
 	pkts=${pkts:-$'NA\tNA'}
+	# cpu_split TAG: user/system/softirq/idle % of the VM's vCPU (CPUC:
+	# the client's, CPUS: the server's), from two cpu lines of /proc/stat.
+	local cpu_split
+	cpu_split=$(awk '($1 == "CPUC" || $1 == "CPUS") && NF == 23 && $2 == "cpu" && $13 == "cpu" {
+		t = 0; for (i = 3; i <= 10; i++) { d[i] = $(i + 11) - $i; t += d[i] }
+		if (t <= 0) next
+		printf "%s%s us %d%% sy %d%% si %d%% idle %d%%", (n++ ? "; " : ""), ($1 == "CPUC" ? "client vm2" : "server vm1"),
+			100 * (d[3] + d[4]) / t, 100 * d[5] / t, 100 * (d[8] + d[9]) / t, 100 * (d[6] + d[7]) / t }' "$logdir/$tag.client.log")
 	local scnt
 	scnt=$(awk '$1 == "SCNT" && NF == 7 { printf "%d\t%d\t%d", $5 - $2, $6 - $3, $7 - $4 }' "$logdir/$tag.server.log")
 	scnt=${scnt:-$'NA\tNA\tNA'}
 	if [ "$rc" = 0 ] && [ "${src:-x}" = 0 ] && [[ $value =~ ^[0-9.]+$ ]]; then
-		log "round $round: $stack${kind:+ ($kind)} $test: $value $(unit "$test") (client $secs s, its eth0 tx/rx ${pkts/$'\t'//}; server eth0 rx/dropped/UDP RcvbufErrors ${scnt//$'\t'//})"
+		log "round $round: $stack${kind:+ ($kind)} $test: $value $(unit "$test") (client $secs s, its eth0 tx/rx ${pkts/$'\t'//}; server eth0 rx/dropped/UDP RcvbufErrors ${scnt//$'\t'//}${cpu_split:+; vCPU $cpu_split})"
 	else
 		log "round $round: $stack${kind:+ ($kind)} $test FAILED: client exit $rc, server exit ${src:-none}; logs $logdir/$tag.*.log"
 		tail -5 "$logdir/$tag.client.log" "$logdir/$tag.server.log" >&2 || true

@@ -12,8 +12,21 @@ import (
 // net.UDPAddr per received datagram and cannot describe a datagram spread
 // over several buffers, which GSO sends and GRO receives need.
 
+// Both calls pass MSG_DONTWAIT, so neither blocks, and both are raw
+// system calls: the goroutine does not tell the scheduler it enters a
+// system call (entersyscall), which would let sysmon take its P away
+// for another thread once the call has lasted a sysmon tick (20 µs at
+// first). In the lab's VMs (QEMU TCG, one vCPU, GOMAXPROCS 1) most of
+// these calls last longer than that, so nearly every one handed the P
+// off: another thread woken (futex) to look for work there is none of,
+// on the same vCPU, and the caller's way back through exitsyscall's slow
+// path; the goroce CPU profiles in the VMs showed runtime.futex,
+// findRunnable and exitsyscall at 5-15% of the samples (BENCHMARKS.md,
+// "Where goroce's time goes inside the VMs"). A call that does not wait
+// has nothing to hand the P over for: the netpoller's waits, which do
+// block, stay in RawConn.Read and Write.
 func sendmmsg(fd uintptr, hdrs []unix.Mmsghdr) (int, unix.Errno) {
-	n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&hdrs[0])), uintptr(len(hdrs)), unix.MSG_DONTWAIT, 0, 0)
+	n, _, e := unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&hdrs[0])), uintptr(len(hdrs)), unix.MSG_DONTWAIT, 0, 0)
 	return int(n), e
 }
 
@@ -21,7 +34,7 @@ func sendmmsg(fd uintptr, hdrs []unix.Mmsghdr) (int, unix.Errno) {
 var recvmmsg = recvmmsgSyscall
 
 func recvmmsgSyscall(fd uintptr, hdrs []unix.Mmsghdr) (int, unix.Errno) {
-	n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&hdrs[0])), uintptr(len(hdrs)), unix.MSG_DONTWAIT, 0, 0)
+	n, _, e := unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&hdrs[0])), uintptr(len(hdrs)), unix.MSG_DONTWAIT, 0, 0)
 	return int(n), e
 }
 
