@@ -2,6 +2,7 @@ package udp
 
 import (
 	"encoding/binary"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -12,29 +13,49 @@ import (
 // net.UDPAddr per received datagram and cannot describe a datagram spread
 // over several buffers, which GSO sends and GRO receives need.
 
-// Both calls pass MSG_DONTWAIT, so neither blocks, and both are raw
-// system calls: the goroutine does not tell the scheduler it enters a
-// system call (entersyscall), which would let sysmon take its P away
-// for another thread once the call has lasted a sysmon tick (20 µs at
-// first). In the lab's VMs (QEMU TCG, one vCPU, GOMAXPROCS 1) most of
-// these calls last longer than that, so nearly every one handed the P
-// off: another thread woken (futex) to look for work there is none of,
-// on the same vCPU, and the caller's way back through exitsyscall's slow
-// path; the goroce CPU profiles in the VMs showed runtime.futex,
-// findRunnable and exitsyscall at 5-15% of the samples (BENCHMARKS.md,
-// "Where goroce's time goes inside the VMs"). A call that does not wait
-// has nothing to hand the P over for: the netpoller's waits, which do
-// block, stay in RawConn.Read and Write.
+// Both calls pass MSG_DONTWAIT, so neither blocks. With one P
+// (GOMAXPROCS 1, as on a one-CPU machine) they are raw system calls: the
+// goroutine does not tell the scheduler it enters a system call
+// (entersyscall), which would let sysmon take its P away for another
+// thread once the call has lasted a sysmon tick (20 µs at first). In the
+// lab's VMs (QEMU TCG, one vCPU) most of these calls last longer than
+// that, so nearly every one handed the P off: another thread woken
+// (futex) to look for work there is none of, on the same CPU, and the
+// caller's way back through exitsyscall's slow path; the CPU profiles in
+// the VMs showed runtime.futex, findRunnable and exitsyscall at 5-15% of
+// the samples (BENCHMARKS.md, "Where goroce's time goes inside the
+// VMs"). With more Ps the hand-off lets the peer's goroutines run on
+// another CPU while a long sendmmsg delivers to it (a veth runs the
+// receiver's softirq inside the sender's call): raw calls there made the
+// 64-byte round trip waiting in PollWait slower in 5 of 6 paired rounds
+// (median 1.12×), so they stay ordinary system calls. The netpoller's
+// waits, which do block, are RawConn.Read and Write's either way.
 func sendmmsg(fd uintptr, hdrs []unix.Mmsghdr) (int, unix.Errno) {
-	n, _, e := unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&hdrs[0])), uintptr(len(hdrs)), unix.MSG_DONTWAIT, 0, 0)
+	var n uintptr
+	var e unix.Errno
+	if rawMmsg.Load() {
+		n, _, e = unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&hdrs[0])), uintptr(len(hdrs)), unix.MSG_DONTWAIT, 0, 0)
+	} else {
+		n, _, e = unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&hdrs[0])), uintptr(len(hdrs)), unix.MSG_DONTWAIT, 0, 0)
+	}
 	return int(n), e
 }
+
+// rawMmsg: sendmmsg and recvmmsg are raw system calls. New sets it from
+// GOMAXPROCS at the time (1: raw).
+var rawMmsg atomic.Bool
 
 // recvmmsg is a variable so tests can make the kernel refuse a packet.
 var recvmmsg = recvmmsgSyscall
 
 func recvmmsgSyscall(fd uintptr, hdrs []unix.Mmsghdr) (int, unix.Errno) {
-	n, _, e := unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&hdrs[0])), uintptr(len(hdrs)), unix.MSG_DONTWAIT, 0, 0)
+	var n uintptr
+	var e unix.Errno
+	if rawMmsg.Load() {
+		n, _, e = unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&hdrs[0])), uintptr(len(hdrs)), unix.MSG_DONTWAIT, 0, 0)
+	} else {
+		n, _, e = unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&hdrs[0])), uintptr(len(hdrs)), unix.MSG_DONTWAIT, 0, 0)
+	}
 	return int(n), e
 }
 

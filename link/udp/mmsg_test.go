@@ -2,6 +2,7 @@ package udp
 
 import (
 	"net"
+	"net/netip"
 	"runtime"
 	"runtime/metrics"
 	"sync"
@@ -23,6 +24,8 @@ import (
 // one within the first few calls.
 func TestMmsgCallsStayInGo(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(2, runtime.GOMAXPROCS(0))))
+	defer rawMmsg.Store(rawMmsg.Load())
+	rawMmsg.Store(true) // as New sets it with one P; the sampler needs a second
 	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)
@@ -81,5 +84,24 @@ func TestMmsgCallsStayInGo(t *testing.T) {
 	}
 	if got == 0 {
 		t.Fatal("no datagram came back")
+	}
+}
+
+// TestMmsgRawWithOneP: a link opened with one P makes sendmmsg and
+// recvmmsg raw system calls, and one opened with more makes them ordinary
+// ones (with more Ps the hand-off lets other goroutines run meanwhile).
+func TestMmsgRawWithOneP(t *testing.T) {
+	defer rawMmsg.Store(rawMmsg.Load())
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for _, procs := range []int{1, 2} {
+		runtime.GOMAXPROCS(procs)
+		l, err := New(Config{Addrs: []netip.Addr{netip.MustParseAddr("127.0.0.97")}}) // an address no other test binds
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Close()
+		if got := rawMmsg.Load(); got != (procs == 1) {
+			t.Errorf("GOMAXPROCS %d: raw system calls %v, want %v", procs, got, procs == 1)
+		}
 	}
 }

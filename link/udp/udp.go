@@ -59,6 +59,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -169,6 +170,7 @@ type Link struct {
 
 // New opens the link's sockets (in the calling thread's network namespace).
 func New(cfg Config) (*Link, error) {
+	rawMmsg.Store(runtime.GOMAXPROCS(0) == 1) // see sendmmsg
 	if cfg.Port == 0 {
 		cfg.Port = wire.RoCEv2Port
 	}
