@@ -18,21 +18,7 @@ import (
 func sendPair(t *testing.T, n int) (*Link, *Link, []link.Packet) {
 	t.Helper()
 	ha, hb := nettest.VethPair(t, nettest.Options{MTU: 1500})
-	open := func(h *nettest.Host) *Link {
-		var l *Link
-		if err := h.Do(func() (err error) {
-			l, err = New(Config{Ifindex: h.Ifindex, GIDs: []netip.Addr{netip.AddrFrom16(h.IPv4.As16())}, V2: true})
-			if err == nil {
-				l.Resolver().SetSources([]netip.Addr{h.IPv4, h.IPv6})
-			}
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { l.Close() })
-		return l
-	}
-	a, b := open(ha), open(hb)
+	a, b := openOn(t, ha, true, netip.AddrFrom16(ha.IPv4.As16())), openOn(t, hb, true, netip.AddrFrom16(hb.IPv4.As16()))
 	batch := make([]link.Packet, n)
 	for i := range batch {
 		batch[i] = linktest.TransportPacket(a.Headroom(), 0x11, wire.PSN(i), []byte(fmt.Sprintf("packet %d", i)))

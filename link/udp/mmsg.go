@@ -31,12 +31,18 @@ import (
 // (median 1.12×), so they stay ordinary system calls. The netpoller's
 // waits, which do block, are RawConn.Read and Write's either way.
 func sendmmsg(fd uintptr, hdrs []unix.Mmsghdr) (int, unix.Errno) {
+	return mmsg(unix.SYS_SENDMMSG, fd, hdrs)
+}
+
+// mmsg makes system call trap, sendmmsg or recvmmsg, on hdrs without
+// waiting: raw or not as rawMmsg says (see sendmmsg).
+func mmsg(trap, fd uintptr, hdrs []unix.Mmsghdr) (int, unix.Errno) {
 	var n uintptr
 	var e unix.Errno
 	if rawMmsg.Load() {
-		n, _, e = unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&hdrs[0])), uintptr(len(hdrs)), unix.MSG_DONTWAIT, 0, 0)
+		n, _, e = unix.RawSyscall6(trap, fd, uintptr(unsafe.Pointer(&hdrs[0])), uintptr(len(hdrs)), unix.MSG_DONTWAIT, 0, 0)
 	} else {
-		n, _, e = unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&hdrs[0])), uintptr(len(hdrs)), unix.MSG_DONTWAIT, 0, 0)
+		n, _, e = unix.Syscall6(trap, fd, uintptr(unsafe.Pointer(&hdrs[0])), uintptr(len(hdrs)), unix.MSG_DONTWAIT, 0, 0)
 	}
 	return int(n), e
 }
@@ -49,14 +55,7 @@ var rawMmsg atomic.Bool
 var recvmmsg = recvmmsgSyscall
 
 func recvmmsgSyscall(fd uintptr, hdrs []unix.Mmsghdr) (int, unix.Errno) {
-	var n uintptr
-	var e unix.Errno
-	if rawMmsg.Load() {
-		n, _, e = unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&hdrs[0])), uintptr(len(hdrs)), unix.MSG_DONTWAIT, 0, 0)
-	} else {
-		n, _, e = unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&hdrs[0])), uintptr(len(hdrs)), unix.MSG_DONTWAIT, 0, 0)
-	}
-	return int(n), e
+	return mmsg(unix.SYS_RECVMMSG, fd, hdrs)
 }
 
 func setIov(v *unix.Iovec, b []byte) {
