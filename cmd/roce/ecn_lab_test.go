@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -69,6 +70,10 @@ func TestLabECN(t *testing.T) {
 	gTheirs := l.GIDIndex(t, vm, vm.IPv4)
 	gOurs := gidIndexOf(t, dir, "rxe0", a.IPv4)
 	const iters = 200
+	// goroce's counters, written when its pingpong closes the device:
+	// rxe's duplicates are judged against its retransmissions.
+	stats := filepath.Join(dir, "pingpong.stats")
+	t.Setenv(envStats, stats)
 	job := l.Background(t, vm, "/tmp/ecnpp.log", 150*time.Second, fmt.Sprintf("ibv_rc_pingpong -d rxe0 -g %d -n %d -s 4096 -p 18598", gTheirs, iters))
 	var cli *proc
 	ctx, cancel := context.WithTimeout(context.Background(), testenv.Slow)
@@ -102,8 +107,12 @@ func TestLabECN(t *testing.T) {
 	if n(0) == 0 || n(1) == 0 || n(2) == 0 {
 		t.Errorf("R's counters %d, %d, %d: want CE marks both ways and CNPs toward rxe:\n%s", n(0), n(1), n(2), ruleset)
 	}
-	// goroce's retransmissions: none are expected here; the pingpong's
-	// process has exited, so its counters are gone, and a duplicate at rxe
-	// counts against goroce.
-	l.CheckRxeCounters(t, vm, before, map[string]uint64{})
+	// A duplicate at rxe is fine where goroce retransmitted (a TCG VM on
+	// a loaded host answers later than the ACK timeout now and then: rxe's
+	// own timer fires 6-17 times a run here), not otherwise.
+	ours, err := readStatsFile(stats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.CheckRxeCounters(t, vm, before, ours)
 }

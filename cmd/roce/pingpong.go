@@ -74,7 +74,15 @@ func openDevice(cmd *cobra.Command, name, pcapFile string) (*host.Device, func()
 		return nil, nil, err
 	}
 	return d, func() {
+		rep := d.CounterReport()
 		d.Close()
+		if name := os.Getenv(envStats); name != "" {
+			// After Close, so that the last ACKs' counts are in.
+			rep.Counters = d.Device.Counters().Snapshot()
+			if err := writeStatsFile(name, rep); err != nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "roce: %s: %v\n", envStats, err)
+			}
+		}
 		if flush != nil {
 			if err := flush(); err != nil {
 				fmt.Fprintf(cmd.ErrOrStderr(), "roce: --pcap %s: %v\n", pcapFile, err)

@@ -6,6 +6,8 @@ import (
 	"os"
 	"runtime/pprof"
 	rtrace "runtime/trace"
+
+	"github.com/goroce/goroce/host"
 )
 
 // Profiling a command, for finding where a tool (roce perf, a server and a
@@ -15,10 +17,29 @@ import (
 // command's -cpuprofile and -trace flags do for tests. Environment
 // variables and not flags, so that no command's flags, which are
 // rdma-core's and perftest's, gain any.
+//
+// GOROCE_STATS=FILE writes the port counters of the device a command
+// opened (roce pingpong, perf, cm tools) to FILE when it closes it, as
+// `roce stat show` prints them: a device's counters live in the process
+// that has it open, and a test that judges a peer's counters (a duplicate
+// at rxe is fine only if goroce retransmitted) needs them after the
+// command has exited.
 const (
 	envCPUProfile = "GOROCE_CPUPROFILE"
 	envTrace      = "GOROCE_TRACE"
+	envStats      = "GOROCE_STATS"
 )
+
+// writeStatsFile writes rep's port row to the file name, as roce stat show
+// prints it.
+func writeStatsFile(name string, rep *host.CounterReport) error {
+	f, err := os.Create(name)
+	if err != nil {
+		return err
+	}
+	portRow(rep).writeText(f)
+	return f.Close()
+}
 
 // startProfiles starts what the environment asks for and returns the
 // function that stops it and closes the files. A file that cannot be
