@@ -70,7 +70,9 @@ func (q *QP) sampleSent(last wire.PSN) {
 // sampleAcked ends the RTT sample when the acknowledged PSNs pass it.
 func (q *QP) sampleAcked() {
 	if q.comp.rttValid && q.comp.psn.After(q.comp.rttPSN) {
-		r := time.Since(q.comp.rttSent)
+		now := time.Now()
+		r := now.Sub(q.comp.rttSent)
+		q.req.win.sampled(r, q.comp.rttSent, now)
 		if q.comp.srtt == 0 {
 			q.comp.srtt = r
 		} else {
@@ -159,6 +161,7 @@ func (q *QP) onRetransTimer() {
 		return
 	}
 	q.spendRetry()
+	q.req.win.timedOut(time.Now())
 	out := getTxBatch(q.dev)
 	q.retry(out)
 	q.mu.Unlock()
@@ -214,14 +217,22 @@ func (q *QP) failOldest(status WCStatus, detail string) {
 }
 
 // retry goes back to the oldest unacknowledged PSN and sends again from
-// there (go-back-N, IBTA §9.7.5.1.1 and rxe's req_retry).
+// there (go-back-N, IBTA §9.7.5.1.1 and rxe's req_retry), up to the
+// window, which the caller has cut (cwnd.go: a timeout to the floor, a NAK
+// by half).
 func (q *QP) retry(out *txBatch) {
 	q.comp.retrying = true
-	q.req.window = max(q.window()/2, minUnackedPSNs)
 	q.count(CompleterRetryErr)
 	q.comp.rttValid = false // Karn: no sample across a retransmission
 	q.rewind()
 	q.reqRun(out)
+}
+
+// lossRetry is the retry a NAK starts (a sequence error, or an implicit
+// NAK): a packet was lost, and the window halves first.
+func (q *QP) lossRetry(out *txBatch) {
+	q.req.win.lost(time.Now())
+	q.retry(out)
 }
 
 // rewind points the requester at comp.psn: the WQE holding it and the
@@ -343,7 +354,7 @@ func (q *QP) completeThrough(psn wire.PSN) (stuckAtRdAtomic bool) {
 // nakRetry retries on a NAK or an implicit NAK unless a retry is under way.
 func (q *QP) nakRetry(out *txBatch) {
 	if !q.comp.retrying {
-		q.retry(out)
+		q.lossRetry(out)
 	}
 }
 
@@ -363,7 +374,7 @@ func (q *QP) progress() {
 func (q *QP) advanceCompPSN(psn wire.PSN) {
 	if d := psn.Diff(q.comp.psn); d > 0 {
 		q.comp.psn = psn
-		q.req.window = min(q.window()+int(d), maxUnackedPSNs)
+		q.req.win.acked(int(d))
 		q.comp.progress++
 		q.comp.retrying = false
 		q.comp.retryLeft = int(q.attr.RetryCnt)
@@ -541,7 +552,7 @@ func (q *QP) onNAK(psn wire.PSN, syn wire.Syndrome, out *txBatch) {
 			return
 		}
 		q.spendRetry()
-		q.retry(out)
+		q.lossRetry(out)
 		q.armRetrans()
 		return
 	}
