@@ -72,7 +72,7 @@ func (q *QP) sampleAcked() {
 	if q.comp.rttValid && q.comp.psn.After(q.comp.rttPSN) {
 		now := time.Now()
 		r := now.Sub(q.comp.rttSent)
-		q.req.win.sampled(r, q.comp.rttSent, now)
+		q.req.win.sampled(r, q.comp.rttSent, now, q.delayHeadroom())
 		if q.comp.srtt == 0 {
 			q.comp.srtt = r
 		} else {

@@ -25,24 +25,53 @@ import "time"
 // limit when a packet may go, where the window limits how many may be
 // unacknowledged.
 const (
-	// initialCwnd is a new QP's window (TCP's initial window is 10
-	// segments, RFC 6928): small enough that many QPs starting at once
-	// do not queue more than an ACK timeout's worth at a peer before the
-	// first round trip tells them the queue is there. Slow start grows it
-	// to maxUnackedPSNs in a few round trips on a quiet path.
+	// initialCwnd is a new QP's window: small enough that many QPs
+	// starting at once (64 of them: 1,024 packets) do not queue near an
+	// ACK timeout's worth at one peer before their first round trips
+	// tell them the queue is there (and set the timer's smoothed RTT:
+	// comp.go's timer waits at least four of them), even after the one
+	// doubling slow start makes before its samples come back (at 32,
+	// TestCwndManyQPsOneSlowPeer's 16 QPs queued past the timeout).
+	// Slow start grows it to maxUnackedPSNs in six round trips on a
+	// quiet path. (TCP starts with ten segments, RFC 6928.)
 	initialCwnd = 16
-	// delayHeadroom is how far above the base round trip the target sits
-	// at least: the queueing a QP tolerates before it backs off. It is
-	// well under the ACK timeout's usual 67 ms (timeout 14), so a queue
-	// the window lets build does not fire it, and well over the
-	// scheduling jitter of user-space peers on a busy host.
-	delayHeadroom = 5 * time.Millisecond
+	// cwndFloor is the smallest window: four WRITEs of 4 KiB at path MTU
+	// 1024. Smaller windows made `roce perf write -q 64` on a loaded
+	// 2-vCPU host slower without shortening its round trips, which were
+	// the processes' scheduling more than a queue.
+	cwndFloor = 16
+	// defaultDelayHeadroom is the queueing a QP whose ACK timeout is
+	// infinite (timeout 0) tolerates above its base round trip; with a
+	// timeout, the headroom is half of it (delayHeadroom), so the queue
+	// the window lets build never fires the timer, with a margin for one
+	// round trip's growth. It is far above a quiet path's round trip
+	// (tens of µs on a veth), because on a busy host most of a user-space
+	// peer's round trip is waiting to be scheduled: a target a few ms
+	// above the base cut every window to the floor and halved the
+	// throughput of 64 QPs, with no queue to drain.
+	defaultDelayHeadroom = 32 * time.Millisecond
+	// slowStartExit: slow start ends at a round trip this fraction of
+	// the way from the base to the target (sampled).
+	slowStartExit = 4
+	// cwndAI is the additive increase: PSNs per window's worth
+	// acknowledged (per round trip) above ssthresh.
+	cwndAI = 8
 	// cwndBeta scales a cut by how far the sample is past the target
 	// (Swift's β), cwndMaxCut bounds one cut (Swift's max_mdf): the
 	// window shrinks to at least (1 − cwndMaxCut) of itself per cut.
 	cwndBeta   = 0.8
 	cwndMaxCut = 0.5
 )
+
+// delayHeadroom returns the queueing above the base round trip the QP's
+// window tolerates: half its local ACK timeout (IBTA §9.7.6.1.3), or
+// defaultDelayHeadroom when the timeout is infinite. Called with q.mu held.
+func (q *QP) delayHeadroom() time.Duration {
+	if d := TimeoutDuration(q.attr.Timeout); d > 0 {
+		return d / 2
+	}
+	return defaultDelayHeadroom
+}
 
 // cwnd is an RC requester's congestion window. Its rules take the time as
 // an argument, so tests drive them with any clock. Guarded by the QP's mu
@@ -79,16 +108,16 @@ func (c *cwnd) thresh() int {
 }
 
 // target returns the round trip above which the window shrinks: the base
-// plus the larger of the base and delayHeadroom, so a path whose base is
-// long (an emulated peer, a WAN) may double its round trip before the
-// window backs off.
-func (c *cwnd) target() time.Duration {
-	return c.minRTT + max(c.minRTT, delayHeadroom)
+// plus the larger of the base and headroom, so a path whose base is long
+// (an emulated peer, a WAN) may double its round trip before the window
+// backs off.
+func (c *cwnd) target(headroom time.Duration) time.Duration {
+	return c.minRTT + max(c.minRTT, headroom)
 }
 
 // acked grows the window for d PSNs newly acknowledged: by d below
-// ssthresh (slow start, doubling per round trip), by one PSN per window's
-// worth acknowledged above it (additive increase, one PSN per round trip),
+// ssthresh (slow start, doubling per round trip), by cwndAI PSNs per
+// window's worth acknowledged above it (additive increase, per round trip),
 // never past maxUnackedPSNs, and not at all while the last round trip was
 // above the target.
 func (c *cwnd) acked(d int) {
@@ -102,18 +131,18 @@ func (c *cwnd) acked(d int) {
 		c.acc += d
 		for c.acc >= n && n < maxUnackedPSNs {
 			c.acc -= n
-			n++
+			n += cwndAI
 		}
 	}
 	c.n = min(n, maxUnackedPSNs)
 }
 
-// sampled takes a round trip r, of a packet sent at sent, at now. Above the
-// target it cuts the window by (1 − β·(r − target)/r), at most by
-// cwndMaxCut, down to minUnackedPSNs, unless the window was cut after the
+// sampled takes a round trip r, of a packet sent at sent, at now, with the
+// QP's headroom (delayHeadroom). Above the target it cuts the window by (1 − β·(r − target)/r), at most by
+// cwndMaxCut, down to cwndFloor, unless the window was cut after the
 // packet was sent; ssthresh follows the window down, so it grows back
 // additively. It reports whether it cut.
-func (c *cwnd) sampled(r time.Duration, sent, now time.Time) bool {
+func (c *cwnd) sampled(r time.Duration, sent, now time.Time, headroom time.Duration) bool {
 	if r <= 0 {
 		return false // a clock that did not move: no information
 	}
@@ -121,13 +150,21 @@ func (c *cwnd) sampled(r time.Duration, sent, now time.Time) bool {
 	if c.minRTT == 0 || r < c.minRTT {
 		c.minRTT = r
 	}
-	tgt := c.target()
+	tgt := c.target(headroom)
 	c.over = r > tgt
+	if n := c.size(); n < c.thresh() && r > c.minRTT+max(c.minRTT, headroom)/slowStartExit {
+		// Slow start ends when the round trip has grown a fraction of
+		// the way to the target (HyStart's delay rule, Ha and Rhee
+		// 2011): it doubles the window each round trip, and the sample
+		// that shows the queue is a round trip old, so doubling on to
+		// the target would overshoot it twofold — past the ACK timeout.
+		c.ssthresh = n
+	}
 	if !c.over || sent.Before(c.cutAt) {
 		return false
 	}
 	f := max(1-cwndBeta*float64(r-tgt)/float64(r), 1-cwndMaxCut)
-	n := max(int(float64(c.size())*f), minUnackedPSNs)
+	n := max(int(float64(c.size())*f), cwndFloor)
 	c.n, c.ssthresh, c.acc, c.cutAt = n, n, 0, now
 	c.cuts++
 	return true
@@ -139,16 +176,21 @@ func (c *cwnd) sampled(r time.Duration, sent, now time.Time) bool {
 // congestion seen so far: growth resumes (over is cleared), and the next
 // sample, of a packet sent after the retry, decides again.
 func (c *cwnd) lost(now time.Time) {
-	n := max(c.size()/2, minUnackedPSNs)
+	n := max(c.size()/2, cwndFloor)
 	c.n, c.ssthresh, c.acc, c.cutAt, c.over = n, n, 0, now, false
 }
 
-// timedOut cuts the window to the floor on a local ACK timeout: nothing
-// came back for a whole timeout, so the path holds more than it can
-// return in time, and the retry resends only the floor's worth. ssthresh
-// keeps half the window, which slow start climbs back to (RFC 5681 §3.1);
-// growth resumes, as after lost.
+// timedOut cuts the window to the floor on a local ACK timeout, so the
+// go-back-N retry resends only the floor's worth (before the window, a
+// timeout resent up to 512 PSNs on each of 64 QPs, into the queue that made
+// them late). ssthresh keeps the window as it was, which slow start climbs
+// back to in a few round trips: on a busy host most timeouts are spurious
+// (the peer process was not scheduled for longer than the timeout, and the
+// originals are acknowledged right after the retry), and halving the
+// window at each of them kept 64 QPs at the floor (RFC 5682's F-RTO undoes
+// a spurious timeout's cut for the same reason). A queue that persists is
+// the delay rule's (sampled). Growth resumes, as after lost.
 func (c *cwnd) timedOut(now time.Time) {
-	c.ssthresh = max(c.size()/2, minUnackedPSNs)
-	c.n, c.acc, c.cutAt, c.over = minUnackedPSNs, 0, now, false
+	c.ssthresh = max(c.size(), cwndFloor)
+	c.n, c.acc, c.cutAt, c.over = cwndFloor, 0, now, false
 }

@@ -109,8 +109,8 @@ func resShow(cmd *cobra.Command, kind, name string, jsonOut, details bool) error
 
 // qpResRow is rdma res show qp's line; connected QPs show their peer and
 // receive PSN, datagram QPs only the send PSN (as the kernel prints them).
-// With details it adds the path MTU and, while the port's RP is on, the
-// QP's DCQCN rate.
+// With details it adds the path MTU, while the port's RP is on the QP's
+// DCQCN rate, and an RC QP's congestion window.
 func qpResRow(rep *host.ResourceReport, q host.QPResource, details bool) jsonRow {
 	r := jsonRow{{"ifname", rep.Device}, {"port", q.Port}, {"lqpn", q.LQPN}}
 	connected := q.Type == "RC" || q.Type == "UC"
@@ -136,6 +136,12 @@ func qpResRow(rep *host.ResourceReport, q host.QPResource, details bool) jsonRow
 				limited = "yes"
 			}
 			r = append(r, kv{"dcqcn-rate", math.Round(*q.DCQCNRate*10) / 10}, kv{"dcqcn-limited", limited})
+		}
+		if q.Cwnd != 0 {
+			// The RC requester's congestion window, as ss -i prints
+			// TCP's (cwnd, unacked, rtt, minrtt), the round trips in µs.
+			r = append(r, kv{"cwnd", q.Cwnd}, kv{"unacked", q.InFlight}, kv{"rtt-us", math.Round(q.RTTUs)},
+				kv{"minrtt-us", math.Round(q.MinRTTUs)}, kv{"cwnd-cuts", q.CwndCuts})
 		}
 	}
 	return append(r, kv{"pid", rep.Owner.PID}, kv{"comm", rep.Owner.Comm})
