@@ -49,7 +49,7 @@ A device nobody runs has no resources: it is skipped with a note on stderr.`,
 		},
 	}
 	cmd.Flags().BoolVarP(&jsonOut, "json", "j", false, "JSON output, as rdma -j prints it")
-	cmd.Flags().BoolVarP(&details, "details", "d", false, "details, as rdma -d prints them: a QP's path MTU and DCQCN rate")
+	cmd.Flags().BoolVarP(&details, "details", "d", false, "details, as rdma -d prints them: an RC QP's congestion window (cwnd, unacked PSNs, round trips in µs, cuts), a QP's path MTU and DCQCN rate")
 	return cmd
 }
 
@@ -127,6 +127,12 @@ func qpResRow(rep *host.ResourceReport, q host.QPResource, details bool) jsonRow
 	}
 	r = append(r, kv{"pdn", q.PDN})
 	if details {
+		if q.Cwnd != 0 {
+			// The RC requester's congestion window, as ss -i prints
+			// TCP's (cwnd, unacked, rtt, minrtt), the round trips in µs.
+			r = append(r, kv{"cwnd", q.Cwnd}, kv{"unacked", q.InFlight}, kv{"rtt-us", math.Round(q.RTTUs)},
+				kv{"minrtt-us", math.Round(q.MinRTTUs)}, kv{"cwnd-cuts", q.CwndCuts})
+		}
 		if q.PathMTU != 0 {
 			r = append(r, kv{"path-mtu", q.PathMTU})
 		}
@@ -137,12 +143,7 @@ func qpResRow(rep *host.ResourceReport, q host.QPResource, details bool) jsonRow
 			}
 			r = append(r, kv{"dcqcn-rate", math.Round(*q.DCQCNRate*10) / 10}, kv{"dcqcn-limited", limited})
 		}
-		if q.Cwnd != 0 {
-			// The RC requester's congestion window, as ss -i prints
-			// TCP's (cwnd, unacked, rtt, minrtt), the round trips in µs.
-			r = append(r, kv{"cwnd", q.Cwnd}, kv{"unacked", q.InFlight}, kv{"rtt-us", math.Round(q.RTTUs)},
-				kv{"minrtt-us", math.Round(q.MinRTTUs)}, kv{"cwnd-cuts", q.CwndCuts})
-		}
+
 	}
 	return append(r, kv{"pid", rep.Owner.PID}, kv{"comm", rep.Owner.Comm})
 }
