@@ -64,10 +64,17 @@ const (
 )
 
 // delayHeadroom returns the queueing above the base round trip the QP's
-// window tolerates: half its local ACK timeout (IBTA §9.7.6.1.3), or
-// defaultDelayHeadroom when the timeout is infinite. Called with q.mu held.
+// window tolerates: half the local ACK timeout in force (retransTimeout:
+// the timeout attribute, IBTA §9.7.6.1.3, or four smoothed round trips when
+// longer), or defaultDelayHeadroom when the timeout is infinite. The
+// window's job is to keep the queue from outrunning the timer, which is
+// what set off the storm of resends; a fixed target of a few ms, or even
+// half the attribute's 67 ms, held lone QPs at the floor on a host at load
+// 20, where the round trip is mostly waiting to be scheduled and no
+// smaller window shortens it (BENCHMARKS.md, "Many QPs"). Called with q.mu
+// held.
 func (q *QP) delayHeadroom() time.Duration {
-	if d := TimeoutDuration(q.attr.Timeout); d > 0 {
+	if d := q.retransTimeout(); d > 0 {
 		return d / 2
 	}
 	return defaultDelayHeadroom

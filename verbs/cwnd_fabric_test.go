@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/goroce/goroce/link/fabric"
 	"github.com/goroce/goroce/verbs"
@@ -137,10 +138,11 @@ func TestCwndManyQPsOneSlowPeer(t *testing.T) {
 }
 
 // TestCwndPerPath: one device's QPs to a peer behind a slow hop and to a
-// peer on a fast path. The window of the QP to the slow peer is cut; the
-// QP to the fast peer, which shares the device but not the path, keeps
-// growing to maxUnackedPSNs (1,024) and is never cut: each window answers
-// its own round trips only.
+// peer on a fast path. Midway the slow hop slows tenfold, and the round
+// trip jumps past the target: the window of the QP to the slow peer is
+// cut. The QP to the fast peer, which shares the device but not the path,
+// grows to maxUnackedPSNs (1,024), is never cut and resends nothing: each
+// window answers its own round trips only.
 func TestCwndPerPath(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const wrs, size = 512, 4096
@@ -150,19 +152,22 @@ func TestCwndPerPath(t *testing.T) {
 		done := make(chan struct{})
 		go func() { writeAll(t, slowS, slowR, wrs, size, 1); done <- struct{}{} }()
 		go func() { writeAll(t, fastS, fastR, wrs, size, 2); done <- struct{}{} }()
+		time.Sleep(100 * time.Millisecond)
+		n.ports[1].SetBottleneck(fabric.Bottleneck{Rate: 5_000_000, LimitBytes: 64 << 20})
 		<-done
 		<-done
 		slow, fast := slowS.QP.Info(), fastS.QP.Info()
-		t.Logf("slow peer: cwnd %d, cuts %d, rtt %v, base %v; fast peer: cwnd %d, cuts %d, rtt %v, base %v",
-			slow.Cwnd, slow.CwndCuts, slow.RTT, slow.MinRTT, fast.Cwnd, fast.CwndCuts, fast.RTT, fast.MinRTT)
+		t.Logf("slow peer: cwnd %d, cuts %d, rtt %v, base %v, %s; fast peer: cwnd %d, cuts %d, rtt %v, base %v, %s",
+			slow.Cwnd, slow.CwndCuts, slow.RTT, slow.MinRTT, nonzeroCounters(slowS.QP.Counters()),
+			fast.Cwnd, fast.CwndCuts, fast.RTT, fast.MinRTT, nonzeroCounters(fastS.QP.Counters()))
 		if slow.CwndCuts == 0 || slow.Cwnd >= 1024 {
 			t.Errorf("the QP to the slow peer: %d cuts, window %d; want cuts and a window under 1024", slow.CwndCuts, slow.Cwnd)
 		}
 		if fast.CwndCuts != 0 || fast.Cwnd != 1024 {
 			t.Errorf("the QP to the fast peer: %d cuts, window %d; want none and 1024", fast.CwndCuts, fast.Cwnd)
 		}
-		if c := counterOf(n.devs[0].Counters(), "retrans_pkts"); c != 0 {
-			t.Errorf("retrans_pkts %d", c)
+		if c := counterOf(fastS.QP.Counters(), "retrans_pkts"); c != 0 {
+			t.Errorf("the QP to the fast peer: retrans_pkts %d", c)
 		}
 	})
 }

@@ -155,13 +155,17 @@ func TestCwndLoss(t *testing.T) {
 	}
 }
 
-// TestDelayHeadroom: half the QP's ACK timeout, or the default when it is
-// infinite.
+// TestDelayHeadroom: half the ACK timeout in force (the attribute, or four
+// smoothed round trips when longer), or the default when it is infinite.
 func TestDelayHeadroom(t *testing.T) {
 	q := &QP{}
 	q.attr.Timeout = 14
 	if got, want := q.delayHeadroom(), TimeoutDuration(14)/2; got != want {
 		t.Errorf("timeout 14: headroom %v, want %v", got, want)
+	}
+	q.comp.srtt = 50 * ms
+	if got, want := q.delayHeadroom(), 100*ms; got != want {
+		t.Errorf("timeout 14, SRTT 50 ms: headroom %v, want %v", got, want)
 	}
 	q.attr.Timeout = 0
 	if got := q.delayHeadroom(); got != defaultDelayHeadroom {
