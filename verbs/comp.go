@@ -386,6 +386,7 @@ func (q *QP) onACK(psn wire.PSN, out *txBatch) {
 	if psn.Diff(q.comp.psn) < 0 {
 		return // duplicate ACK
 	}
+	q.checkSpurious(psn)
 	if q.completeThrough(psn) {
 		q.laterResponse(out)
 		return
@@ -393,6 +394,22 @@ func (q *QP) onACK(psn wire.PSN, out *txBatch) {
 	q.advanceCompPSN(psn.Next())
 	q.fastForward()
 	q.afterProgress(out)
+}
+
+// checkSpurious resolves a timeout's cut of the window (cwnd.undo) on an
+// ACK of psn: an ACK of a PSN the retry has not resent yet (at or after
+// req.psn, which the rewind set back) acknowledges first transmissions,
+// and the timeout was spurious; once the retry has resent all it had sent
+// (req.psn past maxSent), an ACK can no longer tell, and the cut stands.
+func (q *QP) checkSpurious(psn wire.PSN) {
+	w := &q.req.win
+	switch {
+	case w.undo == 0:
+	case psn.Diff(q.req.psn) >= 0:
+		w.spuriousTimeout()
+	case q.req.psn.After(q.req.maxSent):
+		w.undo = 0
+	}
 }
 
 // laterResponse handles a response (ACK, NAK, READ response or atomic ACK) for

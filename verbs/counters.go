@@ -147,12 +147,14 @@ type QPInfo struct {
 	// RC requesters only (zero for other types): the congestion window
 	// (cwnd.go), how many PSNs the requester may have unacknowledged now,
 	// and the PSNs it has; the base (smallest) and latest round trips it
-	// sampled (0: none yet), and the window's cuts for delay so far.
-	Cwnd     int
-	InFlight int
-	MinRTT   time.Duration
-	RTT      time.Duration
-	CwndCuts uint64
+	// sampled (0: none yet), the window's cuts for delay so far, and the
+	// local ACK timeouts found spurious (their cut given back).
+	Cwnd             int
+	InFlight         int
+	MinRTT           time.Duration
+	RTT              time.Duration
+	CwndCuts         uint64
+	SpuriousTimeouts uint64
 }
 
 // Info returns the QP's resource view. It takes the QP's mutex briefly.
@@ -163,7 +165,7 @@ func (q *QP) Info() QPInfo {
 		SQPSN: q.req.psn, RQPSN: q.resp.psn, PDN: q.pd.pd.ID(), PathMTU: q.attr.PathMTU}
 	if q.typ == RC {
 		w := &q.req.win
-		in.Cwnd, in.MinRTT, in.RTT, in.CwndCuts = w.size(), w.minRTT, w.lastRTT, w.cuts
+		in.Cwnd, in.MinRTT, in.RTT, in.CwndCuts, in.SpuriousTimeouts = w.size(), w.minRTT, w.lastRTT, w.cuts, w.undone
 		if q.req.sentAny {
 			in.InFlight = max(int(q.req.maxSent.Next().Diff(q.comp.psn)), 0)
 		}

@@ -172,3 +172,46 @@ func TestDelayHeadroom(t *testing.T) {
 		t.Errorf("timeout 0: headroom %v, want %v", got, defaultDelayHeadroom)
 	}
 }
+
+// TestCwndSpuriousTimeout: an ACK of a PSN the retry has not resent gives
+// the timeout's cut back (once); an ACK of resent PSNs does not; after the
+// retry resent everything, the cut stands; a NAK's loss forgets it.
+func TestCwndSpuriousTimeout(t *testing.T) {
+	q := &QP{}
+	q.req.win = cwnd{n: 300}
+	q.req.sentAny, q.req.maxSent = true, 0x1000+299
+	q.comp.psn = 0x1000
+	q.req.win.timedOut(cat(0))
+	q.req.psn = 0x1000 + cwndFloor // the retry resent the floor's worth
+	q.checkSpurious(0x1000 + 3)    // resent: ambiguous
+	if q.req.win.size() != cwndFloor || q.req.win.undo != 300 {
+		t.Fatalf("an ACK of a resent PSN: window %d, undo %d; want %d, 300", q.req.win.size(), q.req.win.undo, cwndFloor)
+	}
+	q.checkSpurious(0x1000 + 40) // never resent: the original arrived
+	if q.req.win.size() != 300 || q.req.win.undo != 0 || q.req.win.undone != 1 {
+		t.Fatalf("an ACK of a PSN not resent: window %d, undo %d, undone %d; want 300, 0, 1", q.req.win.size(), q.req.win.undo, q.req.win.undone)
+	}
+	q.checkSpurious(0x1000 + 50)
+	if q.req.win.undone != 1 {
+		t.Error("a second ACK undid again")
+	}
+
+	// The retry resent all: the cut stands.
+	q.req.win = cwnd{n: 300}
+	q.req.win.timedOut(cat(0))
+	q.req.psn = q.req.maxSent.Next()
+	q.checkSpurious(q.req.maxSent)
+	if q.req.win.size() != cwndFloor || q.req.win.undo != 0 {
+		t.Errorf("after the retry resent everything: window %d, undo %d; want %d, 0", q.req.win.size(), q.req.win.undo, cwndFloor)
+	}
+
+	// A loss after the timeout: the cut stands.
+	q.req.win = cwnd{n: 300}
+	q.req.win.timedOut(cat(0))
+	q.req.win.lost(cat(ms))
+	q.req.psn = 0x1000
+	q.checkSpurious(0x1000 + 100)
+	if q.req.win.size() != cwndFloor || q.req.win.undone != 0 {
+		t.Errorf("a loss after the timeout: window %d, undone %d; want %d, 0", q.req.win.size(), q.req.win.undone, cwndFloor)
+	}
+}

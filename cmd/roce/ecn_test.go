@@ -138,7 +138,7 @@ func TestECNRunningDevice(t *testing.T) {
 	if strings.Contains(out, "dcqcn") || !strings.Contains(out, " path-mtu 1024 ") {
 		t.Errorf("res show qp -d with the RP off: %q", out)
 	}
-	if !regexp.MustCompile(` cwnd \d+ unacked \d+ rtt-us \d+ minrtt-us \d+ cwnd-cuts \d+ path-mtu 1024 `).MatchString(out) {
+	if !regexp.MustCompile(` cwnd \d+ unacked \d+ rtt-us \d+ minrtt-us \d+ cwnd-cuts \d+ spurious-timeouts \d+ path-mtu 1024 `).MatchString(out) {
 		t.Errorf("res show qp -d: %q lacks the RC QP's congestion window", out)
 	}
 

@@ -49,7 +49,7 @@ A device nobody runs has no resources: it is skipped with a note on stderr.`,
 		},
 	}
 	cmd.Flags().BoolVarP(&jsonOut, "json", "j", false, "JSON output, as rdma -j prints it")
-	cmd.Flags().BoolVarP(&details, "details", "d", false, "details, as rdma -d prints them: an RC QP's congestion window (cwnd, unacked PSNs, round trips in µs, cuts), a QP's path MTU and DCQCN rate")
+	cmd.Flags().BoolVarP(&details, "details", "d", false, "details, as rdma -d prints them: an RC QP's congestion window (cwnd, unacked PSNs, round trips in µs, cuts, spurious ACK timeouts), a QP's path MTU and DCQCN rate")
 	return cmd
 }
 
@@ -131,7 +131,7 @@ func qpResRow(rep *host.ResourceReport, q host.QPResource, details bool) jsonRow
 			// The RC requester's congestion window, as ss -i prints
 			// TCP's (cwnd, unacked, rtt, minrtt), the round trips in µs.
 			r = append(r, kv{"cwnd", q.Cwnd}, kv{"unacked", q.InFlight}, kv{"rtt-us", math.Round(q.RTTUs)},
-				kv{"minrtt-us", math.Round(q.MinRTTUs)}, kv{"cwnd-cuts", q.CwndCuts})
+				kv{"minrtt-us", math.Round(q.MinRTTUs)}, kv{"cwnd-cuts", q.CwndCuts}, kv{"spurious-timeouts", q.Spurious})
 		}
 		if q.PathMTU != 0 {
 			r = append(r, kv{"path-mtu", q.PathMTU})
