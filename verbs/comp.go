@@ -43,11 +43,16 @@ type compState struct {
 	rttSent  time.Time
 	rttValid bool
 	srtt     time.Duration
+	rttvar   time.Duration // the round trips' mean deviation (RFC 6298 §2)
 }
 
 // retransTimeout is the local ACK timeout in force: the QP's timeout
 // attribute, or four smoothed round trips when the peer is slower than
-// that. IBTA §9.7.6.1.3 makes the attribute a minimum, so waiting longer
+// that, or the smoothed round trip plus four mean deviations when the round
+// trips vary more than that (RFC 6298 §2's SRTT + 4·RTTVAR): on a busy host
+// the round trip is mostly the peer's scheduling, and a timer at the
+// attribute fired on every stall longer than it while the congestion
+// window (cwnd.go) kept the queue, and with it SRTT, short. IBTA §9.7.6.1.3 makes the attribute a minimum, so waiting longer
 // keeps the requester compliant while sparing a slow responder (rxe in an
 // emulated VM answers a 64-packet WRITE in more than the 67 ms of
 // timeout 14) a flood of duplicates.
@@ -56,7 +61,7 @@ func (q *QP) retransTimeout() time.Duration {
 	if d == 0 {
 		return 0
 	}
-	return max(d, 4*q.comp.srtt)
+	return max(d, 4*q.comp.srtt, q.comp.srtt+4*q.comp.rttvar)
 }
 
 // sampleSent starts an RTT sample on a first transmission that asks for an
@@ -74,8 +79,10 @@ func (q *QP) sampleAcked() {
 		r := now.Sub(q.comp.rttSent)
 		q.req.win.sampled(r, q.comp.rttSent, now, q.delayHeadroom())
 		if q.comp.srtt == 0 {
-			q.comp.srtt = r
+			q.comp.srtt, q.comp.rttvar = r, r/2
 		} else {
+			// RFC 6298 §2.3: the deviation from the old SRTT first.
+			q.comp.rttvar = (3*q.comp.rttvar + (q.comp.srtt - r).Abs()) / 4
 			q.comp.srtt = (7*q.comp.srtt + r) / 8
 		}
 		q.comp.rttValid = false
@@ -201,7 +208,7 @@ func (q *QP) retryDetail() string {
 	default:
 		why := ""
 		if attr := TimeoutDuration(q.attr.Timeout); to > attr {
-			why = fmt.Sprintf(" (4 × the smoothed round-trip time %v, above the QP's timeout of %v)", q.comp.srtt, attr)
+			why = fmt.Sprintf(" (from the round trips: smoothed %v, mean deviation %v; above the QP's timeout of %v)", q.comp.srtt, q.comp.rttvar, attr)
 		}
 		return fmt.Sprintf("%s answered before but stopped acknowledging PSN %v: %d timeouts of %v%s, retry_cnt %d exhausted",
 			peer, q.comp.psn, q.comp.timeouts, to, why, q.attr.RetryCnt)

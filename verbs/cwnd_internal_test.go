@@ -5,6 +5,7 @@ package verbs
 
 import (
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -214,4 +215,34 @@ func TestCwndSpuriousTimeout(t *testing.T) {
 	if q.req.win.size() != cwndFloor || q.req.win.undone != 0 {
 		t.Errorf("a loss after the timeout: window %d, undone %d; want %d, 0", q.req.win.size(), q.req.win.undone, cwndFloor)
 	}
+}
+
+// TestRetransTimeoutVariance: the timer follows RFC 6298 — the first
+// sample sets SRTT to it and RTTVAR to half of it; later ones move RTTVAR
+// by a quarter of the deviation from the old SRTT and SRTT by an eighth —
+// and waits the longest of the attribute, 4 × SRTT and SRTT + 4 × RTTVAR:
+// round trips that swing (a peer scheduled late) lengthen it past 4 × SRTT.
+func TestRetransTimeoutVariance(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := &QP{}
+		q.attr.Timeout = 14 // 67 ms
+		sample := func(r time.Duration) {
+			q.comp.rttPSN, q.comp.rttSent, q.comp.rttValid = 10, time.Now().Add(-r), true
+			q.comp.psn = 11
+			q.sampleAcked()
+		}
+		sample(8 * ms)
+		if q.comp.srtt != 8*ms || q.comp.rttvar != 4*ms || q.retransTimeout() != TimeoutDuration(14) {
+			t.Fatalf("first sample 8 ms: SRTT %v, RTTVAR %v, timeout %v; want 8ms, 4ms, the attribute's %v",
+				q.comp.srtt, q.comp.rttvar, q.retransTimeout(), TimeoutDuration(14))
+		}
+		sample(200 * ms) // a stall: deviation 192 ms
+		wantVar, wantSRTT := (3*4*ms+192*ms)/4, (7*8*ms+200*ms)/8
+		if q.comp.rttvar != wantVar || q.comp.srtt != wantSRTT {
+			t.Fatalf("after 200 ms: SRTT %v, RTTVAR %v; want %v, %v", q.comp.srtt, q.comp.rttvar, wantSRTT, wantVar)
+		}
+		if got, want := q.retransTimeout(), wantSRTT+4*wantVar; got != want || want <= 4*wantSRTT {
+			t.Errorf("timeout %v, want SRTT + 4 × RTTVAR = %v (4 × SRTT is %v)", got, want, 4*wantSRTT)
+		}
+	})
 }
