@@ -42,8 +42,11 @@ type compState struct {
 	rttPSN   wire.PSN
 	rttSent  time.Time
 	rttValid bool
-	srtt     time.Duration
-	rttvar   time.Duration // the round trips' mean deviation (RFC 6298 §2)
+	// rttUnsent: the sample's packet is built but its batch has not gone
+	// to the link yet; rttSent is stamped again when it has (onSent).
+	rttUnsent bool
+	srtt      time.Duration
+	rttvar    time.Duration // the round trips' mean deviation (RFC 6298 §2)
 }
 
 // retransTimeout is the local ACK timeout in force: the QP's timeout
@@ -68,7 +71,25 @@ func (q *QP) retransTimeout() time.Duration {
 // acknowledgement of PSN last.
 func (q *QP) sampleSent(last wire.PSN) {
 	if !q.comp.rttValid {
-		q.comp.rttPSN, q.comp.rttSent, q.comp.rttValid = last, time.Now(), true
+		q.comp.rttPSN, q.comp.rttSent, q.comp.rttValid, q.comp.rttUnsent = last, time.Now(), true, true
+	}
+}
+
+// onSent is the requester's step once the packets its run built have gone
+// to the link (txBatch.release, kick): the RTT sample begun in them starts
+// its clock now, not when the packet was built, since the batch may have
+// waited for the link behind other QPs' (with 64 QPs, for longer than a
+// round trip), and the congestion window (cwnd.go) would read that wait as
+// a queue at the peer; and the local ACK timer starts, as IBTA §9.7.6.1.3
+// times the wait for a response to a packet sent. Called with q.mu held.
+func (q *QP) onSent() {
+	q.req.armOnSend = false
+	if q.comp.rttValid && q.comp.rttUnsent {
+		q.comp.rttSent = time.Now()
+	}
+	q.comp.rttUnsent = false
+	if !q.destroyed {
+		q.armRetrans()
 	}
 }
 

@@ -91,7 +91,8 @@ type reqState struct {
 	// to send; the device's scheduler gives it its next turn (sched.go).
 	more bool
 	// armOnSend: packets the requester built wait in its batch (reqBatch);
-	// the batch arms the local ACK timer once they are sent (release).
+	// the batch arms the local ACK timer and starts the RTT sample's clock
+	// once they are sent (release, onSent).
 	armOnSend bool
 }
 
