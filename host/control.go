@@ -138,6 +138,16 @@ type QPResource struct {
 	// holds it below the line rate.
 	DCQCNRate    *float64 `json:"dcqcn_rate_mbps,omitempty"`
 	DCQCNLimited bool     `json:"dcqcn_limited,omitempty"`
+	// RC requesters: the congestion window in PSNs (verbs.QPInfo.Cwnd),
+	// the PSNs unacknowledged, the base and latest round trips sampled
+	// in µs, the window's cuts for delay, and the ACK timeouts found
+	// spurious.
+	Cwnd     int     `json:"cwnd,omitempty"`
+	InFlight int     `json:"unacked_psns,omitempty"`
+	MinRTTUs float64 `json:"min_rtt_us,omitempty"`
+	RTTUs    float64 `json:"rtt_us,omitempty"`
+	CwndCuts uint64  `json:"cwnd_cuts,omitempty"`
+	Spurious uint64  `json:"spurious_timeouts,omitempty"`
 }
 
 // CMID is one RDMA CM identifier, as `rdma res show cm_id` prints it.
@@ -327,7 +337,8 @@ func (d *Device) ResourceReport() *ResourceReport {
 		in := q.Info()
 		qr := QPResource{Port: 1, LQPN: in.QPN, RQPN: in.DestQPN, Type: in.Type.String(),
 			State: in.State.String(), SQPSN: uint32(in.SQPSN), RQPSN: uint32(in.RQPSN), PDN: in.PDN,
-			PathMTU: in.PathMTU.Bytes()}
+			PathMTU: in.PathMTU.Bytes(), Cwnd: in.Cwnd, InFlight: in.InFlight, CwndCuts: in.CwndCuts, Spurious: in.SpuriousTimeouts,
+			MinRTTUs: float64(in.MinRTT) / 1e3, RTTUs: float64(in.RTT) / 1e3}
 		if ecn.RPEnable != 0 && in.Type != verbs.GSI {
 			// A QP that has sent nothing since the RP was enabled has no
 			// DCQCN state yet: it sends at the line rate.

@@ -42,12 +42,20 @@ type compState struct {
 	rttPSN   wire.PSN
 	rttSent  time.Time
 	rttValid bool
-	srtt     time.Duration
+	// rttUnsent: the sample's packet is built but its batch has not gone
+	// to the link yet; rttSent is stamped again when it has (onSent).
+	rttUnsent bool
+	srtt      time.Duration
+	rttvar    time.Duration // the round trips' mean deviation (RFC 6298 §2)
 }
 
 // retransTimeout is the local ACK timeout in force: the QP's timeout
 // attribute, or four smoothed round trips when the peer is slower than
-// that. IBTA §9.7.6.1.3 makes the attribute a minimum, so waiting longer
+// that, or the smoothed round trip plus four mean deviations when the round
+// trips vary more than that (RFC 6298 §2's SRTT + 4·RTTVAR): on a busy host
+// the round trip is mostly the peer's scheduling, and a timer at the
+// attribute fired on every stall longer than it while the congestion
+// window (cwnd.go) kept the queue, and with it SRTT, short. IBTA §9.7.6.1.3 makes the attribute a minimum, so waiting longer
 // keeps the requester compliant while sparing a slow responder (rxe in an
 // emulated VM answers a 64-packet WRITE in more than the 67 ms of
 // timeout 14) a flood of duplicates.
@@ -56,24 +64,46 @@ func (q *QP) retransTimeout() time.Duration {
 	if d == 0 {
 		return 0
 	}
-	return max(d, 4*q.comp.srtt)
+	return max(d, 4*q.comp.srtt, q.comp.srtt+4*q.comp.rttvar)
 }
 
 // sampleSent starts an RTT sample on a first transmission that asks for an
 // acknowledgement of PSN last.
 func (q *QP) sampleSent(last wire.PSN) {
 	if !q.comp.rttValid {
-		q.comp.rttPSN, q.comp.rttSent, q.comp.rttValid = last, time.Now(), true
+		q.comp.rttPSN, q.comp.rttSent, q.comp.rttValid, q.comp.rttUnsent = last, time.Now(), true, true
+	}
+}
+
+// onSent is the requester's step once the packets its run built have gone
+// to the link (txBatch.release, kick): the RTT sample begun in them starts
+// its clock now, not when the packet was built, since the batch may have
+// waited for the link behind other QPs' (with 64 QPs, for longer than a
+// round trip), and the congestion window (cwnd.go) would read that wait as
+// a queue at the peer; and the local ACK timer starts, as IBTA §9.7.6.1.3
+// times the wait for a response to a packet sent. Called with q.mu held.
+func (q *QP) onSent() {
+	q.req.armOnSend = false
+	if q.comp.rttValid && q.comp.rttUnsent {
+		q.comp.rttSent = time.Now()
+	}
+	q.comp.rttUnsent = false
+	if !q.destroyed {
+		q.armRetrans()
 	}
 }
 
 // sampleAcked ends the RTT sample when the acknowledged PSNs pass it.
 func (q *QP) sampleAcked() {
 	if q.comp.rttValid && q.comp.psn.After(q.comp.rttPSN) {
-		r := time.Since(q.comp.rttSent)
+		now := time.Now()
+		r := now.Sub(q.comp.rttSent)
+		q.req.win.sampled(r, q.comp.rttSent, now, q.delayHeadroom())
 		if q.comp.srtt == 0 {
-			q.comp.srtt = r
+			q.comp.srtt, q.comp.rttvar = r, r/2
 		} else {
+			// RFC 6298 §2.3: the deviation from the old SRTT first.
+			q.comp.rttvar = (3*q.comp.rttvar + (q.comp.srtt - r).Abs()) / 4
 			q.comp.srtt = (7*q.comp.srtt + r) / 8
 		}
 		q.comp.rttValid = false
@@ -159,6 +189,7 @@ func (q *QP) onRetransTimer() {
 		return
 	}
 	q.spendRetry()
+	q.req.win.timedOut(time.Now())
 	out := getTxBatch(q.dev)
 	q.retry(out)
 	q.mu.Unlock()
@@ -198,7 +229,7 @@ func (q *QP) retryDetail() string {
 	default:
 		why := ""
 		if attr := TimeoutDuration(q.attr.Timeout); to > attr {
-			why = fmt.Sprintf(" (4 × the smoothed round-trip time %v, above the QP's timeout of %v)", q.comp.srtt, attr)
+			why = fmt.Sprintf(" (from the round trips: smoothed %v, mean deviation %v; above the QP's timeout of %v)", q.comp.srtt, q.comp.rttvar, attr)
 		}
 		return fmt.Sprintf("%s answered before but stopped acknowledging PSN %v: %d timeouts of %v%s, retry_cnt %d exhausted",
 			peer, q.comp.psn, q.comp.timeouts, to, why, q.attr.RetryCnt)
@@ -214,14 +245,22 @@ func (q *QP) failOldest(status WCStatus, detail string) {
 }
 
 // retry goes back to the oldest unacknowledged PSN and sends again from
-// there (go-back-N, IBTA §9.7.5.1.1 and rxe's req_retry).
+// there (go-back-N, IBTA §9.7.5.1.1 and rxe's req_retry), up to the
+// window, which the caller has cut (cwnd.go: a timeout to the floor, a NAK
+// by half).
 func (q *QP) retry(out *txBatch) {
 	q.comp.retrying = true
-	q.req.window = max(q.window()/2, minUnackedPSNs)
 	q.count(CompleterRetryErr)
 	q.comp.rttValid = false // Karn: no sample across a retransmission
 	q.rewind()
 	q.reqRun(out)
+}
+
+// lossRetry is the retry a NAK starts (a sequence error, or an implicit
+// NAK): a packet was lost, and the window halves first.
+func (q *QP) lossRetry(out *txBatch) {
+	q.req.win.lost(time.Now())
+	q.retry(out)
 }
 
 // rewind points the requester at comp.psn: the WQE holding it and the
@@ -343,7 +382,7 @@ func (q *QP) completeThrough(psn wire.PSN) (stuckAtRdAtomic bool) {
 // nakRetry retries on a NAK or an implicit NAK unless a retry is under way.
 func (q *QP) nakRetry(out *txBatch) {
 	if !q.comp.retrying {
-		q.retry(out)
+		q.lossRetry(out)
 	}
 }
 
@@ -363,7 +402,7 @@ func (q *QP) progress() {
 func (q *QP) advanceCompPSN(psn wire.PSN) {
 	if d := psn.Diff(q.comp.psn); d > 0 {
 		q.comp.psn = psn
-		q.req.window = min(q.window()+int(d), maxUnackedPSNs)
+		q.req.win.acked(int(d))
 		q.comp.progress++
 		q.comp.retrying = false
 		q.comp.retryLeft = int(q.attr.RetryCnt)
@@ -375,6 +414,7 @@ func (q *QP) onACK(psn wire.PSN, out *txBatch) {
 	if psn.Diff(q.comp.psn) < 0 {
 		return // duplicate ACK
 	}
+	q.checkSpurious(psn)
 	if q.completeThrough(psn) {
 		q.laterResponse(out)
 		return
@@ -382,6 +422,22 @@ func (q *QP) onACK(psn wire.PSN, out *txBatch) {
 	q.advanceCompPSN(psn.Next())
 	q.fastForward()
 	q.afterProgress(out)
+}
+
+// checkSpurious resolves a timeout's cut of the window (cwnd.undo) on an
+// ACK of psn: an ACK of a PSN the retry has not resent yet (at or after
+// req.psn, which the rewind set back) acknowledges first transmissions,
+// and the timeout was spurious; once the retry has resent all it had sent
+// (req.psn past maxSent), an ACK can no longer tell, and the cut stands.
+func (q *QP) checkSpurious(psn wire.PSN) {
+	w := &q.req.win
+	switch {
+	case w.undo == 0:
+	case psn.Diff(q.req.psn) >= 0:
+		w.spuriousTimeout()
+	case q.req.psn.After(q.req.maxSent):
+		w.undo = 0
+	}
 }
 
 // laterResponse handles a response (ACK, NAK, READ response or atomic ACK) for
@@ -565,7 +621,7 @@ func (q *QP) onNAK(psn wire.PSN, syn wire.Syndrome, out *txBatch) {
 			return
 		}
 		q.spendRetry()
-		q.retry(out)
+		q.lossRetry(out)
 		q.armRetrans()
 		return
 	}

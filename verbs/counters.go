@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/goroce/goroce/wire"
 )
@@ -143,14 +144,33 @@ type QPInfo struct {
 	RQPSN   wire.PSN // PSN the responder expects next
 	PDN     uint32   // the protection domain's number
 	PathMTU MTU
+	// RC requesters only (zero for other types): the congestion window
+	// (cwnd.go), how many PSNs the requester may have unacknowledged now,
+	// and the PSNs it has; the base (smallest) and latest round trips it
+	// sampled (0: none yet), the window's cuts for delay so far, and the
+	// local ACK timeouts found spurious (their cut given back).
+	Cwnd             int
+	InFlight         int
+	MinRTT           time.Duration
+	RTT              time.Duration
+	CwndCuts         uint64
+	SpuriousTimeouts uint64
 }
 
 // Info returns the QP's resource view. It takes the QP's mutex briefly.
 func (q *QP) Info() QPInfo {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return QPInfo{QPN: q.num, Type: q.typ, State: q.state, DestQPN: q.attr.DestQPN,
+	in := QPInfo{QPN: q.num, Type: q.typ, State: q.state, DestQPN: q.attr.DestQPN,
 		SQPSN: q.req.psn, RQPSN: q.resp.psn, PDN: q.pd.pd.ID(), PathMTU: q.attr.PathMTU}
+	if q.typ == RC {
+		w := &q.req.win
+		in.Cwnd, in.MinRTT, in.RTT, in.CwndCuts, in.SpuriousTimeouts = w.size(), w.minRTT, w.lastRTT, w.cuts, w.undone
+		if q.req.sentAny {
+			in.InFlight = max(int(q.req.maxSent.Next().Diff(q.comp.psn)), 0)
+		}
+	}
+	return in
 }
 
 // QPs returns the device's live QPs in QPN order, for resource and

@@ -129,7 +129,14 @@ func TestCNPIgnored(t *testing.T) {
 	})
 	synctest.Test(t, func(t *testing.T) {
 		p := verbstest.NewPair(t, verbstest.Options{})
-		p.B.Port.SetBottleneck(bottleneck)
+		// Marking past 4 KiB: the requester's first window (cwnd.go's
+		// initialCwnd, 16 packets) queues past it at once, so packets
+		// marked after the first are still queued when the RP goes off.
+		// (At 32 KiB the window's slow start marked one packet, and the
+		// rate's cut drained the queue before another.)
+		low := bottleneck
+		low.MarkBytes = 4 << 10
+		p.B.Port.SetBottleneck(low)
 		setECN(t, p.A.Dev, false, true, func(c *verbs.ECNConfig) { c.LineRate = 1000 })
 		setECN(t, p.B.Dev, true, false, nil)
 		const size = 4 << 20

@@ -47,9 +47,8 @@ const (
 	// waits for ACKs (rxe: RXE_MAX_UNACKED_PSNS = 128). goroce allows more
 	// so one QP can fill a fast link; well under 2^23, the PSN half-space.
 	maxUnackedPSNs = 1024
-	// minUnackedPSNs is the smallest window go-back-N retries shrink it to
-	// (see reqState.window).
-	minUnackedPSNs = 8
+	// The congestion window that keeps a requester under this bound
+	// (initialCwnd, cwndFloor, the delay target) is in cwnd.go.
 
 	// maxAsyncEvents bounds a device's queue of unread asynchronous events
 	// (eventQueue); events beyond it are dropped and counted in

@@ -672,8 +672,7 @@ func (q *QP) kick() {
 		q.reqBatch = nil
 	}
 	if q.req.armOnSend {
-		q.req.armOnSend = false
-		q.armRetrans() // what reqRun built is sent (release's step)
+		q.onSent() // what reqRun built is sent (release's step)
 	}
 	if q.respBatch == out {
 		q.respBatch = nil

@@ -259,11 +259,7 @@ func (b *txBatch) release() {
 			if q.reqBatch == b {
 				q.reqBatch = nil
 				if q.req.armOnSend {
-					// q's packets in b are out (the flush above).
-					q.req.armOnSend = false
-					if !q.destroyed {
-						q.armRetrans()
-					}
+					q.onSent() // q's packets in b are out (the flush above)
 				}
 				if q.reqDeferred {
 					q.reqDeferred = false

@@ -76,11 +76,12 @@ type reqState struct {
 	psn   wire.PSN // next PSN to send
 	off   uint64   // bytes of the WQE at sq.cur already sent
 	noack int      // packets sent since the last AckReq
-	// window is how many PSNs may be unacknowledged: maxUnackedPSNs at
-	// first, halved by every go-back-N retry (each one resends the whole
-	// window, so a lossy path must not keep a large one), grown by each
-	// PSN acknowledged. 0 means maxUnackedPSNs.
-	window      int
+	// win is how many PSNs may be unacknowledged (cwnd.go): grown by
+	// acknowledgements, cut when the round trip grows past its target,
+	// halved by a NAK's go-back-N retry, cut to the floor by a timeout
+	// (each retry resends the whole window, so a congested or lossy path
+	// must not keep a large one).
+	win         cwnd
 	rdAtomic    int      // outstanding READ/ATOMIC/FLUSH requests
 	maxSent     wire.PSN // highest PSN sent so far, to count retransmissions
 	sentAny     bool     // whether maxSent is valid
@@ -90,7 +91,8 @@ type reqState struct {
 	// to send; the device's scheduler gives it its next turn (sched.go).
 	more bool
 	// armOnSend: packets the requester built wait in its batch (reqBatch);
-	// the batch arms the local ACK timer once they are sent (release).
+	// the batch arms the local ACK timer and starts the RTT sample's clock
+	// once they are sent (release, onSent).
 	armOnSend bool
 }
 
@@ -651,12 +653,7 @@ func (q *QP) failSend(w *sendWQE, status WCStatus, detail string) {
 }
 
 // window returns the requester's window in PSNs.
-func (q *QP) window() int {
-	if q.req.window == 0 {
-		return maxUnackedPSNs
-	}
-	return q.req.window
-}
+func (q *QP) window() int { return q.req.win.size() }
 
 // rnrWaiting reports whether the requester waits out an RNR NAK timer.
 func (q *QP) rnrWaiting() bool { return q.comp.rnrWait }

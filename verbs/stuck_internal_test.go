@@ -42,11 +42,12 @@ func TestResponseUpToHeadRunsRequester(t *testing.T) {
 			if n := e.lk.requests.Load(); n != 1 {
 				t.Fatalf("%d requests of the second WR sent, want 1", n)
 			}
-			// The retry, with a window of 8 PSNs: the WRITE's first 8 go
-			// again, and it stops there.
+			// The retry, with a window of 8 PSNs (what a NAK's halving of
+			// 16 gives, cwnd.lost, set here directly since the floor is
+			// 16): the WRITE's first 8 go again, and it stops there.
 			out := getTxBatch(e.d)
 			q.mu.Lock()
-			q.req.window = 16
+			q.req.win.n, q.req.win.ssthresh = 8, 8
 			q.retry(out)
 			q.mu.Unlock()
 			putTxBatch(out)

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/goroce/goroce/internal/mem"
 	"github.com/goroce/goroce/link"
@@ -30,12 +31,24 @@ type lockCheckLink struct {
 	// armedAtSend counts the Sends that found the QP's local ACK timer
 	// armed already.
 	armedAtSend atomic.Int64
+	// firstSend is when the first Send began, after the clock has moved
+	// past the moment it was called (so anything stamped before the Send
+	// is strictly earlier); zero before any.
+	firstSend atomic.Pointer[time.Time]
 
 	qmu   sync.Mutex
 	queue []link.Packet // guarded by qmu
 }
 
 func (l *lockCheckLink) Send(pkts []link.Packet) (int, error) {
+	if l.firstSend.Load() == nil {
+		t0 := time.Now()
+		now := t0
+		for !now.After(t0) {
+			now = time.Now()
+		}
+		l.firstSend.CompareAndSwap(nil, &now)
+	}
 	if q := l.q.Load(); q != nil {
 		if q.mu.TryLock() {
 			if q.comp.timerArmed {
@@ -132,6 +145,13 @@ func newLockEnv(t *testing.T, timeout uint8) (*lockCheckLink, *Device, *QP, *MR)
 		AttrState|AttrSQPSN|AttrTimeout|AttrRetryCnt|AttrRNRRetry|AttrMaxQPRdAtomic); err != nil {
 		t.Fatal(err)
 	}
+	// The congestion window at its bound (cwnd.go starts a QP at
+	// initialCwnd, 16 PSNs): these tests are about where and when the
+	// requester's packets are sent, and their WRITEs of up to 64 packets
+	// must be stopped by the batch's budget, not by the window.
+	q.mu.Lock()
+	q.req.win.n = maxUnackedPSNs
+	q.mu.Unlock()
 	lk.d.Store(d)
 	lk.q.Store(q)
 	return lk, d, q, mr
@@ -257,5 +277,32 @@ func TestACKTimerArmedWhenSent(t *testing.T) {
 	q.mu.Unlock()
 	if !armed {
 		t.Error("the timer is not armed after the packets were sent")
+	}
+}
+
+// TestRTTSampleStartsWhenSent: the round trip the requester samples (for
+// its timer's SRTT and its congestion window, cwnd.go) starts when the
+// packet has gone to the link, not when it was built: a batch that waited
+// for the link behind other QPs' would otherwise count that wait as a
+// queue at the peer and cut the window.
+func TestRTTSampleStartsWhenSent(t *testing.T) {
+	lk, _, q, mr := newLockEnv(t, 20)
+	if err := q.PostSend(writeWR(mr, 8*4096)); err != nil {
+		t.Fatal(err)
+	}
+	psns, ack := lk.sentPSNs()
+	checkPSNs(t, psns, 8)
+	if !ack[7] {
+		t.Fatal("the WRITE's last packet does not ask for an ACK")
+	}
+	sent := lk.firstSend.Load()
+	q.mu.Lock()
+	valid, psn, at := q.comp.rttValid, q.comp.rttPSN, q.comp.rttSent
+	q.mu.Unlock()
+	if !valid || psn != wire.PSN(txlockSQPSN).Add(7) {
+		t.Fatalf("RTT sample valid %v on PSN %v, want one on %v", valid, psn, wire.PSN(txlockSQPSN).Add(7))
+	}
+	if at.Before(*sent) {
+		t.Errorf("the RTT sample started %v before its packet was sent", sent.Sub(at))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -136,6 +137,9 @@ func TestECNRunningDevice(t *testing.T) {
 	out := wantRun(t, dir, exitOK, nil, "res", "show", "qp", "rxe0", "-d")
 	if strings.Contains(out, "dcqcn") || !strings.Contains(out, " path-mtu 1024 ") {
 		t.Errorf("res show qp -d with the RP off: %q", out)
+	}
+	if !regexp.MustCompile(` cwnd \d+ unacked \d+ rtt-us \d+ minrtt-us \d+ cwnd-cuts \d+ spurious-timeouts \d+ path-mtu 1024 `).MatchString(out) {
+		t.Errorf("res show qp -d: %q lacks the RC QP's congestion window", out)
 	}
 
 	wantRun(t, dir, exitOK, nil, "ecn", "-d", "rxe0", "rp", "enable", "1")

@@ -49,7 +49,7 @@ A device nobody runs has no resources: it is skipped with a note on stderr.`,
 		},
 	}
 	cmd.Flags().BoolVarP(&jsonOut, "json", "j", false, "JSON output, as rdma -j prints it")
-	cmd.Flags().BoolVarP(&details, "details", "d", false, "details, as rdma -d prints them: a QP's path MTU and DCQCN rate")
+	cmd.Flags().BoolVarP(&details, "details", "d", false, "details, as rdma -d prints them: an RC QP's congestion window (cwnd, unacked PSNs, round trips in µs, cuts, spurious ACK timeouts), a QP's path MTU and DCQCN rate")
 	return cmd
 }
 
@@ -109,8 +109,8 @@ func resShow(cmd *cobra.Command, kind, name string, jsonOut, details bool) error
 
 // qpResRow is rdma res show qp's line; connected QPs show their peer and
 // receive PSN, datagram QPs only the send PSN (as the kernel prints them).
-// With details it adds the path MTU and, while the port's RP is on, the
-// QP's DCQCN rate.
+// With details it adds the path MTU, while the port's RP is on the QP's
+// DCQCN rate, and an RC QP's congestion window.
 func qpResRow(rep *host.ResourceReport, q host.QPResource, details bool) jsonRow {
 	r := jsonRow{{"ifname", rep.Device}, {"port", q.Port}, {"lqpn", q.LQPN}}
 	connected := q.Type == "RC" || q.Type == "UC"
@@ -127,6 +127,12 @@ func qpResRow(rep *host.ResourceReport, q host.QPResource, details bool) jsonRow
 	}
 	r = append(r, kv{"pdn", q.PDN})
 	if details {
+		if q.Cwnd != 0 {
+			// The RC requester's congestion window, as ss -i prints
+			// TCP's (cwnd, unacked, rtt, minrtt), the round trips in µs.
+			r = append(r, kv{"cwnd", q.Cwnd}, kv{"unacked", q.InFlight}, kv{"rtt-us", math.Round(q.RTTUs)},
+				kv{"minrtt-us", math.Round(q.MinRTTUs)}, kv{"cwnd-cuts", q.CwndCuts}, kv{"spurious-timeouts", q.Spurious})
+		}
 		if q.PathMTU != 0 {
 			r = append(r, kv{"path-mtu", q.PathMTU})
 		}
@@ -137,6 +143,7 @@ func qpResRow(rep *host.ResourceReport, q host.QPResource, details bool) jsonRow
 			}
 			r = append(r, kv{"dcqcn-rate", math.Round(*q.DCQCNRate*10) / 10}, kv{"dcqcn-limited", limited})
 		}
+
 	}
 	return append(r, kv{"pid", rep.Owner.PID}, kv{"comm", rep.Owner.Comm})
 }
