@@ -161,18 +161,41 @@ func (f *fuzzRun) fatalf(format string, args ...any) {
 	f.t.Fatalf(format, args...)
 }
 
-// post posts wr on the peer's QP, remembering what its completion may be.
-func (f *fuzzRun) post(wr verbs.SendWR, mustFail bool, what string) {
+// post posts wr on the peer's QP with data as its one SGE (none if
+// empty), remembering what its completion may be. The data goes where no
+// posted work request of the peer's still reads or READs into (a part
+// reused early would send what was copied later).
+func (f *fuzzRun) post(wr verbs.SendWR, data []byte, mustFail bool, what string) {
+	f.t.Helper()
 	if f.peerDead {
 		return
 	}
+	off, ok := f.r.stage(len(data))
+	for end := time.Now().Add(30 * time.Second); !ok; off, ok = f.r.stage(len(data)) {
+		// Every part is in use: the peer's sends wait for the Conn (RNR,
+		// or retries if it failed). settle lets it poll; a failed Conn
+		// makes the retries run out, and the flush frees them all.
+		if time.Now().After(end) {
+			f.fatalf("the peer's %d sends still hold its send buffer after 30 s", len(f.sends))
+		}
+		f.settle()
+		if f.peerDead {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	copy(f.r.sbuf[off:], data)
 	f.r.wrid++
 	wr.WRID = f.r.wrid
 	wr.Flags |= verbs.SendSignaled
+	if len(data) > 0 {
+		wr.SGList = []verbs.SGE{f.r.smr.SGE(off, len(data))}
+	}
 	if err := f.r.qp.PostSend(wr); err != nil {
 		f.peerDead = true
 		return
 	}
+	f.r.posted(wr.WRID, off, len(data))
 	f.sends[wr.WRID] = peerSend{mustFail: mustFail, what: what}
 	if len(f.sends) > 256 {
 		f.settle()
@@ -198,12 +221,8 @@ func (f *fuzzRun) inRing(va uint64, n int, key uint32) bool {
 
 // write posts an RDMA WRITE WITH IMMEDIATE m of data at va with key.
 func (f *fuzzRun) write(m msg, data []byte, va uint64, key uint32, what string) {
-	copy(f.r.sbuf, data)
 	wr := verbs.SendWR{Opcode: verbs.WRRDMAWriteWithImm, ImmData: uint32(m), RemoteAddr: va, RKey: key}
-	if len(data) > 0 {
-		wr.SGList = []verbs.SGE{f.r.smr.SGE(0, len(data))}
-	}
-	f.post(wr, len(data) > 0 && !f.inside(va, len(data), key), what)
+	f.post(wr, data, len(data) > 0 && !f.inside(va, len(data), key), what)
 }
 
 // pump handles the peer's completions: its sends' statuses, and what the
@@ -233,6 +252,7 @@ func (f *fuzzRun) completion(wc *verbs.WC) {
 			f.fatalf("a completion of the peer's for work request %d, never posted (or twice): %v", wc.WRID, wc)
 		}
 		delete(f.sends, wc.WRID)
+		f.r.completed(wc.WRID)
 		if s.mustFail && wc.Status == verbs.WCSuccess {
 			f.fatalf("the peer's %s, outside the Conn's ring (%#x, %d bytes) and target SGL (%#x, %d bytes), succeeded",
 				s.what, f.c.rmr.Addr(), f.c.rmr.Len(), f.c.tmr.Addr(), f.c.tmr.Len())
@@ -841,13 +861,8 @@ func (f *fuzzRun) run(in *fuzzIn) {
 			f.ctrl(in)
 		case actSend:
 			n := int(in.u8() % 64)
-			copy(f.r.sbuf, make([]byte, n))
-			wr := verbs.SendWR{Opcode: verbs.WRSend}
-			if n > 0 {
-				wr.SGList = []verbs.SGE{f.r.smr.SGE(0, n)}
-			}
 			f.hostile = true
-			f.post(wr, false, "SEND")
+			f.post(verbs.SendWR{Opcode: verbs.WRSend}, make([]byte, n), false, "SEND")
 		case actConnRead:
 			if !f.closed {
 				f.settle()
@@ -898,10 +913,9 @@ func (f *fuzzRun) run(in *fuzzIn) {
 			n := int(in.u16() % 256)
 			f.hostile = true
 			// The Conn's buffers grant no remote read.
-			f.post(verbs.SendWR{Opcode: verbs.WRRDMARead, RemoteAddr: va, RKey: key, SGList: []verbs.SGE{f.r.smr.SGE(0, max(n, 1))}},
-				true, "RDMA READ")
+			f.post(verbs.SendWR{Opcode: verbs.WRRDMARead, RemoteAddr: va, RKey: key}, make([]byte, max(n, 1)), true, "RDMA READ")
 		case actKeepalive:
-			f.post(verbs.SendWR{Opcode: verbs.WRRDMAWrite}, false, "keepalive")
+			f.post(verbs.SendWR{Opcode: verbs.WRRDMAWrite}, nil, false, "keepalive")
 		}
 		f.pump()
 		f.bounded(actName(a))

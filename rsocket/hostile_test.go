@@ -27,14 +27,15 @@ type rawPeer struct {
 	qp     *verbs.QP
 	rbuf   []byte // its receive ring (one 4 KiB half advertised)
 	tbuf   []byte // its target SGL
-	sbuf   []byte
+	sbuf   []byte // what its work requests send or READ into, staged by stage
 	rmr    *verbs.MR
 	tmr    *verbs.MR
 	smr    *verbs.MR
 	cd     connData // what it sent
 	peer   connData // the Conn's, from the REP
 	wrid   uint64
-	pdErr  error // what the REQ's answer was, if not ESTABLISHED
+	busy   []stageSpan // the parts of sbuf posted work requests use, oldest first
+	pdErr  error       // what the REQ's answer was, if not ESTABLISHED
 	closed bool
 }
 
@@ -134,31 +135,81 @@ func (r *rawPeer) close() {
 	r.ec.Close()
 }
 
-// write posts an RDMA WRITE WITH IMMEDIATE of data (from its send
-// buffer) at va with rkey, immediate m.
-func (r *rawPeer) write(m msg, data []byte, va uint64, rkey uint32) {
+// stageSpan is a part of the raw peer's send buffer that posted work
+// request wrid reads (or a READ writes) until it completes.
+type stageSpan struct {
+	wrid   uint64
+	off, n int
+}
+
+// stage finds n bytes of the send buffer that no posted work request
+// uses (a ring: work requests complete in the order posted), or reports
+// that there are none until some complete. Reusing a part a posted
+// request still reads would send what was copied later (and race with
+// the engine's gather).
+func (r *rawPeer) stage(n int) (int, bool) {
+	if n == 0 || len(r.busy) == 0 {
+		return 0, n <= len(r.sbuf)
+	}
+	first, last := r.busy[0], r.busy[len(r.busy)-1]
+	head := last.off + last.n
+	switch {
+	case last.off >= first.off && head+n <= len(r.sbuf): // free: [head, end) and [0, first)
+		return head, true
+	case last.off >= first.off && n <= first.off:
+		return 0, true
+	case last.off < first.off && head+n <= first.off: // wrapped; free: [head, first)
+		return head, true
+	}
+	return 0, false
+}
+
+// posted records that work request wrid uses sbuf[off:off+n].
+func (r *rawPeer) posted(wrid uint64, off, n int) {
+	if n > 0 {
+		r.busy = append(r.busy, stageSpan{wrid, off, n})
+	}
+}
+
+// completed frees what work request wrid, and every one posted before
+// it, used.
+func (r *rawPeer) completed(wrid uint64) {
+	for len(r.busy) > 0 && r.busy[0].wrid <= wrid {
+		r.busy = r.busy[1:]
+	}
+}
+
+// post stages data, posts wr with it as its one SGE (none if empty) and
+// the next WRID, signaled.
+func (r *rawPeer) post(wr verbs.SendWR, data []byte) {
 	r.t.Helper()
-	copy(r.sbuf, data)
+	off, ok := r.stage(len(data))
+	if !ok {
+		r.t.Fatalf("the raw peer's send buffer is full of %d work requests not completed", len(r.busy))
+	}
+	copy(r.sbuf[off:], data)
 	r.wrid++
-	wr := verbs.SendWR{WRID: r.wrid, Opcode: verbs.WRRDMAWriteWithImm, Flags: verbs.SendSignaled, ImmData: uint32(m),
-		RemoteAddr: va, RKey: rkey}
+	wr.WRID, wr.Flags = r.wrid, wr.Flags|verbs.SendSignaled
 	if len(data) > 0 {
-		wr.SGList = []verbs.SGE{r.smr.SGE(0, len(data))}
+		wr.SGList = []verbs.SGE{r.smr.SGE(off, len(data))}
 	}
 	if err := r.qp.PostSend(wr); err != nil {
 		r.t.Fatal(err)
 	}
+	r.posted(wr.WRID, off, len(data))
+}
+
+// write posts an RDMA WRITE WITH IMMEDIATE of data at va with rkey,
+// immediate m.
+func (r *rawPeer) write(m msg, data []byte, va uint64, rkey uint32) {
+	r.t.Helper()
+	r.post(verbs.SendWR{Opcode: verbs.WRRDMAWriteWithImm, ImmData: uint32(m), RemoteAddr: va, RKey: rkey}, data)
 }
 
 // send posts a SEND of data.
 func (r *rawPeer) send(data []byte) {
 	r.t.Helper()
-	copy(r.sbuf, data)
-	r.wrid++
-	if err := r.qp.PostSend(verbs.SendWR{WRID: r.wrid, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
-		SGList: []verbs.SGE{r.smr.SGE(0, len(data))}}); err != nil {
-		r.t.Fatal(err)
-	}
+	r.post(verbs.SendWR{Opcode: verbs.WRSend}, data)
 }
 
 // lastSend waits for the completion of the last send posted and returns
@@ -174,6 +225,9 @@ func (r *rawPeer) lastSend() verbs.WC {
 			r.t.Fatalf("waiting for the raw peer's send %d: %v", r.wrid, err)
 		}
 		for _, w := range wc[:n] {
+			if w.WRID&wrRecv == 0 {
+				r.completed(w.WRID)
+			}
 			if w.WRID == r.wrid {
 				return w
 			}
