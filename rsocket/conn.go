@@ -378,8 +378,8 @@ func (c *Conn) fail(err error, discard bool) {
 // await waits until cond holds, polling a CQ (one goroutine at a time per
 // CQ) or waiting for the goroutine that does: on the send CQ if onSend
 // says that what is missing comes from this side's sends completing (send
-// queue entries, send ring space, control slots), else on the receive
-// CQ. It returns net.ErrClosed once Close has begun (unless closing
+// queue entries, send ring space, control slots), or if credits wait for a
+// control slot (creditsWaitSlot), else on the receive CQ. It returns net.ErrClosed once Close has begun (unless closing
 // allows it, for Close itself) and os.ErrDeadlineExceeded when dl passes.
 // Called with c.mu held, returns with it held.
 func (c *Conn) await(dl *deadline, cond func() bool, closing bool, onSend func() bool) error {
@@ -400,7 +400,7 @@ func (c *Conn) await(dl *deadline, cond func() bool, closing bool, onSend func()
 		ch := c.bcast
 		c.waiters++
 		cq, polling := c.rcq, &c.pollR
-		if onSend != nil && onSend() {
+		if onSend != nil && onSend() || c.creditsWaitSlot() {
 			cq, polling = c.scq, &c.pollS
 		}
 		if !*polling {
@@ -674,11 +674,7 @@ func (c *Conn) postMsg(m msg) error {
 // ring) go back to the peer once a half is free or half of rq_size
 // messages have been read since the last grant.
 func (c *Conn) updateCredits() {
-	if c.closed || c.st&stConnected == 0 || !c.ctrlAvail() {
-		return
-	}
-	half := c.p.rbufSize / 2
-	if c.rAvail < half && int16(c.rseqNo-c.rseqComp) < 0 {
+	if !c.ctrlAvail() || !c.creditsDue() {
 		return
 	}
 	// rs_send_credits.
@@ -686,7 +682,7 @@ func (c *Conn) updateCredits() {
 	m, buf, withBuf := c.grantCredits()
 	var err error
 	if withBuf {
-		s := sge{addr: c.rmr.Addr() + uint64(buf), key: c.rmr.RKey(), len: uint32(half)}
+		s := sge{addr: c.rmr.Addr() + uint64(buf), key: c.rmr.RKey(), len: uint32(c.p.rbufSize / 2)}
 		slot := c.p.sbufSize + sgeLen*int(c.ctrlSeq&(ctrlSize-1))
 		appendSGE(c.sbuf[slot:slot], s, c.peerOrder)
 		c.sgl[0] = c.smr.SGE(slot, sgeLen)
@@ -699,6 +695,23 @@ func (c *Conn) updateCredits() {
 		c.fail(fmt.Errorf("rsocket: posting credits: %w", err), false)
 	}
 }
+
+// creditsDue reports whether updateCredits has something to return: a
+// free half of the ring, or half of rq_size messages read since the last
+// grant.
+func (c *Conn) creditsDue() bool {
+	if c.closed || c.st&stConnected == 0 {
+		return false
+	}
+	return c.rAvail >= c.p.rbufSize/2 || int16(c.rseqNo-c.rseqComp) >= 0
+}
+
+// creditsWaitSlot reports whether credits are due but every control slot
+// is in flight. The slot comes back with a control message's send
+// completion, so whoever waits must wait on the send CQ: waiting on the
+// receive CQ for data the peer cannot send without those credits would
+// wait for ever (rsocket.c polls one CQ for both, and cannot).
+func (c *Conn) creditsWaitSlot() bool { return !c.ctrlAvail() && c.creditsDue() }
 
 // grantCredits does the bookkeeping of an RS_OP_SGL (rs_send_credits):
 // the new limit, and, when half of the ring is free, that half (at offset

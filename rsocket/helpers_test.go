@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/goroce/goroce/link/fabric"
 	"github.com/goroce/goroce/link/udp"
 	"github.com/goroce/goroce/rdmacm"
 	"github.com/goroce/goroce/verbs"
@@ -30,9 +31,10 @@ var testNets = []string{netFabric4, netFabric6, netUDP}
 
 // side is one host of a test: a device and a CM on it.
 type side struct {
-	dev *verbs.Device
-	cm  *rdmacm.CM
-	ip  netip.Addr
+	dev  *verbs.Device
+	cm   *rdmacm.CM
+	ip   netip.Addr
+	port *fabric.Port // its port on the fabric networks; nil on the UDP one
 }
 
 // fastCM keeps CM retries short on a loaded test machine while still
@@ -46,6 +48,7 @@ var udpNet atomic.Uint32
 func newSides(t testing.TB, net string) (a, b *side) {
 	t.Helper()
 	var da, db *verbs.Device
+	var pa, pb *fabric.Port
 	switch net {
 	case netFabric4, netFabric6:
 		vn := verbstest.NetV2IPv4
@@ -53,7 +56,7 @@ func newSides(t testing.TB, net string) (a, b *side) {
 			vn = verbstest.NetV2IPv6
 		}
 		p := verbstest.NewPair(t, verbstest.Options{Net: vn, NoConnect: true})
-		da, db = p.A.Dev, p.B.Dev
+		da, db, pa, pb = p.A.Dev, p.B.Dev, p.A.Port, p.B.Port
 	case netUDP:
 		// Each test its own pair of loopback addresses, so tests never
 		// share a UDP port.
@@ -78,13 +81,13 @@ func newSides(t testing.TB, net string) (a, b *side) {
 	default:
 		t.Fatalf("unknown network %q", net)
 	}
-	mk := func(d *verbs.Device) *side {
+	mk := func(d *verbs.Device, port *fabric.Port) *side {
 		cm := rdmacm.New(fastCM)
 		if err := cm.AddDevice(d); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { cm.Close() }) // before the devices': LIFO
-		s := &side{dev: d, cm: cm}
+		s := &side{dev: d, cm: cm, port: port}
 		for _, g := range d.GIDs() {
 			if g.GID.IsValid() && g.Type == verbs.GIDTypeRoCEv2 && (net != netFabric6 || !g.GID.Is4In6()) {
 				s.ip = g.GID.Unmap()
@@ -95,7 +98,7 @@ func newSides(t testing.TB, net string) (a, b *side) {
 		}
 		return s
 	}
-	return mk(da), mk(db)
+	return mk(da, pa), mk(db, pb)
 }
 
 // listen makes b listen on port with options o, closed when t ends.
