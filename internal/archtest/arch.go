@@ -101,7 +101,7 @@ var Table = map[string]rule{
 	"rdmacm": {5, "verbs wire wire/mad",
 		"verbs/verbstest host link link/fabric link/pcap link/udp internal/lab internal/nettest internal/testenv"},
 	"rsocket": {6, "rdmacm verbs",
-		"verbs/verbstest host link/pcap link/udp wire wire/mad internal/lab"},
+		"verbs/verbstest host link/fabric link/pcap link/udp wire wire/mad internal/lab"},
 
 	// 7, 8: the applications and the CLI.
 	"cmd/roce/internal/demo":    {7, "rdmacm host config verbs link link/fabric link/pcap link/udp wire", ""},
