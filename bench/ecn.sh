@@ -186,6 +186,25 @@ floor() {
 		nsx r tc filter del dev b parent 1: prio 1 2>/dev/null || true
 	fi
 }
+# Flows in order, as a fabric keeps them. A veth hands a packet to the
+# backlog of the CPU that transmitted it, and htb sends from a timer on
+# whichever CPU it fires, so consecutive packets of one flow could reach
+# the switch s on two CPUs and leave it swapped. Captures at a1 and b1
+# showed a flow's packets leave in order and arrive with one three places
+# early; the responder's sequence-error NAK then had the rest resent: every
+# retry of the DCQCN-on runs was such a NAK (none a timeout), with no drop
+# anywhere: 1,585-2,365 packets resent in 6 s (3 runs). RPS on the veths
+# of s and of the receivers hashes a flow to one CPU, as a NIC's RSS and a
+# switch's per-port queue do: none resent in 6 runs (2 so, 4 with RPS on
+# every veth; on r's alone, still 557-1,520). It costs the probe a hop to
+# another CPU: its p50 alone 39-49 us against 18-22.
+rps=$(printf '%x' $(((1 << $(nproc)) - 1)))
+for ns in $(ip netns list | awk '{print $1}' | grep "^$pfx-[sb]"); do
+	for d in $(ip netns exec "$ns" ls /sys/class/net); do
+		f=/sys/class/net/$d/queues/rx-0/rps_cpus
+		[ "$d" = lo ] || ip netns exec "$ns" sh -c "[ ! -e $f ] || echo $rps > $f"
+	done
+done
 # ECN marking: the kernel has no marking qdisc here (no red, codel, pie),
 # so r's forward chain marks CE on ECN-capable packets toward b beyond 0.9
 # of the htb rate. In packets: nft_limit's byte mode lets a whole second
