@@ -379,8 +379,9 @@ func (c *Conn) fail(err error, discard bool) {
 // CQ) or waiting for the goroutine that does: on the send CQ if onSend
 // says that what is missing comes from this side's sends completing (send
 // queue entries, send ring space, control slots), or if credits wait for a
-// control slot (creditsWaitSlot), else on the receive CQ. It returns net.ErrClosed once Close has begun (unless closing
-// allows it, for Close itself) and os.ErrDeadlineExceeded when dl passes.
+// control slot (creditsWaitSlot), else on the receive CQ. It returns
+// net.ErrClosed once Close has begun (unless closing allows it, for Close
+// itself) and os.ErrDeadlineExceeded when dl passes.
 // Called with c.mu held, returns with it held.
 func (c *Conn) await(dl *deadline, cond func() bool, closing bool, onSend func() bool) error {
 	if cond() {

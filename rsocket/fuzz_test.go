@@ -170,8 +170,8 @@ func (f *fuzzRun) post(wr verbs.SendWR, data []byte, mustFail bool, what string)
 	if f.peerDead {
 		return
 	}
-	off, ok := f.r.stage(len(data))
-	for end := time.Now().Add(30 * time.Second); !ok; off, ok = f.r.stage(len(data)) {
+	off, ok := f.r.load(&wr, data)
+	for end := time.Now().Add(30 * time.Second); !ok; off, ok = f.r.load(&wr, data) {
 		// Every part is in use: the peer's sends wait for the Conn (RNR,
 		// or retries if it failed). settle lets it poll; a failed Conn
 		// makes the retries run out, and the flush frees them all.
@@ -183,13 +183,6 @@ func (f *fuzzRun) post(wr verbs.SendWR, data []byte, mustFail bool, what string)
 			return
 		}
 		time.Sleep(time.Millisecond)
-	}
-	copy(f.r.sbuf[off:], data)
-	f.r.wrid++
-	wr.WRID = f.r.wrid
-	wr.Flags |= verbs.SendSignaled
-	if len(data) > 0 {
-		wr.SGList = []verbs.SGE{f.r.smr.SGE(off, len(data))}
 	}
 	if err := f.r.qp.PostSend(wr); err != nil {
 		f.peerDead = true

@@ -179,19 +179,28 @@ func (r *rawPeer) completed(wrid uint64) {
 	}
 }
 
-// post stages data, posts wr with it as its one SGE (none if empty) and
-// the next WRID, signaled.
-func (r *rawPeer) post(wr verbs.SendWR, data []byte) {
-	r.t.Helper()
-	off, ok := r.stage(len(data))
-	if !ok {
-		r.t.Fatalf("the raw peer's send buffer is full of %d work requests not completed", len(r.busy))
+// load stages data and makes it wr's one SGE (none if empty), with the
+// next WRID, signaled; false if no part of the send buffer is free. The
+// caller posts wr and then calls posted.
+func (r *rawPeer) load(wr *verbs.SendWR, data []byte) (off int, ok bool) {
+	if off, ok = r.stage(len(data)); !ok {
+		return 0, false
 	}
 	copy(r.sbuf[off:], data)
 	r.wrid++
 	wr.WRID, wr.Flags = r.wrid, wr.Flags|verbs.SendSignaled
 	if len(data) > 0 {
 		wr.SGList = []verbs.SGE{r.smr.SGE(off, len(data))}
+	}
+	return off, true
+}
+
+// post posts wr with data (load).
+func (r *rawPeer) post(wr verbs.SendWR, data []byte) {
+	r.t.Helper()
+	off, ok := r.load(&wr, data)
+	if !ok {
+		r.t.Fatalf("the raw peer's send buffer is full of %d work requests not completed", len(r.busy))
 	}
 	if err := r.qp.PostSend(wr); err != nil {
 		r.t.Fatal(err)
