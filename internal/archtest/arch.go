@@ -67,13 +67,14 @@ var Table = map[string]rule{
 	// 1: links, and the rdma_cm settings beside the stack.
 	"link":          {1, "wire", ""},
 	"link/neigh":    {1, "wire", ""},
+	"link/pktstat":  {1, "", ""},
 	"link/fabric":   {1, "link wire", "link/linktest"},
 	"link/pcap":     {1, "link wire", "link/fabric link/linktest"},
 	"link/linktest": {1, "link wire", ""},
-	"link/udp": {1, "link wire",
+	"link/udp": {1, "link link/pktstat wire",
 		// TestPairings moves RC traffic over the link between namespaces.
 		"link/linktest internal/nettest internal/testenv verbs verbs/verbstest"},
-	"link/afpacket": {1, "link link/neigh wire wire/mad",
+	"link/afpacket": {1, "link link/neigh link/pktstat wire wire/mad",
 		"link/linktest link/udp link/pcap internal/nettest internal/testenv"},
 	"config":            {1, "wire internal/rundir", "config/configtest"},
 	"config/configfs":   {1, "config", "config/configtest wire internal/testenv"},

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/pktstat"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -41,6 +42,8 @@ type rxState struct {
 	pend    []pendSeg
 	pendBuf []byte
 	next    int
+
+	drops pktstat.SocketDrops // the socket's own drops, into RxSocketFull
 }
 
 func (r *rxState) init() {
@@ -106,6 +109,7 @@ func (l *Link) recv(pkts []link.Packet) (int, error) {
 			switch errno {
 			case 0:
 			case unix.EAGAIN:
+				r.drops.Read(fd, false, true, &l.stats.RxSocketFull)
 				return got > 0
 			case unix.EINTR:
 				continue
@@ -169,6 +173,8 @@ func (l *Link) recv(pkts []link.Packet) (int, error) {
 				return true
 			}
 		}
+		// Every buffer filled: the socket may hold a backlog, and drops.
+		r.drops.Read(fd, true, true, &l.stats.RxSocketFull)
 		return true
 	})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/goroce/goroce/internal/testenv"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/linktest"
+	"github.com/goroce/goroce/link/pktstat"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -63,14 +64,14 @@ func TestSocketFullCounted(t *testing.T) {
 		t.Errorf("received all %d packets: the socket never overflowed, the test proves nothing", got)
 	}
 	// The drops were counted although most full reads did not ask the
-	// kernel: one in dropsEvery did, and the read that found the backlog
-	// gone.
-	full, samples := b.rx.fullReads, b.rx.nDropSamples
+	// kernel: one in pktstat.DropsEvery did, and the read that found the
+	// backlog gone.
+	full, samples := b.rx.drops.FullReads, b.rx.drops.Samples
 	t.Logf("%d reads filled every buffer, %d PACKET_STATISTICS samples", full, samples)
-	if full < 2*dropsEvery {
+	if full < 2*pktstat.DropsEvery {
 		t.Fatalf("only %d full reads: the test proves nothing about sampling", full)
 	}
-	if max := full/dropsEvery + 1; samples > max {
+	if max := full/pktstat.DropsEvery + 1; samples > max {
 		t.Errorf("%d samples for %d full reads, want at most %d", samples, full, max)
 	}
 }

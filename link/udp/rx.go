@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/pktstat"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -79,30 +80,25 @@ type pendSeg struct{ off, n, s, meta int }
 type rxState struct {
 	raw bool
 	// full counts the AF_PACKET socket's drops (RxSocketFull), read from
-	// the kernel after a read that filled every message offered: a
-	// receiver that far behind is where a full queue drops.
-	full *atomic.Uint64
-	// fullReads counts the reads that filled every message offered;
-	// dropsOwed is set while some of them were not sampled (sampleDrops).
-	fullReads    uint64
-	dropsOwed    bool
-	nDropSamples uint64 // PACKET_STATISTICS reads (for tests)
-	hdrs         []unix.Mmsghdr
-	iovs         []unix.Iovec // maxIov per message
-	names        []byte       // nameLen per message
-	ctl          []byte       // rxCtlLen per message
-	lead         []byte       // leadMax per message
-	over         [][]byte     // per message
-	first        []int        // per message: its first reserved caller buffer
-	nres         []int        // per message: how many it reserves
-	niov         []int        // per message: iovecs used
-	leadLen      []int        // per message: bytes the lead iovec takes
-	g            int          // the segment size the layout expects; 0: single datagrams
-	gIdle        int          // reads in a row without a coalesced message
-	hguess       int          // AF_PACKET: the IP+UDP header length expected
-	scratch      []byte       // one message, gathered (maxDatagram+leadMax)
-	meta         rxMeta       // of the message (or pending segment) being accepted
-	pseudo       pseudoCache  // the headers the last datagram came with
+	// the kernel by drops (sampleDrops).
+	full    *atomic.Uint64
+	drops   pktstat.SocketDrops
+	hdrs    []unix.Mmsghdr
+	iovs    []unix.Iovec // maxIov per message
+	names   []byte       // nameLen per message
+	ctl     []byte       // rxCtlLen per message
+	lead    []byte       // leadMax per message
+	over    [][]byte     // per message
+	first   []int        // per message: its first reserved caller buffer
+	nres    []int        // per message: how many it reserves
+	niov    []int        // per message: iovecs used
+	leadLen []int        // per message: bytes the lead iovec takes
+	g       int          // the segment size the layout expects; 0: single datagrams
+	gIdle   int          // reads in a row without a coalesced message
+	hguess  int          // AF_PACKET: the IP+UDP header length expected
+	scratch []byte       // one message, gathered (maxDatagram+leadMax)
+	meta    rxMeta       // of the message (or pending segment) being accepted
+	pseudo  pseudoCache  // the headers the last datagram came with
 
 	// lastRx is the nanotime of the last read that returned data; atomic,
 	// as WaitRecv's spin reads it without rxMu.
@@ -471,42 +467,15 @@ func (r *rxState) readLocked(fd uintptr) bool {
 	}
 }
 
-// sampleDrops adds the AF_PACKET socket's drops since the last sample to
-// r.full. Only a read that filled every message it offered can follow
-// drops (the socket held a backlog at least that long), and while a
-// backlog lasts one such read in dropsEvery asks the kernel; the first
-// read after it that does not fill them all (the backlog drained) asks
-// once more, so every drop is counted by the time the receiver has caught
-// up. Asking after every full read cost a getsockopt(2) per 64 buffers:
-// 1.8 µs per 64 KiB of a stream's CPU (BENCHMARKS.md, "The stream's own
-// CPU"). PACKET_STATISTICS resets the kernel's counts as it reads them.
-// The UDP socket of an unprivileged link is not sampled: its drops would
-// need SO_RXQ_OVFL's control message.
+// sampleDrops counts the AF_PACKET socket's drops after a read
+// (pktstat.SocketDrops). The UDP socket of an unprivileged link is not
+// sampled: its drops would need SO_RXQ_OVFL's control message.
 func (r *rxState) sampleDrops(fd uintptr) {
 	if !r.raw || r.full == nil {
 		return
 	}
-	switch {
-	case r.errno == 0 && r.n == r.m:
-		r.fullReads++
-		if r.fullReads%dropsEvery != 0 {
-			r.dropsOwed = true
-			return
-		}
-	case r.dropsOwed && (r.errno == 0 || r.errno == unix.EAGAIN):
-	default:
-		return
-	}
-	r.dropsOwed = false
-	r.nDropSamples++
-	if st, err := unix.GetsockoptTpacketStats(int(fd), unix.SOL_PACKET, unix.PACKET_STATISTICS); err == nil && st.Drops > 0 {
-		r.full.Add(uint64(st.Drops))
-	}
+	r.drops.Read(fd, r.errno == 0 && r.n == r.m, r.errno == 0 || r.errno == unix.EAGAIN, r.full)
 }
-
-// dropsEvery is how many reads in a row that fill every buffer make one
-// PACKET_STATISTICS sample (sampleDrops).
-const dropsEvery = 16
 
 // nanotime is a monotonic clock in nanoseconds.
 func nanotime() int64 { return int64(time.Since(epoch)) }
