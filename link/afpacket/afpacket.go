@@ -165,8 +165,13 @@ func New(cfg Config) (*Link, error) {
 			_ = unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VNET_HDR, 0)
 		}
 		_ = unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1)
-		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 8<<20)
-		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, 8<<20)
+		// Buffers past net.core.[rw]mem_max (208 KiB by default), as
+		// link/udp's sockets take them; AF_PACKET needs root anyway.
+		for _, o := range [][2]int{{unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}, {unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}} {
+			if unix.SetsockoptInt(fd, unix.SOL_SOCKET, o[0], 8<<20) != nil {
+				_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, o[1], 8<<20)
+			}
+		}
 		err = unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: cfg.Ifindex})
 	}
 	if err != nil {
