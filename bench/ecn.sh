@@ -192,8 +192,8 @@ floor() {
 # the switch s on two CPUs and leave it swapped. Captures at a1 and b1
 # showed a flow's packets leave in order and arrive with one three places
 # early; the responder's sequence-error NAK then had the rest resent: every
-# retry of the DCQCN-on runs was such a NAK (none a timeout), with no drop
-# anywhere: 1,585-2,365 packets resent in 6 s (3 runs). RPS on the veths
+# retry of the DCQCN-on runs was such a NAK (none a timeout), with no qdisc
+# drop: 1,585-2,365 packets resent in 6 s (3 runs). RPS on the veths
 # of s and of the receivers hashes a flow to one CPU, as a NIC's RSS and a
 # switch's per-port queue do: none resent in 6 runs (2 so, 4 with RPS on
 # every veth; on r's alone, still 557-1,520). It costs the probe a hop to
