@@ -464,17 +464,35 @@ func ratio(x, y float64) string {
 	return fmt.Sprintf("%.1f×", x/y)
 }
 
+// markPercent says what share of the rate the marking began at, for
+// outputs that record it (older ones marked beyond 90%).
+func markPercent(v string) string {
+	if v == "" {
+		v = "90"
+	}
+	return " (" + v + "% of the rate)"
+}
+
+// pinning says where the senders and receivers ran: older outputs, from
+// before the script pinned them, shared every CPU.
+func pinning(v string) string {
+	if v == "" {
+		return "senders and receivers shared"
+	}
+	return v
+}
+
 // Table is the Markdown table of BENCHMARKS.md.
 func (b *Bench) Table() string {
 	var w strings.Builder
 	idle := b.Metrics(b.Idle)
 	fmt.Fprintf(&w, "Run of %s, commit %s, kernel %s, %s CPUs, load %s before and %s after (1, 5, 15 min). "+
-		"Bottleneck: htb %.0f Mbit/s, pfifo limit 200, CE marks beyond %s packets/s; %.0f s a run, "+
+		"Bottleneck: htb %.0f Mbit/s, pfifo limit 200, CE marks beyond %s packets/s%s; CPUs: %s; %.0f s a run, "+
 		"steady state = perftest's measured middle half. Probe alone: p50 %.0f µs, p99 %.0f µs (perftest's latency: half the round trip). "+
 		"Queue: the bottleneck's backlog over its rate, sampled every 20 ms in the steady state. "+
 		"Floor: DCQCN on, the same flows, the probe's packets in a queue of their own at the router: its latency from the machine's load alone.\n\n",
 		b.Meta["date"], b.Meta["commit"], b.Meta["kernel"], b.Meta["cpus"], b.Meta["load-before"], b.Meta["load-after"],
-		b.Rate, b.Meta["mark_pps"], b.Secs, idle.P50, idle.P99)
+		b.Rate, b.Meta["mark_pps"], markPercent(b.Meta["mark_percent"]), pinning(b.Meta["pinning"]), b.Secs, idle.P50, idle.P99)
 	fmt.Fprintln(&w, "| senders | DCQCN | utilisation | goodput | drops (steady / all) | retransmitted | CE marked | CNPs handled | Jain | flows, Mbit/s | queue p50 / p99, µs | probe p50 / p99, µs | p99 / idle | p99 / floor |")
 	fmt.Fprintln(&w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range b.Runs {
