@@ -104,6 +104,23 @@ type Poller interface {
 	RecvLocked(pkts []Packet, mu sync.Locker) (n int, err error)
 }
 
+// A PendingReporter is a Poller that can tell, without locks and without
+// waiting, whether TryRecv would find something. The engine asks before it
+// takes its own receive lock to poll: a goroutine busy-polling an empty
+// link then holds that lock only while packets are there to take. Holding
+// it for every empty look, the poller held it most of the time, and when
+// the OS preempted the poller's thread there (a busy host), the device's
+// receive goroutine, woken by the next packets, waited for the lock as
+// long as the thread stayed off the CPU: 66 ms in one trace, long enough
+// for the peer's ACKs to sit unread past the local ACK timeout and the
+// requester to resend what had arrived (BENCHMARKS.md, issue 16).
+type PendingReporter interface {
+	// Pending reports whether packets have arrived that TryRecv has not
+	// taken. It may say true when TryRecv then finds nothing (an error, a
+	// packet the link drops), never false while packets wait.
+	Pending() bool
+}
+
 // A PathReporter is a link that can say why packets to a destination could
 // not be sent: no route, no answer from the next hop's neighbour
 // resolution, a RoCE version that cannot get there. The transport asks it

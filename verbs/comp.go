@@ -141,10 +141,18 @@ const timerRxBatches = 16
 // onRetransTimer runs when the local ACK timeout expires.
 //
 // Before it decides, it takes what the link has received (run to
-// completion, as a CQ poller does in pollLink): the ACK it waits for may
-// already be in the socket. A process that the OS did not run for longer
-// than the timeout (a busy machine) resumes with the timer and the receive
-// goroutine runnable at once, and the timer may run first: bench/'s
+// completion, as a CQ poller does in pollLink), waiting for a batch
+// another goroutine is handling (receiveNow): the ACK it waits for may
+// already be in the socket, or in that batch. A goroutine busy-polling a
+// CQ took the device's receive lock for each look, and a thread the OS
+// preempted while holding it kept every ACK unread for as long as it was
+// off the CPU (66 ms in a trace of bench/ecn.sh's senders; the responder
+// then counted every packet resent as duplicate_request); a timer that
+// found the lock taken resent at once.
+//
+// A process that the OS did not run for longer than the timeout (a busy
+// machine) resumes with the timer and the receive goroutine runnable at
+// once, and the timer may run first: bench/'s
 // RCWrite64K, one QP over a veth, logged the Go process not running for
 // 197 ms, the responder's ACKs sent on resumption, and the requester's
 // timer firing 20 µs later, before its receive goroutine took those ACKs
@@ -153,11 +161,7 @@ const timerRxBatches = 16
 // times the wait for a response to arrive at the requester; one that has
 // arrived, unread, is not missing.
 func (q *QP) onRetransTimer() {
-	for range timerRxBatches {
-		if !q.dev.tryReceive() {
-			break
-		}
-	}
+	q.dev.receiveNow(timerRxBatches)
 	q.mu.Lock()
 	if q.destroyed || !q.comp.timerArmed || q.state != QPSRTS && q.state != QPSSQD {
 		q.mu.Unlock()

@@ -67,6 +67,9 @@ type Device struct {
 	// poller is the link's link.Poller, or nil: then only the receive
 	// goroutine takes packets, in Recv.
 	poller link.Poller
+	// pending is the poller's readiness, when it can tell
+	// (link.PendingReporter): an empty look then takes no rxMu.
+	pending link.PendingReporter
 	// sched gives the QPs with bulk work their turns (sched.go).
 	sched sched
 }
@@ -109,6 +112,9 @@ func openDevice(cfg DeviceConfig, sched bool) (*Device, error) {
 	}
 	d.txPool.New = func() any { b := make([]byte, link.MaxFrameSize); return &b }
 	d.poller, _ = cfg.Link.(link.Poller)
+	if d.poller != nil {
+		d.pending, _ = cfg.Link.(link.PendingReporter)
+	}
 	d.rx.init(d)
 	d.events.init(&d.counters[AsyncEventsDropped])
 	d.sched.init()
@@ -462,7 +468,7 @@ func (d *Device) pollLink() bool {
 // packets. Without a link.Poller, or while another goroutine handles a
 // batch, it does nothing.
 func (d *Device) tryReceive() bool {
-	if d.poller == nil || !d.rxMu.TryLock() {
+	if d.poller == nil || d.pending != nil && !d.pending.Pending() || !d.rxMu.TryLock() {
 		return false
 	}
 	// An error is the receive goroutine's to report: it gets the same.
@@ -475,6 +481,32 @@ func (d *Device) tryReceive() bool {
 	d.rxMu.Unlock()
 	d.sendHandled(out)
 	return true
+}
+
+// receiveNow takes what the link has received and handles it, as
+// tryReceive does, up to batches batches; unlike tryReceive it waits for a
+// batch another goroutine is handling to be done, so that every packet
+// that arrived before the call is handled when it returns. Without a
+// link.Poller it does nothing.
+func (d *Device) receiveNow(batches int) {
+	if d.poller == nil {
+		return
+	}
+	for range batches {
+		d.rxMu.Lock()
+		if d.pending != nil && !d.pending.Pending() {
+			d.rxMu.Unlock()
+			return
+		}
+		k, _ := d.poller.TryRecv(d.rx.bufs)
+		if k == 0 {
+			d.rxMu.Unlock()
+			return
+		}
+		out := d.handleBatch(k)
+		d.rxMu.Unlock()
+		d.sendHandled(out)
+	}
 }
 
 // handleBatch handles d.rx.bufs[:k] and returns the batch of what they

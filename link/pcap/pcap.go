@@ -136,6 +136,15 @@ func (l pollerLink) TryRecv(pkts []link.Packet) (int, error) {
 	return n, err
 }
 
+// Pending asks the wrapped link (link.PendingReporter); a link that
+// cannot tell is taken to have packets, so that TryRecv looks.
+func (l pollerLink) Pending() bool {
+	if r, ok := l.p.(link.PendingReporter); ok {
+		return r.Pending()
+	}
+	return true
+}
+
 // RecvLocked takes what arrives with mu held, then records it.
 func (l pollerLink) RecvLocked(pkts []link.Packet, mu sync.Locker) (int, error) {
 	n, err := l.p.RecvLocked(pkts, mu)

@@ -152,3 +152,63 @@ func testRecvLockedOrder(t *testing.T, v6 bool) {
 			g, want, psns(polled), psns(r.pkts), b.rx.nQueued)
 	}
 }
+
+// TestPendingTellsWhatTryRecvWouldFind: Pending (link.PendingReporter) is
+// what the engine asks before it takes its receive lock to poll, so it must
+// never say false while a packet waits, in the socket or queued in the
+// link after a TryRecv with too few buffers, and it must say false once
+// everything is taken; it allocates nothing (a busy poll calls it in a
+// loop).
+func TestPendingTellsWhatTryRecvWouldFind(t *testing.T) {
+	for _, priv := range []bool{false, true} {
+		name := "unprivileged"
+		if priv {
+			name = "privileged"
+		}
+		t.Run(name, func(t *testing.T) {
+			if priv {
+				testenv.Root(t)
+			}
+			ha, hb := nettest.VethPair(t, nettest.Options{MTU: 9000})
+			a, b := openOn(t, ha, false), openOn(t, hb, priv)
+			addr := link.Addr{Version: wire.RoCEv2, SrcGID: netip.AddrFrom16(ha.IPv4.As16()), DstGID: netip.AddrFrom16(hb.IPv4.As16()), HopLimit: 64}
+			if b.Pending() {
+				t.Fatal("Pending() = true before anything was sent")
+			}
+			if n := testing.AllocsPerRun(100, func() { b.Pending() }); n != 0 {
+				t.Errorf("Pending allocates %v times a call, want 0", n)
+			}
+			const psn0, writeLen = wire.PSN(100), 8
+			if _, err := a.Send(writeBatch(a.Headroom(), addr, psn0, writeLen, 0)); err != nil {
+				t.Fatal(err)
+			}
+			if !testenv.Poll(testenv.Slow, b.Pending) {
+				t.Fatal("Pending() never became true after a WRITE of 8 packets was sent")
+			}
+			var got []wire.PSN
+			for len(got) < writeLen {
+				if !b.Pending() {
+					t.Fatalf("Pending() = false with %d of %d packets taken", len(got), writeLen)
+				}
+				bufs := linktest.NewBuffers(3)
+				n, err := b.TryRecv(bufs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, p := range bufs[:n] {
+					got = append(got, wire.BTH(p.Transport()[:wire.BTHLen]).PSN())
+				}
+			}
+			want := make([]wire.PSN, writeLen)
+			for i := range want {
+				want[i] = psn0.Add(i)
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("TryRecv took PSNs %v, want %v", got, want)
+			}
+			if b.Pending() {
+				t.Error("Pending() = true once every packet was taken")
+			}
+		})
+	}
+}

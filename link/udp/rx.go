@@ -676,6 +676,7 @@ func (l *Link) RecvLocked(pkts []link.Packet, mu sync.Locker) (int, error) {
 // process turns the m messages recvmmsg filled into packets in pkts and
 // returns how many.
 func (l *Link) process(pkts []link.Packet, m int) int {
+	defer l.noteQueue()
 	r := &l.rx
 	out, g := 0, 0
 	queue := false // a segment found no buffer: the rest waits, in order
@@ -911,8 +912,42 @@ func (l *Link) queueSeg(seg []byte, s int) {
 	r.pend = append(r.pend, pendSeg{off: off, n: len(seg), s: s, meta: len(r.pendMeta) - 1})
 }
 
+// Pending reports whether TryRecv would find segments (link.PendingReporter):
+// queued ones, or a datagram in the socket (SIOCINQ: the size of the next
+// one, 0 when the queue is empty, for a UDP and a packet socket alike). It
+// takes no lock and allocates nothing. An error (a closed socket) reports
+// true, so that TryRecv returns it.
+func (l *Link) Pending() bool {
+	if l.queued.Load() {
+		return true
+	}
+	l.inq.Store(-1)
+	if err := l.rxConn().Control(l.pendingFn); err != nil {
+		return true
+	}
+	return l.inq.Load() != 0
+}
+
+// inqOf is pendingFn: the next datagram's size, or -1 when the socket
+// cannot say. Goroutines that ask at once may read each other's answer:
+// both are the same socket's, a moment apart.
+func (l *Link) inqOf(fd uintptr) {
+	n, err := unix.IoctlGetInt(int(fd), unix.SIOCINQ)
+	if err != nil {
+		n = -1
+	}
+	l.inq.Store(int64(n))
+}
+
+// noteQueue records whether segments are queued, for Pending. Called with
+// rxMu held whenever the queue may have changed.
+func (l *Link) noteQueue() {
+	l.queued.Store(l.rx.pendNext < len(l.rx.pend))
+}
+
 // deliverPending hands queued segments over first.
 func (l *Link) deliverPending(pkts []link.Packet) int {
+	defer l.noteQueue()
 	r := &l.rx
 	out := 0
 	for r.pendNext < len(r.pend) && out < len(pkts) {

@@ -166,6 +166,13 @@ type Link struct {
 
 	rxMu sync.Mutex
 	rx   rxState // guarded by rxMu
+
+	// Pending's state, read and written without rxMu: whether rx holds
+	// queued segments (set under rxMu whenever the queue changes), and
+	// the socket's answer (see pendingFn).
+	queued    atomic.Bool
+	pendingFn func(fd uintptr)
+	inq       atomic.Int64
 }
 
 // New opens the link's sockets (in the calling thread's network namespace).
@@ -235,6 +242,7 @@ func New(cfg Config) (*Link, error) {
 	l.txNames, l.txCtl = make([]byte, n*unix.SizeofSockaddrInet6), make([]byte, n*txCtlLen)
 	l.txFirst, l.txPkts, l.txBytes = make([]int, n), make([]int, n), make([]int, n)
 	l.rx.init(n, l.raw != nil, &l.stats.RxSocketFull)
+	l.pendingFn = l.inqOf
 	return l, nil
 }
 

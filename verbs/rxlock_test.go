@@ -1,0 +1,123 @@
+package verbs
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/fabric"
+	"github.com/goroce/goroce/wire"
+)
+
+// emptyPort is a fabric port that says it never has packets waiting
+// (link.PendingReporter) and counts the TryRecv calls it gets: only the
+// device's receive goroutine (RecvLocked) then takes its packets.
+type emptyPort struct {
+	*fabric.Port
+	tries atomic.Int64
+}
+
+func (p *emptyPort) Pending() bool { return false }
+
+func (p *emptyPort) TryRecv(pkts []link.Packet) (int, error) {
+	p.tries.Add(1)
+	return p.Port.TryRecv(pkts)
+}
+
+// TestEmptyPollTakesNoReceiveLock: a goroutine busy-polling an empty CQ
+// looks at the link only when the link says packets wait
+// (link.PendingReporter), so it does not hold the device's receive lock
+// for every empty look. It used to: the lock was then held most of the
+// time, and a poller's thread that the OS preempted while it held it kept
+// the receive goroutine, and with it every ACK, waiting for as long as the
+// thread was off the CPU.
+func TestEmptyPollTakesNoReceiveLock(t *testing.T) {
+	var ep *emptyPort
+	wrapLink = func(i int, l link.Link) link.Link {
+		if i == 0 {
+			ep = &emptyPort{Port: l.(*fabric.Port)}
+			return ep
+		}
+		return l
+	}
+	defer func() { wrapLink = nil }()
+	a, b, _ := rcPair(t, RC, fabric.Faults{}, wire.RoCEv2)
+	if a.dev.pending == nil {
+		t.Fatal("the device did not take its link's link.PendingReporter")
+	}
+	mrA, err := a.pd.RegMR(make([]byte, 4096), AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mrB, err := b.pd.RegMR(make([]byte, 4096), AccessLocalWrite|AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		if err := a.qp.PostSend(SendWR{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
+			SGList: []SGE{mrA.SGE(0, 4096)}, RemoteAddr: mrB.Addr(), RKey: mrB.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+		var wc [1]WC
+		deadline := time.Now().Add(10 * time.Second)
+		for polls := 0; ; polls++ {
+			n, err := a.cq.Poll(wc[:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == 1 {
+				break
+			}
+			if polls&1023 == 1023 && time.Now().After(deadline) {
+				t.Fatalf("WRITE %d never completed", i)
+			}
+		}
+		if wc[0].Status != WCSuccess {
+			t.Fatalf("WRITE %d: %v", i, wc[0].Status)
+		}
+	}
+	if n := ep.tries.Load(); n != 0 {
+		t.Errorf("busy polls called TryRecv %d times on a link that said nothing was pending, want 0", n)
+	}
+}
+
+// TestRetransTimerWaitsForReceiveInProgress: the local ACK timer that finds
+// the receive path busy (another goroutine holding the device's receive
+// lock, here Observe's caller) waits for it and reads what arrived before
+// it decides: the ACK that arrived meanwhile completes the WRITE and
+// nothing is resent. It used to resend at once when it could not take the
+// lock: in a trace of bench/ecn.sh's senders a poller's thread preempted
+// holding that lock kept the peer's ACKs unread for 66 ms, and the
+// responder counted every packet resent as duplicate_request.
+func TestRetransTimerWaitsForReceiveInProgress(t *testing.T) {
+	defer func(v uint8) { rcPairTimeout = v }(rcPairTimeout)
+	rcPairTimeout = 12 // 16.8 ms
+	a, b, _ := rcPair(t, RC, fabric.Faults{Delay: 2 * time.Millisecond}, wire.RoCEv2)
+	mrA, err := a.pd.RegMR(make([]byte, 4096), AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mrB, err := b.pd.RegMR(make([]byte, 4096), AccessLocalWrite|AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.qp.PostSend(SendWR{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled,
+		SGList: []SGE{mrA.SGE(0, 4096)}, RemoteAddr: mrB.Addr(), RKey: mrB.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	// The WRITE and its ACK each take 2 ms across the fabric; the receive
+	// path is held for 12 timeouts, so the ACK arrives and the timer fires
+	// while it is.
+	hold := 12 * TimeoutDuration(rcPairTimeout)
+	a.dev.Observe(func() { time.Sleep(hold) })
+	if wc := poll(t, a.cq); wc.Status != WCSuccess {
+		t.Fatalf("WRITE: %v", wc.Status)
+	}
+	if got := a.qp.counters.Get(CompleterRetryErr); got != 0 {
+		t.Errorf("completer_retry_err %d: the timer resent while the ACK waited behind a busy receive path, want 0", got)
+	}
+	if got := b.qp.counters.Get(DuplicateRequest); got != 0 {
+		t.Errorf("the responder's duplicate_request is %d, want 0", got)
+	}
+}
