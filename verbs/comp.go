@@ -310,7 +310,7 @@ func (q *QP) receiveResponse(p *wire.Packet, out *txBatch) {
 	info := p.Info
 	q.comp.heard = true
 	progress := q.comp.progress
-	if q.sq.head == q.sq.cur && q.req.off == 0 {
+	if q.sq.head == q.sq.cur && q.req.off == 0 && !q.resendDue() {
 		// Nothing outstanding: a stray or duplicate response. (With
 		// req.off > 0 the WQE at cur is partly sent: its ACKs open the
 		// window for the rest.)
@@ -348,6 +348,18 @@ func (q *QP) receiveResponse(p *wire.Packet, out *txBatch) {
 		// no longer needs) does not end the run.
 		q.comp.timeouts = 0
 	}
+}
+
+// resendDue reports whether the WQE at the requester's position was sent
+// before a rewind and waits to be sent again: a go-back-N retry that the
+// window or the pacer stopped at a message boundary leaves head == cur and
+// off 0, with that WQE and those after it outstanding, and the responses
+// to their first transmission still on their way. Those complete them
+// (completeThrough, up to tail): taken for strays, they were dropped, and
+// every WQE after the rewind was sent twice (a trace of bench/ecn.sh's
+// senders: 27 ACKs in a row ignored after one timeout).
+func (q *QP) resendDue() bool {
+	return q.sq.cur < q.sq.tail && q.sq.at(q.sq.cur).started
 }
 
 // completeThrough completes, in order, the WQEs acknowledged by an ACK of

@@ -121,3 +121,76 @@ func TestRetransTimerWaitsForReceiveInProgress(t *testing.T) {
 		t.Errorf("the responder's duplicate_request is %d, want 0", got)
 	}
 }
+
+// holdPacer holds the requester back while on is set.
+type holdPacer struct{ on atomic.Bool }
+
+func (p *holdPacer) Delay(time.Time) time.Duration {
+	if p.on.Load() {
+		return time.Hour
+	}
+	return 0
+}
+
+func (p *holdPacer) Sent(time.Time, int) {}
+
+// TestResponsesAfterRewindComplete: a go-back-N retry rewinds the
+// requester to the oldest unacknowledged WQE; when the pacer (or the
+// window) stops it before it sends that WQE again, head == cur and off is
+// 0, yet that WQE and the ones after it are outstanding, and the ACKs of
+// their first transmission are still on their way. Those ACKs complete
+// them. They used to be dropped as strays (nothing outstanding), and every
+// WQE after the rewind was sent twice: in a trace of bench/ecn.sh's
+// senders 27 ACKs in a row were ignored after one timeout.
+func TestResponsesAfterRewindComplete(t *testing.T) {
+	defer func(v uint8) { rcPairTimeout = v }(rcPairTimeout)
+	rcPairTimeout = 20 // 4.3 s: the retry below is the only one
+	a, b, _ := rcPair(t, RC, fabric.Faults{}, wire.RoCEv2)
+	mrA, err := a.pd.RegMR(make([]byte, 1024), AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mrB, err := b.pd.RegMR(make([]byte, 1024), AccessLocalWrite|AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p holdPacer
+	a.qp.SetPacer(&p)
+	const n = 3
+	// A's receive path is held while the WRITEs go and B's ACKs come
+	// back: they wait in A's link until after the retry.
+	a.dev.Observe(func() {
+		for i := range n {
+			if err := a.qp.PostSend(SendWR{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
+				SGList: []SGE{mrA.SGE(0, 1024)}, RemoteAddr: mrB.Addr(), RKey: mrB.RKey()}); err != nil {
+				t.Error(err)
+			}
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for b.qp.counters.Get(RcvdPkts) < n && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		// The timeout's go-back-N, with the pacer holding the resend.
+		p.on.Store(true)
+		a.qp.mu.Lock()
+		out := getTxBatch(a.dev)
+		a.qp.retry(out)
+		head, cur, off := a.qp.sq.head, a.qp.sq.cur, a.qp.req.off
+		a.qp.mu.Unlock()
+		putTxBatch(out)
+		if head != 0 || cur != 0 || off != 0 {
+			t.Errorf("after the retry head %d, cur %d, off %d: want the requester back at WQE 0, nothing resent", head, cur, off)
+		}
+	})
+	if t.Failed() {
+		return
+	}
+	for i := range n {
+		if wc := poll(t, a.cq); wc.Status != WCSuccess || wc.WRID != uint64(i) {
+			t.Fatalf("completion %d: wr_id %d, %v", i, wc.WRID, wc.Status)
+		}
+	}
+	if got := b.qp.counters.Get(DuplicateRequest); got != 0 {
+		t.Errorf("the responder's duplicate_request is %d, want 0", got)
+	}
+}
