@@ -16,7 +16,7 @@
 #   bench/ecn.sh -x -n 4 -t 12    # and capture the first flow's packets at a1 and b1 (tcpdump, headers)
 #   bench/ecn.sh -m on -b OLD/roce -n 4   # DCQCN on only, with another build of roce (paired runs)
 #   bench/ecn.sh -k 90            # mark CE beyond 90% of the rate (default 98)
-#   bench/ecn.sh -S               # senders and receivers share every CPU (default: a half each)
+#   bench/ecn.sh -P pin           # CPUs: receivers first (nice, the default), pin (a half each), share
 #
 # Each DCQCN-on run has a floor run beside it: the same flows, DCQCN on,
 # but the probe in a queue of its own at the router (its packets steered
@@ -30,11 +30,11 @@ set -euo pipefail
 usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 rate=500 secs=20 senders="2 4" rounds=1 out= update= quick= reuse= capture= modes="off on floor" bin= settings=()
-mark=98 share=
-while getopts r:t:n:c:o:p:s:m:b:k:uqxSh opt; do
+mark=98 cpumode=nice
+while getopts r:t:n:c:o:p:s:m:b:k:P:uqxh opt; do
 	case $opt in
 	k) mark=$OPTARG ;;
-	S) share=1 ;;
+	P) cpumode=$OPTARG ;;
 	s) settings+=("$OPTARG") ;;
 	r) rate=$OPTARG ;;
 	t) secs=$OPTARG ;;
@@ -59,6 +59,7 @@ for v in "$rate" "$secs" "$rounds"; do
 	[[ $v =~ ^[1-9][0-9]*$ ]] || { echo "bench/ecn.sh: -r, -t and -c take positive integers, not \"$v\"" >&2; exit 2; }
 done
 [[ $mark =~ ^[0-9]+$ ]] && ((mark >= 90 && mark <= 100)) || { echo "bench/ecn.sh: -k \"$mark\": the marking rate is 90 to 100 (percent of -r)" >&2; exit 2; }
+[[ $cpumode =~ ^(nice|pin|share)$ ]] || { echo "bench/ecn.sh: -P \"$cpumode\": the CPU modes are nice, pin and share" >&2; exit 2; }
 ((secs >= 4)) || { echo "bench/ecn.sh: -t $secs: at least 4 seconds (perftest measures the middle half)" >&2; exit 2; }
 for m in $modes; do
 	[[ $m =~ ^(off|on|floor)$ ]] || { echo "bench/ecn.sh: -m \"$modes\": modes are off, on and floor" >&2; exit 2; }
@@ -115,19 +116,25 @@ fi
 go build -o "$work/qdiscstat" ./bench/cmd/qdiscstat
 nsx() { local ns=$1; shift; ip netns exec "$pfx-$ns" "$@"; }
 # Senders and receivers are separate hosts in a fabric, and a goroce
-# device's notification point is its process, not a NIC: sharing two CPUs,
-# a receiver woken by a CE-marked packet waited behind the senders' busy
-# polls (perftest's) for 1.4-2.0 ms at the median and 24-55 ms at p99
-# before its CNP left, long enough for DCQCN to recover to the line rate
-# and overflow the queue. So the senders (a*, the probe's client too) run
-# on the first half of the CPUs and the receivers (b*) on the rest, each
-# side a host of its own; -S shares them all. On 2 CPUs, 4 senders, DCQCN
-# on, marks beyond 90%, 3 paired 12 s runs: steady-state drops 0, 0, 0 pinned and 260, 395,
-# 287 shared; the probe's p50 43-45 us against 4.8-9.5 ms.
+# device's notification point is its process, not a NIC. Sharing two CPUs
+# as equals (-P share), a receiver woken by a CE-marked packet waited
+# behind the senders' busy polls (perftest's) for 1.4-2.0 ms at the median
+# and 24-55 ms at p99 before its CNP left, long enough for DCQCN to
+# recover to the line rate and overflow the queue (4 senders, 3 paired
+# 12 s runs, marks beyond 90%: steady-state drops 260, 395 and 287). So by
+# default the receivers (b*) run at a higher priority (nice -10): the CPU
+# is theirs when a packet arrives, as a NIC's is, and the senders' pacers
+# use what is left (4 senders, marks beyond 98%, eight 8-12 s runs:
+# steady-state drops 0 in every one).
+# Pinning the senders (a*, the probe's client too) to the first half of
+# the CPUs and the receivers to the rest (-P pin) also stopped the drops
+# (0, 0, 0) but starved the senders' pacers: 3 busy-polling processes on
+# one CPU each ran a third of the time, and a QP paced to 240 Mbit/s with
+# no CE mark at all sent 101 (2 senders, one run).
 ncpu=$(nproc)
 cpus() {
 	local ns=$1 h=$((ncpu / 2))
-	if [ -n "$share" ] || ((ncpu < 2)); then return; fi
+	if [ "$cpumode" != pin ] || ((ncpu < 2)); then return; fi
 	case $ns in
 	a*) echo "0-$((h - 1))" ;;
 	b*) echo "$h-$((ncpu - 1))" ;;
@@ -138,6 +145,7 @@ r() {
 	shift
 	c=$(cpus "$ns")
 	[ -z "$c" ] || pin=(taskset -c "$c")
+	if [ "$cpumode" = nice ] && [[ $ns == b* ]]; then pin=(nice -n -10); fi
 	ip netns exec "$pfx-$ns" "${pin[@]}" "$roce" --rundir "$rundir" "$@"
 }
 
@@ -268,7 +276,11 @@ EOF
 	echo "rate_mbit: $rate"
 	echo "mark_pps: $pps"
 	echo "mark_percent: $mark"
-	echo "pinning: senders ${share:+shared}$(cpus a1), receivers ${share:+shared}$(cpus b1)"
+	case $cpumode in
+	pin) echo "pinning: senders on CPUs $(cpus a1), receivers on $(cpus b1)" ;;
+	nice) echo "pinning: all CPUs shared, the receivers at nice -10" ;;
+	share) echo "pinning: all CPUs shared alike" ;;
+	esac
 	echo "seconds: $secs"
 	echo "settings: ${settings[*]:-}"
 	echo "load-before: $(cut -d' ' -f1-3 /proc/loadavg)"

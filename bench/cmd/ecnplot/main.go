@@ -477,7 +477,7 @@ func markPercent(v string) string {
 // before the script pinned them, shared every CPU.
 func pinning(v string) string {
 	if v == "" {
-		return "senders and receivers shared"
+		return "all CPUs shared alike"
 	}
 	return v
 }
