@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/goroce/goroce/internal/mem"
 	"github.com/goroce/goroce/link"
@@ -68,8 +69,20 @@ type Device struct {
 	// goroutine takes packets, in Recv.
 	poller link.Poller
 	// pending is the poller's readiness, when it can tell
-	// (link.PendingReporter): an empty look then takes no rxMu.
+	// (link.PendingReporter): while rxGuard holds, an empty look asks it
+	// and takes no rxMu.
 	pending link.PendingReporter
+	// rxGuard is when the guard ends (UnixNano), or 0. A goroutine that
+	// waited longer than rxHeldTooLong for rxMu (the receive goroutine,
+	// the ACK timer) sets it rxGuardFor ahead: the goroutine holding rxMu
+	// was off the CPU while it held it, and while the host preempts
+	// pollers that way, a poller holding rxMu for every empty look keeps
+	// the packets that arrive unread for as long as it is preempted.
+	// Outside the guard an empty look costs one system call, not two.
+	rxGuard atomic.Int64
+	// rxWait is rxMu as the receive goroutine and the ACK timer take it:
+	// timing the wait when they cannot take it at once.
+	rxWait rxWaitLock
 	// sched gives the QPs with bulk work their turns (sched.go).
 	sched sched
 }
@@ -112,6 +125,7 @@ func openDevice(cfg DeviceConfig, sched bool) (*Device, error) {
 	}
 	d.txPool.New = func() any { b := make([]byte, link.MaxFrameSize); return &b }
 	d.poller, _ = cfg.Link.(link.Poller)
+	d.rxWait.d = d
 	if d.poller != nil {
 		d.pending, _ = cfg.Link.(link.PendingReporter)
 	}
@@ -410,7 +424,7 @@ func (d *Device) receive() {
 		if d.poller != nil {
 			// The packets are taken under rxMu, which the link lets go
 			// of while it waits, so that pollLink can take them instead.
-			k, err = d.poller.RecvLocked(d.rx.bufs, &d.rxMu)
+			k, err = d.poller.RecvLocked(d.rx.bufs, &d.rxWait)
 			d.sched.rxIdle(false)
 			if err == nil {
 				out := d.handleBatch(k)
@@ -468,7 +482,7 @@ func (d *Device) pollLink() bool {
 // packets. Without a link.Poller, or while another goroutine handles a
 // batch, it does nothing.
 func (d *Device) tryReceive() bool {
-	if d.poller == nil || d.pending != nil && !d.pending.Pending() || !d.rxMu.TryLock() {
+	if d.poller == nil || d.pending != nil && d.guarded() && !d.pending.Pending() || !d.rxMu.TryLock() {
 		return false
 	}
 	// An error is the receive goroutine's to report: it gets the same.
@@ -493,7 +507,7 @@ func (d *Device) receiveNow(batches int) {
 		return
 	}
 	for range batches {
-		d.rxMu.Lock()
+		d.rxWait.Lock()
 		if d.pending != nil && !d.pending.Pending() {
 			d.rxMu.Unlock()
 			return
@@ -508,6 +522,44 @@ func (d *Device) receiveNow(batches int) {
 		d.sendHandled(out)
 	}
 }
+
+const (
+	// rxHeldTooLong is a wait for rxMu that says its holder was off the
+	// CPU: a batch's handling takes microseconds (a burst of 64 KiB
+	// inline), the OS's time slices milliseconds.
+	rxHeldTooLong = time.Millisecond
+	// rxGuardFor is how long the guard holds after such a wait.
+	rxGuardFor = 10 * time.Second
+)
+
+// guarded reports whether empty looks must ask the link first (rxGuard).
+func (d *Device) guarded() bool {
+	g := d.rxGuard.Load()
+	if g == 0 {
+		return false
+	}
+	if time.Now().UnixNano() < g {
+		return true
+	}
+	d.rxGuard.CompareAndSwap(g, 0)
+	return false
+}
+
+// rxWaitLock is rxMu, timing a wait for it (rxGuard).
+type rxWaitLock struct{ d *Device }
+
+func (l *rxWaitLock) Lock() {
+	if l.d.rxMu.TryLock() {
+		return
+	}
+	t := time.Now()
+	l.d.rxMu.Lock()
+	if now := time.Now(); now.Sub(t) > rxHeldTooLong {
+		l.d.rxGuard.Store(now.Add(rxGuardFor).UnixNano())
+	}
+}
+
+func (l *rxWaitLock) Unlock() { l.d.rxMu.Unlock() }
 
 // handleBatch handles d.rx.bufs[:k] and returns the batch of what they
 // answered, for sendHandled once rxMu is released. Called with rxMu held;

@@ -25,13 +25,15 @@ func (p *emptyPort) TryRecv(pkts []link.Packet) (int, error) {
 	return p.Port.TryRecv(pkts)
 }
 
-// TestEmptyPollTakesNoReceiveLock: a goroutine busy-polling an empty CQ
-// looks at the link only when the link says packets wait
-// (link.PendingReporter), so it does not hold the device's receive lock
-// for every empty look. It used to: the lock was then held most of the
-// time, and a poller's thread that the OS preempted while it held it kept
-// the receive goroutine, and with it every ACK, waiting for as long as the
-// thread was off the CPU.
+// TestEmptyPollTakesNoReceiveLock: once a goroutine has waited long for
+// the device's receive lock (its holder was off the CPU), a goroutine
+// busy-polling an empty CQ looks at the link only when the link says
+// packets wait (link.PendingReporter), so it no longer holds that lock for
+// every empty look. It used to: the lock was then held most of the time,
+// and a poller's thread that the OS preempted while it held it kept the
+// receive goroutine, and with it every ACK, waiting for as long as the
+// thread was off the CPU. Before any such wait the look takes the lock
+// directly (one system call, not two).
 func TestEmptyPollTakesNoReceiveLock(t *testing.T) {
 	var ep *emptyPort
 	wrapLink = func(i int, l link.Link) link.Link {
@@ -54,11 +56,15 @@ func TestEmptyPollTakesNoReceiveLock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range 20 {
+	write := func(i int) {
+		t.Helper()
 		if err := a.qp.PostSend(SendWR{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
 			SGList: []SGE{mrA.SGE(0, 4096)}, RemoteAddr: mrB.Addr(), RKey: mrB.RKey()}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	busyPoll := func(i int) {
+		t.Helper()
 		var wc [1]WC
 		deadline := time.Now().Add(10 * time.Second)
 		for polls := 0; ; polls++ {
@@ -77,8 +83,33 @@ func TestEmptyPollTakesNoReceiveLock(t *testing.T) {
 			t.Fatalf("WRITE %d: %v", i, wc[0].Status)
 		}
 	}
+	write(0)
+	busyPoll(0)
+	if a.dev.guarded() {
+		t.Fatal("guarded before anyone waited for the receive lock")
+	}
+	// The receive path held while the ACK arrives: the receive goroutine
+	// waits for it.
+	a.dev.Observe(func() {
+		write(1)
+		time.Sleep(20 * rxHeldTooLong)
+	})
+	busyPoll(1)
+	// The receive goroutine gets the lock once the poll above has let
+	// go of it.
+	for deadline := time.Now().Add(10 * time.Second); !a.dev.guarded() && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	if !a.dev.guarded() {
+		t.Fatal("not guarded after the receive goroutine waited for the receive lock")
+	}
+	ep.tries.Store(0)
+	for i := 2; i < 20; i++ {
+		write(i)
+		busyPoll(i)
+	}
 	if n := ep.tries.Load(); n != 0 {
-		t.Errorf("busy polls called TryRecv %d times on a link that said nothing was pending, want 0", n)
+		t.Errorf("guarded, busy polls called TryRecv %d times on a link that said nothing was pending, want 0", n)
 	}
 }
 
