@@ -105,11 +105,12 @@ type Poller interface {
 }
 
 // A PendingReporter is a Poller that can tell, without locks and without
-// waiting, whether TryRecv would find something. The engine asks before it
-// takes its own receive lock to poll: a goroutine busy-polling an empty
-// link then holds that lock only while packets are there to take. Holding
-// it for every empty look, the poller held it most of the time, and when
-// the OS preempted the poller's thread there (a busy host), the device's
+// waiting, whether TryRecv would find something. While the host preempts
+// pollers (verbs: a wait for its receive lock longer than a batch takes),
+// the engine asks before it takes that lock to poll, so that a goroutine
+// busy-polling an empty link holds it only while packets are there to
+// take. Holding it for every empty look, the poller held it most of the
+// time, and when the OS preempted the poller's thread there, the device's
 // receive goroutine, woken by the next packets, waited for the lock as
 // long as the thread stayed off the CPU: 66 ms in one trace, long enough
 // for the peer's ACKs to sit unread past the local ACK timeout and the
