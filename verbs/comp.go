@@ -144,11 +144,12 @@ const timerRxBatches = 16
 // completion, as a CQ poller does in pollLink), waiting for a batch
 // another goroutine is handling (receiveNow): the ACK it waits for may
 // already be in the socket, or in that batch. A goroutine busy-polling a
-// CQ took the device's receive lock for each look, and a thread the OS
-// preempted while holding it kept every ACK unread for as long as it was
-// off the CPU (66 ms in a trace of bench/ecn.sh's senders; the responder
-// then counted every packet resent as duplicate_request); a timer that
-// found the lock taken resent at once.
+// CQ takes the device's receive lock for each look (until the guard of
+// device.go's rxGuard), and a thread the OS preempted while holding it
+// kept every ACK unread for as long as it was off the CPU (66 ms in a
+// trace of bench/ecn.sh's senders; the responder then counted every
+// packet resent as duplicate_request); a timer that found the lock taken
+// resent at once.
 //
 // A process that the OS did not run for longer than the timeout (a busy
 // machine) resumes with the timer and the receive goroutine runnable at
