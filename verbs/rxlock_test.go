@@ -1,6 +1,9 @@
 package verbs
 
 import (
+	"bytes"
+	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,6 +26,30 @@ func (p *emptyPort) Pending() bool { return false }
 func (p *emptyPort) TryRecv(pkts []link.Packet) (int, error) {
 	p.tries.Add(1)
 	return p.Port.TryRecv(pkts)
+}
+
+// waitingForRxLock reports whether a goroutine waits for a device's
+// receive lock in rxWaitLock.Lock with a function named in its stack.
+func waitingForRxLock(in string) bool {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for g := range bytes.SplitSeq(buf, []byte("\n\n")) {
+		s := string(g)
+		if strings.Contains(s, "sync.(*Mutex).Lock") && strings.Contains(s, "(*rxWaitLock).Lock") && strings.Contains(s, in) {
+			return true
+		}
+	}
+	return false
+}
+
+// within polls cond every millisecond for up to 10 s.
+func within(cond func() bool) bool {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
 }
 
 // TestEmptyPollTakesNoReceiveLock: once a goroutine has waited long for
@@ -89,10 +116,13 @@ func TestEmptyPollTakesNoReceiveLock(t *testing.T) {
 		t.Fatal("guarded before anyone waited for the receive lock")
 	}
 	// The receive path held while the ACK arrives: the receive goroutine
-	// waits for it.
+	// waits for it, longer than rxHeldTooLong.
 	a.dev.Observe(func() {
 		write(1)
-		time.Sleep(20 * rxHeldTooLong)
+		if !within(func() bool { return waitingForRxLock(").RecvLocked(") }) {
+			t.Error("the receive goroutine never waited for the receive lock")
+		}
+		time.Sleep(2 * rxHeldTooLong)
 	})
 	busyPoll(1)
 	// The receive goroutine gets the lock once the poll above has let
@@ -124,6 +154,17 @@ func TestEmptyPollTakesNoReceiveLock(t *testing.T) {
 func TestRetransTimerWaitsForReceiveInProgress(t *testing.T) {
 	defer func(v uint8) { rcPairTimeout = v }(rcPairTimeout)
 	rcPairTimeout = 12 // 16.8 ms
+	var acks *sendCounter
+	wrapLink = func(i int, l link.Link) link.Link {
+		if i == 1 {
+			acks = &sendCounter{Link: l}
+			return acks
+		}
+		return l
+	}
+	defer func() { wrapLink = nil }()
+	// A's WRITE takes 2 ms across the fabric, so it reaches B after A's
+	// receive path is held below.
 	a, b, _ := rcPair(t, RC, fabric.Faults{Delay: 2 * time.Millisecond}, wire.RoCEv2)
 	mrA, err := a.pd.RegMR(make([]byte, 4096), AccessLocalWrite)
 	if err != nil {
@@ -137,11 +178,19 @@ func TestRetransTimerWaitsForReceiveInProgress(t *testing.T) {
 		SGList: []SGE{mrA.SGE(0, 4096)}, RemoteAddr: mrB.Addr(), RKey: mrB.RKey()}); err != nil {
 		t.Fatal(err)
 	}
-	// The WRITE and its ACK each take 2 ms across the fabric; the receive
-	// path is held for 12 timeouts, so the ACK arrives and the timer fires
-	// while it is.
-	hold := 12 * TimeoutDuration(rcPairTimeout)
-	a.dev.Observe(func() { time.Sleep(hold) })
+	// The receive path is held until the ACK has reached A's link and
+	// the timer has fired (it waits in receiveNow, or, as it used to,
+	// resent).
+	a.dev.Observe(func() {
+		if !within(func() bool { return acks.sent.Load() > 0 }) {
+			t.Error("the responder never acknowledged the WRITE")
+		}
+		if !within(func() bool {
+			return waitingForRxLock(").receiveNow(") || a.qp.counters.Get(CompleterRetryErr) > 0
+		}) {
+			t.Error("the ACK timer never fired")
+		}
+	})
 	if wc := poll(t, a.cq); wc.Status != WCSuccess {
 		t.Fatalf("WRITE: %v", wc.Status)
 	}
@@ -151,6 +200,19 @@ func TestRetransTimerWaitsForReceiveInProgress(t *testing.T) {
 	if got := b.qp.counters.Get(DuplicateRequest); got != 0 {
 		t.Errorf("the responder's duplicate_request is %d, want 0", got)
 	}
+}
+
+// sendCounter counts the packets its link has sent (the fabric has
+// queued them at their destination port when Send returns).
+type sendCounter struct {
+	link.Link
+	sent atomic.Int64
+}
+
+func (l *sendCounter) Send(pkts []link.Packet) (int, error) {
+	n, err := l.Link.Send(pkts)
+	l.sent.Add(int64(n))
+	return n, err
 }
 
 // holdPacer holds the requester back while on is set.
