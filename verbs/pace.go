@@ -92,12 +92,13 @@ func (q *QP) setRateLimit(kbps uint32) {
 // its rate limit installed. It is the hook for congestion control.
 func (q *QP) SetPacer(p Pacer) {
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	q.pacer = p
 	if q.paceTimer != nil {
 		q.paceTimer.Stop()
 	}
 	q.kick()
+	q.mu.Unlock()
+	q.resumeKicked()
 }
 
 // paced reports whether the pacer holds the requester back now; if so it

@@ -153,6 +153,9 @@ type QP struct {
 	// guarded by mu; see txBatch.own).
 	reqBatch    *txBatch
 	reqDeferred bool
+	// kickDue: a change under mu let the requester go on; it runs once
+	// mu is let go of (kick, resumeKicked; guarded by mu).
+	kickDue bool
 	// respBatch is the transmit batch holding the responder's packets not
 	// yet sent (guarded by mu): no other batch sends this QP's responses
 	// before them (see respond).
@@ -388,6 +391,14 @@ var transitions = map[[2]QPState][3]*transition{
 // invalid transition, a missing required attribute, one not allowed in
 // the transition, or a value out of range returns EINVAL naming it.
 func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
+	err := q.modify(attr, mask)
+	q.resumeKicked()
+	return err
+}
+
+// modify is Modify with q.mu held; a change that lets the requester go on
+// (a new rate limit, SQD → RTS) leaves it to resumeKicked (kick).
+func (q *QP) modify(attr *QPAttr, mask QPAttrMask) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
@@ -653,33 +664,35 @@ func (q *QP) reset() {
 	q.resp = respState{}
 }
 
-// kick runs the requester outside the receive path (after a state change).
-// Called with q.mu held: the batch is sent and q given back here, as
-// release would, without taking the lock again (q is the only QP the
-// batch can hold).
+// kick asks for the requester to run once the caller has let go of q.mu
+// (resumeKicked), after a change that may let it go on: a state change, a
+// new rate limit or pacer. Called with q.mu held. It used to run the
+// requester and send its batch right here, under q.mu: a link call under
+// a QP's lock, which issue 15 rules out (the receive path then waits for
+// the link behind that QP's lock).
 func (q *QP) kick() {
+	q.kickDue = true
+}
+
+// resumeKicked runs the requester a kick asked for, from the application's
+// goroutine, and sends what it built with no lock held. Called without
+// q.mu.
+func (q *QP) resumeKicked() {
+	q.mu.Lock()
+	if !q.kickDue {
+		q.mu.Unlock()
+		return
+	}
+	q.kickDue = false
+	if q.destroyed || q.state != QPSRTS && q.state != QPSSQD {
+		q.mu.Unlock()
+		return
+	}
 	out := getTxBatch(q.dev)
 	out.unlimited = true // the application's goroutine
 	q.reqRun(out)
-	out.flush()
-	for q.reqBatch == out && q.reqDeferred {
-		// The run stopped at a full batch (reqRun): go on.
-		q.reqBatch, q.reqDeferred = nil, false
-		q.reqRun(out)
-		out.flush()
-	}
-	if q.reqBatch == out {
-		q.reqBatch = nil
-	}
-	if q.req.armOnSend {
-		q.onSent() // what reqRun built is sent (release's step)
-	}
-	if q.respBatch == out {
-		q.respBatch = nil
-	}
-	clear(out.owned)
-	out.owned = out.owned[:0]
-	putTxBatch(out)
+	q.mu.Unlock()
+	putTxBatch(out) // sends, gives q back and runs what waited for it (release)
 }
 
 // PostRecv posts receive work requests, like ibv_post_recv.

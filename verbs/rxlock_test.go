@@ -287,3 +287,74 @@ func TestResponsesAfterRewindComplete(t *testing.T) {
 		t.Errorf("the responder's duplicate_request is %d, want 0", got)
 	}
 }
+
+// kickCheckLink records a Send made while a QP's lock was held (by the
+// sending goroutine: the test makes sure no other holds it then).
+type kickCheckLink struct {
+	link.Link
+	q     atomic.Pointer[QP]
+	under atomic.Int64
+}
+
+func (l *kickCheckLink) Send(pkts []link.Packet) (int, error) {
+	if q := l.q.Load(); q != nil {
+		if q.mu.TryLock() {
+			q.mu.Unlock()
+		} else {
+			l.under.Add(1)
+		}
+	}
+	return l.Link.Send(pkts)
+}
+
+// TestKickSendsWithoutQPLock: a change that lets a held-back requester go
+// on (a new pacer, a rate limit, SQD → RTS) sends what it then builds with
+// the QP's lock let go of, as every other path does: no link call under a
+// QP's lock (issue 15). kick used to send under it.
+func TestKickSendsWithoutQPLock(t *testing.T) {
+	var lc *kickCheckLink
+	wrapLink = func(i int, l link.Link) link.Link {
+		if i == 0 {
+			lc = &kickCheckLink{Link: l}
+			return lc
+		}
+		return l
+	}
+	defer func() { wrapLink = nil }()
+	a, b, _ := rcPair(t, RC, fabric.Faults{}, wire.RoCEv2)
+	mrA, err := a.pd.RegMR(make([]byte, 4096), AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mrB, err := b.pd.RegMR(make([]byte, 4096), AccessLocalWrite|AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p holdPacer
+	p.on.Store(true)
+	a.qp.SetPacer(&p)
+	for i := range 4 {
+		if err := a.qp.PostSend(SendWR{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
+			SGList: []SGE{mrA.SGE(0, 4096)}, RemoteAddr: mrB.Addr(), RKey: mrB.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := a.qp.counters.Get(SentPkts); n != 0 {
+		t.Fatalf("%d packets sent with the pacer holding the requester", n)
+	}
+	lc.q.Store(a.qp)
+	p.on.Store(false)
+	a.qp.SetPacer(nil) // kick: the four WRITEs go now
+	lc.q.Store(nil)
+	if n := a.qp.counters.Get(SentPkts); n == 0 {
+		t.Fatal("SetPacer(nil) sent nothing")
+	}
+	for range 4 {
+		if wc := poll(t, a.cq); wc.Status != WCSuccess {
+			t.Fatalf("WRITE: %v", wc.Status)
+		}
+	}
+	if n := lc.under.Load(); n != 0 {
+		t.Errorf("%d link sends while the QP's lock was held, want 0", n)
+	}
+}
