@@ -102,6 +102,31 @@ func rcPair(t testing.TB, typ QPType, fa fabric.Faults, v wire.Version) (a, b si
 	return a, b, fab
 }
 
+// writeRegions registers n bytes on each side of an rcPair: a's to RDMA
+// WRITE from, b's to WRITE into.
+func writeRegions(t testing.TB, a, b side, n int) (src, dst *MR) {
+	t.Helper()
+	src, err := a.pd.RegMR(make([]byte, n), AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err = b.pd.RegMR(make([]byte, n), AccessLocalWrite|AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src, dst
+}
+
+// postWrite posts on s's QP a signaled RDMA WRITE of src, whole, to dst,
+// with wr_id id.
+func postWrite(t testing.TB, s side, id uint64, src, dst *MR) {
+	t.Helper()
+	if err := s.qp.PostSend(SendWR{WRID: id, Opcode: WRRDMAWrite, Flags: SendSignaled,
+		SGList: []SGE{src.SGE(0, src.Len())}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func poll(t testing.TB, cq *CQ) WC {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -202,19 +227,8 @@ func TestRetransTimerStaleCallback(t *testing.T) {
 		}
 		defer func() { wrapLink = nil }()
 		a, b, _ := rcPair(t, RC, fabric.Faults{}, wire.RoCEv2)
-		buf := make([]byte, 4096)
-		mrA, err := a.pd.RegMR(buf, AccessLocalWrite)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mrB, err := b.pd.RegMR(make([]byte, 4096), AccessLocalWrite|AccessRemoteWrite)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := a.qp.PostSend(SendWR{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled,
-			SGList: []SGE{mrA.SGE(0, 4096)}, RemoteAddr: mrB.Addr(), RKey: mrB.RKey()}); err != nil {
-			t.Fatal(err)
-		}
+		src, dst := writeRegions(t, a, b, 4096)
+		postWrite(t, a, 1, src, dst)
 		a.qp.onRetransTimer() // as a callback that started before the timer was (re-)armed
 		if got := a.qp.counters.Get(CompleterRetryErr); got != 0 {
 			t.Errorf("completer_retry_err %d after a callback that ran before the timer's deadline, want 0", got)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/testenv"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/fabric"
 	"github.com/goroce/goroce/wire"
@@ -42,16 +43,6 @@ func waitingForRxLock(in string) bool {
 	return false
 }
 
-// within polls cond every millisecond for up to 10 s.
-func within(cond func() bool) bool {
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		if cond() {
-			return true
-		}
-	}
-	return cond()
-}
-
 // TestEmptyPollTakesNoReceiveLock: once a goroutine has waited long for
 // the device's receive lock (its holder was off the CPU), a goroutine
 // busy-polling an empty CQ looks at the link only when the link says
@@ -75,20 +66,10 @@ func TestEmptyPollTakesNoReceiveLock(t *testing.T) {
 	if a.dev.pending == nil {
 		t.Fatal("the device did not take its link's link.PendingReporter")
 	}
-	mrA, err := a.pd.RegMR(make([]byte, 4096), AccessLocalWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mrB, err := b.pd.RegMR(make([]byte, 4096), AccessLocalWrite|AccessRemoteWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, dst := writeRegions(t, a, b, 4096)
 	write := func(i int) {
 		t.Helper()
-		if err := a.qp.PostSend(SendWR{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
-			SGList: []SGE{mrA.SGE(0, 4096)}, RemoteAddr: mrB.Addr(), RKey: mrB.RKey()}); err != nil {
-			t.Fatal(err)
-		}
+		postWrite(t, a, uint64(i), src, dst)
 	}
 	busyPoll := func(i int) {
 		t.Helper()
@@ -119,7 +100,7 @@ func TestEmptyPollTakesNoReceiveLock(t *testing.T) {
 	// waits for it, longer than rxHeldTooLong.
 	a.dev.Observe(func() {
 		write(1)
-		if !within(func() bool { return waitingForRxLock(").RecvLocked(") }) {
+		if !testenv.Poll(testenv.Slow, func() bool { return waitingForRxLock(").RecvLocked(") }) {
 			t.Error("the receive goroutine never waited for the receive lock")
 		}
 		time.Sleep(2 * rxHeldTooLong)
@@ -127,10 +108,7 @@ func TestEmptyPollTakesNoReceiveLock(t *testing.T) {
 	busyPoll(1)
 	// The receive goroutine gets the lock once the poll above has let
 	// go of it.
-	for deadline := time.Now().Add(10 * time.Second); !a.dev.guarded() && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
-	}
-	if !a.dev.guarded() {
+	if !testenv.Poll(testenv.Slow, a.dev.guarded) {
 		t.Fatal("not guarded after the receive goroutine waited for the receive lock")
 	}
 	ep.tries.Store(0)
@@ -166,26 +144,16 @@ func TestRetransTimerWaitsForReceiveInProgress(t *testing.T) {
 	// A's WRITE takes 2 ms across the fabric, so it reaches B after A's
 	// receive path is held below.
 	a, b, _ := rcPair(t, RC, fabric.Faults{Delay: 2 * time.Millisecond}, wire.RoCEv2)
-	mrA, err := a.pd.RegMR(make([]byte, 4096), AccessLocalWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mrB, err := b.pd.RegMR(make([]byte, 4096), AccessLocalWrite|AccessRemoteWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.qp.PostSend(SendWR{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled,
-		SGList: []SGE{mrA.SGE(0, 4096)}, RemoteAddr: mrB.Addr(), RKey: mrB.RKey()}); err != nil {
-		t.Fatal(err)
-	}
+	src, dst := writeRegions(t, a, b, 4096)
+	postWrite(t, a, 1, src, dst)
 	// The receive path is held until the ACK has reached A's link and
 	// the timer has fired (it waits in receiveNow, or, as it used to,
 	// resent).
 	a.dev.Observe(func() {
-		if !within(func() bool { return acks.sent.Load() > 0 }) {
+		if !testenv.Poll(testenv.Slow, func() bool { return acks.sent.Load() > 0 }) {
 			t.Error("the responder never acknowledged the WRITE")
 		}
-		if !within(func() bool {
+		if !testenv.Poll(testenv.Slow, func() bool {
 			return waitingForRxLock(").receiveNow(") || a.qp.counters.Get(CompleterRetryErr) > 0
 		}) {
 			t.Error("the ACK timer never fired")
@@ -239,14 +207,7 @@ func TestResponsesAfterRewindComplete(t *testing.T) {
 	defer func(v uint8) { rcPairTimeout = v }(rcPairTimeout)
 	rcPairTimeout = 20 // 4.3 s: the retry below is the only one
 	a, b, _ := rcPair(t, RC, fabric.Faults{}, wire.RoCEv2)
-	mrA, err := a.pd.RegMR(make([]byte, 1024), AccessLocalWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mrB, err := b.pd.RegMR(make([]byte, 1024), AccessLocalWrite|AccessRemoteWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, dst := writeRegions(t, a, b, 1024)
 	var p holdPacer
 	a.qp.SetPacer(&p)
 	const n = 3
@@ -254,14 +215,10 @@ func TestResponsesAfterRewindComplete(t *testing.T) {
 	// back: they wait in A's link until after the retry.
 	a.dev.Observe(func() {
 		for i := range n {
-			if err := a.qp.PostSend(SendWR{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
-				SGList: []SGE{mrA.SGE(0, 1024)}, RemoteAddr: mrB.Addr(), RKey: mrB.RKey()}); err != nil {
-				t.Error(err)
-			}
+			postWrite(t, a, uint64(i), src, dst)
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for b.qp.counters.Get(RcvdPkts) < n && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
+		if !testenv.Poll(testenv.Slow, func() bool { return b.qp.counters.Get(RcvdPkts) >= n }) {
+			t.Error("B never received the WRITEs")
 		}
 		// The timeout's go-back-N, with the pacer holding the resend.
 		p.on.Store(true)
@@ -285,76 +242,5 @@ func TestResponsesAfterRewindComplete(t *testing.T) {
 	}
 	if got := b.qp.counters.Get(DuplicateRequest); got != 0 {
 		t.Errorf("the responder's duplicate_request is %d, want 0", got)
-	}
-}
-
-// kickCheckLink records a Send made while a QP's lock was held (by the
-// sending goroutine: the test makes sure no other holds it then).
-type kickCheckLink struct {
-	link.Link
-	q     atomic.Pointer[QP]
-	under atomic.Int64
-}
-
-func (l *kickCheckLink) Send(pkts []link.Packet) (int, error) {
-	if q := l.q.Load(); q != nil {
-		if q.mu.TryLock() {
-			q.mu.Unlock()
-		} else {
-			l.under.Add(1)
-		}
-	}
-	return l.Link.Send(pkts)
-}
-
-// TestKickSendsWithoutQPLock: a change that lets a held-back requester go
-// on (a new pacer, a rate limit, SQD → RTS) sends what it then builds with
-// the QP's lock let go of, as every other path does: no link call under a
-// QP's lock (issue 15). kick used to send under it.
-func TestKickSendsWithoutQPLock(t *testing.T) {
-	var lc *kickCheckLink
-	wrapLink = func(i int, l link.Link) link.Link {
-		if i == 0 {
-			lc = &kickCheckLink{Link: l}
-			return lc
-		}
-		return l
-	}
-	defer func() { wrapLink = nil }()
-	a, b, _ := rcPair(t, RC, fabric.Faults{}, wire.RoCEv2)
-	mrA, err := a.pd.RegMR(make([]byte, 4096), AccessLocalWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mrB, err := b.pd.RegMR(make([]byte, 4096), AccessLocalWrite|AccessRemoteWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var p holdPacer
-	p.on.Store(true)
-	a.qp.SetPacer(&p)
-	for i := range 4 {
-		if err := a.qp.PostSend(SendWR{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
-			SGList: []SGE{mrA.SGE(0, 4096)}, RemoteAddr: mrB.Addr(), RKey: mrB.RKey()}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n := a.qp.counters.Get(SentPkts); n != 0 {
-		t.Fatalf("%d packets sent with the pacer holding the requester", n)
-	}
-	lc.q.Store(a.qp)
-	p.on.Store(false)
-	a.qp.SetPacer(nil) // kick: the four WRITEs go now
-	lc.q.Store(nil)
-	if n := a.qp.counters.Get(SentPkts); n == 0 {
-		t.Fatal("SetPacer(nil) sent nothing")
-	}
-	for range 4 {
-		if wc := poll(t, a.cq); wc.Status != WCSuccess {
-			t.Fatalf("WRITE: %v", wc.Status)
-		}
-	}
-	if n := lc.under.Load(); n != 0 {
-		t.Errorf("%d link sends while the QP's lock was held, want 0", n)
 	}
 }

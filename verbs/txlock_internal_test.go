@@ -306,3 +306,27 @@ func TestRTTSampleStartsWhenSent(t *testing.T) {
 		t.Errorf("the RTT sample started %v before its packet was sent", sent.Sub(at))
 	}
 }
+
+// TestKickSendsWithoutQPLock: a change that lets a held-back requester go
+// on (a new pacer, a rate limit, SQD → RTS) sends what it then builds with
+// the QP's lock let go of, as every other path does, in PSN order; kick
+// used to send under it.
+func TestKickSendsWithoutQPLock(t *testing.T) {
+	lk, _, q, mr := newLockEnv(t, 0)
+	var p holdPacer
+	p.on.Store(true)
+	q.SetPacer(&p)
+	if err := q.PostSend(writeWR(mr, 4*4096)); err != nil {
+		t.Fatal(err)
+	}
+	if psns, _ := lk.sentPSNs(); len(psns) != 0 {
+		t.Fatalf("%d packets sent with the pacer holding the requester", len(psns))
+	}
+	p.on.Store(false)
+	q.SetPacer(nil) // kick: the WRITE goes now
+	psns, _ := lk.sentPSNs()
+	checkPSNs(t, psns, 4)
+	if n := lk.underQP.Load(); n != 0 {
+		t.Errorf("%d of the link's Sends ran with the QP's lock held", n)
+	}
+}

@@ -921,7 +921,6 @@ func (l *Link) Pending() bool {
 	if l.queued.Load() {
 		return true
 	}
-	l.inq.Store(-1)
 	if err := l.rxConn().Control(l.pendingFn); err != nil {
 		return true
 	}
