@@ -5,6 +5,7 @@ package verbs
 // stopped part-way through a message put out asks for an ACK.
 
 import (
+	"bytes"
 	"net"
 	"net/netip"
 	"sync"
@@ -328,5 +329,94 @@ func TestKickSendsWithoutQPLock(t *testing.T) {
 	checkPSNs(t, psns, 4)
 	if n := lk.underQP.Load(); n != 0 {
 		t.Errorf("%d of the link's Sends ran with the QP's lock held", n)
+	}
+}
+
+// TestHostileResponsesAfterRewind: after a go-back-N retry that the pacer
+// stopped before any resend (head == cur, off 0: the state in which the
+// completer now takes responses to the first transmissions), forged
+// responses change nothing: an ACK of a PSN never sent, and a READ
+// response and an atomic ACK for the oldest outstanding PSN, which carried
+// a WRITE, complete no WQE and write nothing. (A response at a later PSN
+// acknowledges every request before it, IBTA's coalesced
+// acknowledgement: a forged one does that too, as on any RC
+// implementation, RoCE having no authentication.) A genuine ACK then
+// completes exactly the WQEs it covers, and the requester resends only the
+// rest.
+func TestHostileResponsesAfterRewind(t *testing.T) {
+	lk, d, q, _ := newLockEnv(t, 0)
+	const n = 3
+	src := make([]byte, 4096) // the WRITEs' source: a forged READ response must not land here
+	mr, err := q.pd.RegMR(src, mem.LocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		wr := writeWR(mr, 4096)
+		wr.WRID = uint64(i)
+		if err := q.PostSend(wr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	psns, _ := lk.sentPSNs()
+	checkPSNs(t, psns, n)
+	var p holdPacer
+	p.on.Store(true)
+	q.SetPacer(&p)
+	q.mu.Lock()
+	out := getTxBatch(d)
+	q.retry(out)
+	q.mu.Unlock()
+	putTxBatch(out)
+	if psns, _ := lk.sentPSNs(); len(psns) != n {
+		t.Fatalf("%d packets sent after the retry, want %d (the pacer holds the resend)", len(psns), n)
+	}
+	resp := func(op wire.Opcode, psn wire.PSN, payload []byte) {
+		t.Helper()
+		f := wire.PacketFields{BTH: wire.BTHFields{Opcode: wire.TransportRC | op, PKey: wire.DefaultPKey, DestQP: q.num, PSN: psn},
+			Payload: payload}
+		f.Ext.AETH = wire.AETHFields{Syndrome: wire.SyndromeACK, MSN: 1}
+		f.Ext.AtomicAck = 0xeeeeeeeeeeeeeeee
+		lk.push(&f)
+		if !d.tryReceive() {
+			t.Fatal("tryReceive took no packet")
+		}
+	}
+	var wc [4]WC
+	forged := 0
+	for _, f := range []struct {
+		op      wire.Opcode
+		psn     wire.PSN
+		payload []byte
+	}{
+		{wire.OpAcknowledge, txlockSQPSN + n, nil}, // never sent
+		{wire.OpReadResponseOnly, txlockSQPSN, bytes.Repeat([]byte{0xee}, 64)},
+		{wire.OpAtomicAcknowledge, txlockSQPSN, nil},
+	} {
+		resp(f.op, f.psn, f.payload)
+		forged++
+		if k, _ := q.sendCQ.Poll(wc[:]); k != 0 {
+			t.Fatalf("forged response %d (%v, PSN %v) completed %d WQEs: %+v", forged, f.op, f.psn, k, wc[:k])
+		}
+	}
+	if i := bytes.IndexByte(src, 0xee); i >= 0 {
+		t.Fatalf("a forged response wrote into the WRITEs' source at offset %d", i)
+	}
+	q.mu.Lock()
+	state := q.state
+	q.mu.Unlock()
+	if state != QPSRTS {
+		t.Fatalf("QP in %v after the forged responses, want RTS", state)
+	}
+	resp(wire.OpAcknowledge, txlockSQPSN+1, nil) // the first two WRITEs
+	k, _ := q.sendCQ.Poll(wc[:])
+	if k != 2 || wc[0].WRID != 0 || wc[1].WRID != 1 || wc[0].Status != WCSuccess || wc[1].Status != WCSuccess {
+		t.Fatalf("the ACK of the first two WRITEs completed %+v", wc[:k])
+	}
+	p.on.Store(false)
+	q.SetPacer(nil)
+	psns, _ = lk.sentPSNs()
+	if len(psns) != n+1 || psns[n] != txlockSQPSN+n-1 {
+		t.Fatalf("sent PSNs %v: want the third WRITE (PSN %v) resent, and only it", psns, wire.PSN(txlockSQPSN+n-1))
 	}
 }
