@@ -145,7 +145,10 @@ func parse(r io.Reader) (*results, error) {
 			res.runs[name] = append(res.runs[name], m)
 			continue
 		}
-		if k, v, ok := strings.Cut(line, ": "); ok && !strings.ContainsAny(k, " \t") && k != "" && !strings.HasPrefix(k, "---") {
+		// The go command's own progress ("go: downloading MODULE VERSION"
+		// on a machine whose module cache is cold) is not the run's.
+		if k, v, ok := strings.Cut(line, ": "); ok && !strings.ContainsAny(k, " \t") && k != "" && !strings.HasPrefix(k, "---") &&
+			!(k == "go" && strings.HasPrefix(v, "downloading ")) {
 			res.config = append(res.config, [2]string{k, strings.TrimSpace(v)})
 		}
 	}

@@ -11,6 +11,8 @@ import (
 // sample is go test -bench output of the kind bench/run.sh collects: two
 // runs of each benchmark (medians of two are their mean).
 const sample = `commit: abc1234
+go: go1.26.8 linux/amd64
+go: downloading golang.org/x/sys v0.50.0
 goos: linux
 goarch: amd64
 pkg: github.com/goroce/goroce/bench
@@ -49,6 +51,7 @@ func TestRender(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"- commit: abc1234",
+		"- go: go1.26.8 linux/amd64",
 		"- cpu: AMD EPYC",
 		"| UDPThroughput/gso+gro | 3500 [3000–4000] | 22 µs | 1 (baseline) |  |  |",
 		"| UDPThroughput/gso+gro+roce | 2100 | 45 µs | 0.60 | 1 (floor) |  |",
@@ -73,8 +76,8 @@ func TestRender(t *testing.T) {
 			t.Errorf("missing %q in\n%s", want, out)
 		}
 	}
-	if strings.Contains(out, "goos") || strings.Contains(out, "BENCH") {
-		t.Errorf("go test's goos or a BENCH log line in the table:\n%s", out)
+	if strings.Contains(out, "goos") || strings.Contains(out, "BENCH") || strings.Contains(out, "downloading") {
+		t.Errorf("go test's goos, a BENCH log line or the go command's download progress in the table:\n%s", out)
 	}
 	if ok, want := strings.Count(out, "| ≤ 64 KiB: **not met** |"), 1; ok != want {
 		t.Errorf("%d rows not meeting the memory goal, want %d:\n%s", ok, want, out)
