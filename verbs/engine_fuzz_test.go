@@ -164,6 +164,7 @@ type fuzzHarness struct {
 	before   []byte
 	pkt      wire.Packet
 	out      txBatch
+	sink     *reqSink // FuzzRCResponses' local memory, made on first use
 }
 
 var (
@@ -555,8 +556,12 @@ func (h *fuzzHarness) deliver(b []byte, a link.Addr) error {
 // check verifies the invariants after a packet to QP qi; sent is what the
 // device sent meanwhile.
 func (h *fuzzHarness) check(t *testing.T, qi int, sent [][]byte, what string) {
-	// Completions: each receive at most once, and its buffer frozen.
-	var completed []*fuzzRecv
+	h.checkWCs(t, qi, h.pollWCs(t, what), sent, what)
+}
+
+// pollWCs empties the CQ.
+func (h *fuzzHarness) pollWCs(t *testing.T, what string) []WC {
+	var wcs []WC
 	var wc [64]WC
 	for {
 		n, err := h.cq.Poll(wc[:])
@@ -564,35 +569,42 @@ func (h *fuzzHarness) check(t *testing.T, qi int, sent [][]byte, what string) {
 			t.Fatalf("%s: %v", what, err)
 		}
 		if n == 0 {
-			break
+			return wcs
 		}
-		for _, c := range wc[:n] {
-			if c.Opcode != WCRecv && c.Opcode != WCRecvRDMAWithImm {
-				continue
-			}
-			if h.noRecv {
-				t.Fatalf("%s: a datagram to a multicast group no QP joined completed a receive: %v", what, &c)
-			}
-			found := false
-			for i := range h.recvs {
-				for j := range h.recvs[i] {
-					r := &h.recvs[i][j]
-					if r.wrID != c.WRID {
-						continue
-					}
-					found = true
-					if r.done {
-						t.Fatalf("%s: receive wr_id %d completed twice (%v)", what, c.WRID, &c)
-					}
-					if c.QPNum != h.qps[i].num {
-						t.Fatalf("%s: receive wr_id %d of QP %#x completed on QP %#x", what, c.WRID, h.qps[i].num, c.QPNum)
-					}
-					completed = append(completed, r)
+		wcs = append(wcs, wc[:n]...)
+	}
+}
+
+// checkWCs is check with the completions already polled.
+func (h *fuzzHarness) checkWCs(t *testing.T, qi int, wcs []WC, sent [][]byte, what string) {
+	// Completions: each receive at most once, and its buffer frozen.
+	var completed []*fuzzRecv
+	for _, c := range wcs {
+		if c.Opcode != WCRecv && c.Opcode != WCRecvRDMAWithImm {
+			continue
+		}
+		if h.noRecv {
+			t.Fatalf("%s: a datagram to a multicast group no QP joined completed a receive: %v", what, &c)
+		}
+		found := false
+		for i := range h.recvs {
+			for j := range h.recvs[i] {
+				r := &h.recvs[i][j]
+				if r.wrID != c.WRID {
+					continue
 				}
+				found = true
+				if r.done {
+					t.Fatalf("%s: receive wr_id %d completed twice (%v)", what, c.WRID, &c)
+				}
+				if c.QPNum != h.qps[i].num {
+					t.Fatalf("%s: receive wr_id %d of QP %#x completed on QP %#x", what, c.WRID, h.qps[i].num, c.QPNum)
+				}
+				completed = append(completed, r)
 			}
-			if !found {
-				t.Fatalf("%s: completion of a receive never posted: %v", what, &c)
-			}
+		}
+		if !found {
+			t.Fatalf("%s: completion of a receive never posted: %v", what, &c)
 		}
 	}
 	// Memory: what changed since the packet arrived.

@@ -1,6 +1,9 @@
 package verbs
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // The fuzzer's hooks into the engine's internals (fuzz_test.go), apart so
 // the fuzzer can run against an older engine with hooks of its own.
@@ -69,4 +72,37 @@ func fuzzBounded(d *Device) error {
 		}
 	}
 	return nil
+}
+
+// fuzzFireRetrans runs q's retransmit timer as if the local ACK timeout
+// had expired with no progress since it was armed (the harness's QPs have
+// timeout 0, so no timer of the runtime's fires on its own), when the
+// timer would be running: packets outstanding, no RNR wait.
+func fuzzFireRetrans(q *QP) {
+	q.mu.Lock()
+	fire := !q.destroyed && (q.state == QPSRTS || q.state == QPSSQD) && !q.comp.rnrWait &&
+		(q.sq.head != q.sq.cur || q.req.off != 0)
+	if fire {
+		q.comp.timerArmed = true
+		q.comp.armedAt = q.comp.progress
+		q.comp.due = time.Now().Add(-time.Nanosecond)
+	}
+	q.mu.Unlock()
+	if fire {
+		q.onRetransTimer()
+	}
+}
+
+// fuzzFireRNR runs q's RNR NAK timer now if it is running (the harness's
+// RNR NAKs ask for 655 ms).
+func fuzzFireRNR(q *QP) {
+	q.mu.Lock()
+	wait := q.comp.rnrWait
+	if wait && q.rnrTimer != nil {
+		q.rnrTimer.Stop()
+	}
+	q.mu.Unlock()
+	if wait {
+		q.onRNRTimer()
+	}
 }
