@@ -396,6 +396,33 @@ func (q *QP) completeThrough(psn wire.PSN) (stuckAtRdAtomic bool) {
 	return false
 }
 
+// progressed restarts the timer and the requester if acknowledgements
+// moved the completer on since it was at progress.
+func (q *QP) progressed(progress uint64, out *txBatch) {
+	if q.comp.progress != progress {
+		q.afterProgress(out)
+	}
+}
+
+// insideRdAtom reports whether moving comp.psn to psn would take it past
+// the first PSN of the READ at the head of the send queue, which only that
+// READ's responses may do (onReadResponse), one at a time as they place
+// their data. No responder ACKs, NAKs or RNR NAKs a PSN inside a READ: it
+// answers the READ with responses, and its expected PSN moves past all of
+// the READ's PSNs at once. Taken from an ACK, a PSN sequence error NAK or
+// an RNR NAK of such a PSN, the completer moved past response data never
+// placed; the response for that PSN was then dropped as a duplicate, and
+// the READ completed IBV_WC_SUCCESS with a hole in its buffer
+// (FuzzRCResponses; TestACKInsideReadCompletesNothing). (An atomic has one
+// PSN: a response beyond it is an implicit NAK, laterResponse.)
+func (q *QP) insideRdAtom(psn wire.PSN) bool {
+	if q.sq.head == q.sq.tail {
+		return false
+	}
+	w := q.sq.at(q.sq.head)
+	return w.started && w.isRdAtom && psn.Diff(w.firstPSN) > 0
+}
+
 // nakRetry retries on a NAK or an implicit NAK unless a retry is under way.
 func (q *QP) nakRetry(out *txBatch) {
 	if !q.comp.retrying {
@@ -432,8 +459,16 @@ func (q *QP) onACK(psn wire.PSN, out *txBatch) {
 		return // duplicate ACK
 	}
 	q.checkSpurious(psn)
+	progress := q.comp.progress
 	if q.completeThrough(psn) {
 		q.laterResponse(out)
+		return
+	}
+	if q.insideRdAtom(psn.Next()) {
+		// An ACK of a PSN inside the READ at the head (its last PSN or
+		// beyond is an implicit NAK, above). It acknowledges the WQEs
+		// before the READ, no more.
+		q.progressed(progress, out)
 		return
 	}
 	q.advanceCompPSN(psn.Next())
@@ -618,12 +653,17 @@ func (q *QP) onNAK(psn wire.PSN, syn wire.Syndrome, out *txBatch) {
 	}
 	// A NAK acknowledges every PSN before it, as an ACK does: the completer
 	// retires the WQEs before the NAK's PSN first (rxe_comp.c check_ack).
+	progress := q.comp.progress
 	if q.completeThrough(psn.Add(-1)) {
 		q.laterResponse(out)
 		return
 	}
 	if syn.Value() == wire.NAKPSNSequenceError {
 		q.count(RcvdSeqErr)
+		if q.insideRdAtom(psn) {
+			q.progressed(progress, out)
+			return
+		}
 		if q.comp.rnrWait && psn == q.comp.psn {
 			return // the RNR timer already sends us back to psn
 		}
@@ -676,11 +716,27 @@ func (q *QP) onNAK(psn wire.PSN, syn wire.Syndrome, out *txBatch) {
 }
 
 func (q *QP) onRNRNAK(psn wire.PSN, syn wire.Syndrome, out *txBatch) {
-	q.count(RcvdRNRErr)
+	if psn.Diff(q.comp.psn) < 0 {
+		// An RNR NAK of a PSN already acknowledged: a ghost, as in onNAK
+		// (a late answer to a request that has completed since, e.g. the
+		// first of two copies of a SEND the responder NAKed twice).
+		// Taken, it stopped the requester for the RNR timer, sent it back
+		// over PSNs the responder had acknowledged, and spent rnr_retry,
+		// so that late NAKs alone could end a QP with
+		// IBV_WC_RNR_RETRY_EXC_ERR.
+		return
+	}
+	progress := q.comp.progress
 	if q.completeThrough(psn.Add(-1)) {
+		q.count(RcvdRNRErr)
 		q.laterResponse(out)
 		return
 	}
+	if q.insideRdAtom(psn) {
+		q.progressed(progress, out)
+		return
+	}
+	q.count(RcvdRNRErr)
 	if q.comp.rnrNAKs == 0 {
 		q.comp.rnrSince = time.Now()
 	}

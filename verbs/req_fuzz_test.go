@@ -470,6 +470,18 @@ func FuzzRCResponses(f *testing.F) {
 		reqStep{kind: ack, base: wqe | 1<<2, syn: synAcc},
 		reqStep{kind: rOnly, base: wqe | 2<<2, plen: plenSmall, small: 8},
 		reqStep{kind: atomicAck, base: wqe | 3<<2}))
+	// Answers of PSNs inside a READ that only its responses may answer:
+	// an ACK, an RNR NAK, a PSN sequence error NAK; then the READ's
+	// responses.
+	f.Add(reqSeed(mixReads, [4]uint8{l768, l1, l1, l1},
+		reqStep{kind: ack, base: wqe},
+		reqStep{kind: ack, base: wqe, dpsn: 1, syn: synRNR},
+		reqStep{kind: rnrTimer},
+		reqStep{kind: ack, base: wqe, dpsn: 2, syn: synSeq},
+		reqStep{kind: rFirst, base: wqe, plen: plenPMTU},
+		reqStep{kind: rMiddle, base: wqe, dpsn: 1, plen: plenPMTU},
+		reqStep{kind: rLast, base: wqe, dpsn: 2, plen: plenPMTU},
+		reqStep{kind: ack, base: nextPSN, dpsn: -1}))
 	// Timeouts without an answer until retry_cnt runs out; an invalid
 	// request NAK after.
 	f.Add(reqSeed(mixAll, [4]uint8{l1, l1, l8, l1},
@@ -477,4 +489,110 @@ func FuzzRCResponses(f *testing.F) {
 		reqStep{kind: timer}, reqStep{kind: timer}, reqStep{kind: timer}, reqStep{kind: timer},
 		reqStep{kind: ack, base: oldest, syn: synInv}))
 	f.Fuzz(fuzzResponses)
+}
+
+// reqRespond hands the harness's RC QP one response from its peer.
+func (h *fuzzHarness) reqRespond(t *testing.T, op wire.Opcode, psn wire.PSN, syn wire.Syndrome, payload []byte) {
+	t.Helper()
+	f := wire.PacketFields{BTH: wire.BTHFields{Opcode: wire.TransportRC | op, PSN: psn, DestQP: h.qps[0].num, PKey: wire.DefaultPKey},
+		Payload: payload}
+	f.Ext.AETH = wire.AETHFields{Syndrome: syn}
+	b := append(f.AppendTransport(nil), 0, 0, 0, 0)
+	if err := h.deliver(b, link.Addr{Version: wire.RoCEv2, SrcGID: h.peer, DstGID: h.local, UDPSrcPort: 4791, HopLimit: 64}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An ACK, a PSN sequence error NAK or an RNR NAK of a PSN inside a
+// multi-packet READ acknowledges nothing of it: only READ responses answer
+// a READ's PSNs. Each moved the completer past the first response's PSN,
+// so that response was dropped when it came and the READ completed
+// IBV_WC_SUCCESS with its first 256 bytes never written (FuzzRCResponses
+// found the ACK and the RNR NAK).
+func TestAnswerInsideReadCompletesNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		dpsn int // from the READ's first PSN
+		syn  wire.Syndrome
+	}{
+		{"ACK", 0, wire.SyndromeACK},
+		{"ACK of the middle", 1, wire.SyndromeACK},
+		{"sequence error NAK", 1, wire.SyndromePSNSeqErr},
+		{"RNR NAK", 1, wire.RNRNAK(0)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := harness(t)
+			s := h.reqSink(t)
+			h.reset(t)
+			s.reset()
+			var wrs [reqWRs]reqWR
+			h.reqPost(t, s, mixReads, 7, &wrs) // WR 0: a READ of 768 bytes, three responses
+			h.lk.take()
+			h.pollWCs(t, "posting")
+			first := wrs[0].first
+			h.reqRespond(t, wire.OpAcknowledge, first.Add(tc.dpsn), tc.syn, nil)
+			fuzzFireRNR(h.qps[0])
+			data := make([]byte, 768)
+			for i := range data {
+				data[i] = byte(i*7 + 1)
+			}
+			var wcs []WC
+			// The responder's answer, after the forged one; if the
+			// requester dropped it as a duplicate and asked again, the
+			// responder answers again.
+			for range 2 {
+				h.reqRespond(t, wire.OpReadResponseFirst, first, wire.SyndromeACK, data[:256])
+				h.reqRespond(t, wire.OpReadResponseMiddle, first.Add(1), wire.SyndromeACK, data[256:512])
+				h.reqRespond(t, wire.OpReadResponseLast, first.Add(2), wire.SyndromeACK, data[512:])
+				if wcs = h.pollWCs(t, "the READ's responses"); len(wcs) > 0 {
+					break
+				}
+				fuzzFireRNR(h.qps[0])
+			}
+			if len(wcs) == 0 || wcs[0].WRID != 1000 {
+				t.Fatalf("the READ did not complete: %v", wcs)
+			}
+			o := s.slot(0)
+			if wcs[0].Status != WCSuccess || !bytes.Equal(s.buf[o:o+768], data) {
+				t.Fatalf("the READ completed %v; its buffer holds % x..., the responses carried % x...",
+					wcs[0].Status, s.buf[o:o+8], data[:8])
+			}
+		})
+	}
+}
+
+// An RNR NAK of a PSN already acknowledged is a ghost (a late answer to a
+// request that has since completed), as a NAK of one is (onNAK): it does
+// not stop the requester, rewind it or spend rnr_retry. It did all three.
+func TestGhostRNRNAK(t *testing.T) {
+	h := harness(t)
+	s := h.reqSink(t)
+	h.reset(t)
+	s.reset()
+	var wrs [reqWRs]reqWR
+	h.reqPost(t, s, 0, 0, &wrs) // four one-byte WRITEs, one PSN each
+	h.lk.take()
+	h.pollWCs(t, "posting")
+	q := h.qps[0]
+	h.reqRespond(t, wire.OpAcknowledge, wrs[1].first, wire.SyndromeACK, nil)
+	rnr := q.Counters().Get(RcvdRNRErr)
+	h.reqRespond(t, wire.OpAcknowledge, wrs[0].first, wire.RNRNAK(0), nil)
+	q.mu.Lock()
+	wait, psn := q.comp.rnrWait, q.req.psn
+	q.mu.Unlock()
+	if wait || psn != wrs[3].first.Add(1) {
+		t.Fatalf("after an RNR NAK of PSN %v, acknowledged before: waiting for the RNR timer %v, next PSN to send %v (want false, %v)",
+			wrs[0].first, wait, psn, wrs[3].first.Add(1))
+	}
+	if n := q.Counters().Get(RcvdRNRErr); n != rnr {
+		t.Errorf("rcvd_rnr_err counted the ghost: %d, before %d", n, rnr)
+	}
+	fuzzFireRNR(q)
+	if sent := h.lk.take(); len(sent) != 0 {
+		t.Fatalf("the ghost RNR NAK made the requester send %d packets again", len(sent))
+	}
+	h.reqRespond(t, wire.OpAcknowledge, wrs[3].first, wire.SyndromeACK, nil)
+	if wcs := h.pollWCs(t, "the last ACK"); len(wcs) != 4 || wcs[3].Status != WCSuccess {
+		t.Fatalf("after the last ACK: %v, want all four WRITEs complete", wcs)
+	}
 }
