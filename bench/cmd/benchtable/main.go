@@ -35,7 +35,6 @@ const (
 
 // Goals of issue 6.
 const (
-	goalWrite   = 0.75     // RCWrite64K ≥ 0.75 × UDPThroughput/gso+gro
 	goalRTT     = 1.25     // RCSendRecvRTT64 ≤ 1.25 × UDPRoundTrip64/busypoll
 	goalQPBytes = 64 << 10 // IdleQPs heap-B/QP ≤ 64 KiB
 	goalCM      = 500.0    // CMConnect connects/s ≥ 500
@@ -55,6 +54,7 @@ const (
 
 // Goals of issue 15 ("Run to completion"), against the floors.
 const (
+	goalWriteFloor = 0.9 // RCWrite64K ≥ 0.9 × floorWrite
 	goalRTTPolled  = 1.5 // RCSendRecvRTT64/*/cqpoll ≤ 1.5 × floorRTT
 	goalRTTBlocked = 2.0 // RCSendRecvRTT64/*/wait ≤ 2 × floorRTTBlocking
 	goalFair       = 0.5 // ReadFairness fair-ratio ≥ 0.5 (hostile-peers issue)
@@ -237,14 +237,19 @@ func render(w io.Writer, res *results) {
 			ratio, goal := "", ""
 			if haveBase && base.med > 0 {
 				ratio = fmt.Sprintf("%.2f", s.med/base.med)
-				if strings.HasPrefix(n, "RCWrite64K") {
-					goal = fmt.Sprintf("≥ %.2f: %s", goalWrite, verdict(s.med/base.med >= goalWrite))
-				}
-			} else if strings.HasPrefix(n, "RCWrite64K") {
-				goal = fmt.Sprintf("≥ %.2f: no baseline in this run", goalWrite)
 			}
 			if n == baseWrite {
 				ratio = "1 (baseline)"
+			}
+			// Issue 15's goal is against the floor (issue 6's, ≥ 0.75 ×
+			// GSO+GRO, is out of reach of any RoCE over kernel sockets
+			// here: see BENCHMARKS.md's floors).
+			if strings.HasPrefix(n, "RCWrite64K") {
+				if f, ok := res.stat(floorWrite, "MB/s"); ok && f.med > 0 {
+					goal = fmt.Sprintf("≥ %.2f× floor: %s", goalWriteFloor, verdict(s.med/f.med >= goalWriteFloor))
+				} else {
+					goal = fmt.Sprintf("≥ %.2f× floor: no floor in this run", goalWriteFloor)
+				}
 			}
 			fl := floorRatio(res, n, "MB/s", floorWrite, strings.HasPrefix(n, "RCWrite64K"))
 			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", n, spread(s, "%.0f", 1), res.cpu(n), ratio, fl, goal)
