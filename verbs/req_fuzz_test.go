@@ -14,7 +14,10 @@ package verbs
 //   - no panic, and the responder's invariants of fuzzSequence (check);
 //   - a READ's or atomic's local buffer changes only while its WQE is
 //     outstanding and after its request left, only within its length; no
-//     other byte of the requester's memory changes;
+//     other byte of the requester's memory changes; one that completes
+//     successfully has had every byte of its buffer written (responses
+//     aimed at a READ carry bytes unlike those its buffer holds, so every
+//     byte placed shows);
 //   - a WQE completes at most once, in the order posted, with the
 //     opcode it was posted with; after an error completion only flushes
 //     follow, and the QP is in ERR;
