@@ -33,7 +33,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"time"
 	"unsafe"
 
 	"golang.org/x/net/bpf"
@@ -93,6 +92,8 @@ type Link struct {
 	rx   rxState // guarded by rxMu
 
 	foreign foreignStats // RoCE v2 dropped by a v1-only link (foreign.go)
+
+	hold holdState // packets waiting for their next hop's MAC (hold.go)
 
 	mc mcastState // multicast groups joined (mcast.go)
 }
@@ -197,6 +198,7 @@ func New(cfg Config) (*Link, error) {
 		l.ownRes = true
 	}
 	l.res.SetSender(l.sendFrame)
+	l.hold.init()
 	return l, nil
 }
 
@@ -232,6 +234,7 @@ func (l *Link) PathError(dst netip.Addr, v wire.Version) error {
 // Close closes the socket; Recv returns net.ErrClosed.
 func (l *Link) Close() error {
 	l.closed.Store(true)
+	l.hold.close()
 	l.closeGroups()
 	l.res.SetSender(nil)
 	if l.ownRes {
@@ -374,10 +377,22 @@ func setIov(v *unix.Iovec, b []byte) {
 // one), not one sendmsg(2) each: the link's lock is held for the batch,
 // and every other sender (with many QPs, the other QPs' batches, the
 // retransmit timers, the ACKs) waits for it, so the shorter it is held the
-// sooner their packets leave (issue 15, BENCHMARKS.md). Packets whose
-// neighbour is not resolved yet are dropped and counted (the transport
-// retransmits), after a resolution is started.
-func (l *Link) Send(pkts []link.Packet) (int, error) {
+// sooner their packets leave (issue 15, BENCHMARKS.md).
+//
+// Packets whose next hop's MAC is being asked for are held, as the kernel
+// queues them while ARP runs, and sent when it answers (hold.go); Send
+// counts them as handed to the network. Packets with no route, or whose
+// next hop has not answered, are dropped and counted (tx_drop_no_route;
+// the transport retransmits). Send never waits for the network:
+// it used to wait for the resolution (up to a second for a next hop that
+// never answers) holding the link's lock, and every QP of the device, its
+// ACKs and its CM waited with it; a peer could make that happen at will by
+// sending from an address nobody answers ARP for.
+func (l *Link) Send(pkts []link.Packet) (int, error) { return l.send(pkts, false) }
+
+// send is Send; held says pkts are packets held for their next hop
+// (resolveHeld), which go out now or are dropped, never held again.
+func (l *Link) send(pkts []link.Packet, held bool) (int, error) {
 	if l.closed.Load() {
 		return 0, net.ErrClosed
 	}
@@ -388,19 +403,34 @@ func (l *Link) Send(pkts []link.Packet) (int, error) {
 	vnet := l.vnet.Load()
 	b := &l.mm
 	defer b.reset()
+	nheld := 0
 	for i := range pkts {
 		pk := &pkts[i]
 		if pk.Len > l.cfg.MTU || pk.Addr.Version == wire.RoCEv2 && !l.cfg.V2 {
 			l.stats.TxBadAddress.Add(1)
 			continue
 		}
+		if !held {
+			if handled, ok := l.holdBehind(pk); handled {
+				if ok {
+					nheld++
+				} else {
+					l.stats.TxNoRoute.Add(1)
+				}
+				continue
+			}
+		}
 		var next neigh.Next
 		var err error
 		if mac, ok := link.MulticastMAC(pk.Addr.DstGID); ok {
 			// A group's packets go to its MAC, no neighbour to resolve.
 			next.MAC = mac
-		} else if next, err = l.res.LookupWait(pk.Addr.DstGID, pk.Addr.Version, time.Second); err != nil {
-			l.stats.TxNoRoute.Add(1)
+		} else if next, err = l.res.Lookup(pk.Addr.DstGID, pk.Addr.Version); err != nil {
+			if !held && neigh.IsPending(err) && l.holdFor(pk) {
+				nheld++
+			} else {
+				l.stats.TxNoRoute.Add(1)
+			}
 			continue
 		}
 		hops := pk.Addr.HopLimit
@@ -418,10 +448,10 @@ func (l *Link) Send(pkts []link.Packet) (int, error) {
 		b.add(l.cfg.Ifindex, frame, vnet)
 	}
 	if len(b.hdrs) == 0 {
-		return 0, nil
+		return nheld, nil
 	}
 	b.headers(vnet)
-	sent := 0
+	sent := nheld
 	for b.done < len(b.hdrs) {
 		from := b.done
 		if err := l.rc.Write(b.write); err != nil {

@@ -15,6 +15,13 @@ import (
 // 773,933 at the server) while the counter said 0.
 func TestSocketFullCounted(t *testing.T) {
 	a, b, batch := sendPair(t, 64)
+	// ARP first: while it runs, what Send holds for b is bounded
+	// (holdBytes), and the rest would be dropped before the socket.
+	if k, err := a.Send(batch[:1]); err != nil || k != 1 {
+		t.Fatalf("Send = %d, %v", k, err)
+	}
+	recvPayloads(t, b, 1)
+	heldSent(t, a)
 	// 128,000 frames while b reads nothing: beyond its socket's 16 MiB
 	// (8 MiB forced, doubled by the kernel) of about 1 KiB per frame.
 	const batches = 2000

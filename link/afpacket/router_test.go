@@ -12,6 +12,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/goroce/goroce/internal/nettest"
+	"github.com/goroce/goroce/internal/testenv"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/linktest"
 	"github.com/goroce/goroce/link/neigh"
@@ -148,9 +149,9 @@ func TestV1OffLink(t *testing.T) {
 }
 
 // TestNoNeighbour: a gateway, and an on-link destination, that never answer
-// ARP (or ND): packets are dropped and counted, a sender waits for the
-// resolution once (not once per packet), and PathError names the route and
-// the silent next hop; a route through another netdev is named too.
+// ARP (or ND): packets are held for the resolution (no send waits for it),
+// then dropped and counted, and PathError names the route and the silent
+// next hop; a route through another netdev is named too.
 func TestNoNeighbour(t *testing.T) {
 	a, _, _ := nettest.Routed(t, nettest.Options{})
 	err := a.Do(func() error {
@@ -193,20 +194,22 @@ func TestNoNeighbour(t *testing.T) {
 			pk := linktest.TransportPacket(l.Headroom(), 0x11, 1, []byte("x"))
 			pk.Addr = link.Addr{Version: wire.RoCEv2, SrcGID: c.src, DstGID: c.dst}
 			start := time.Now()
-			if n, err := l.Send([]link.Packet{pk}); n != 0 || err != nil {
-				t.Fatalf("Send to %v = %d, %v; want 0 sent", c.dst, n, err)
+			if n, err := l.Send([]link.Packet{pk}); n != 1 || err != nil {
+				t.Fatalf("Send to %v = %d, %v; want 1 (held for the resolution)", c.dst, n, err)
 			}
 			return time.Since(start)
 		}
 		before := l.Stats().TxNoRoute.Load()
-		send()
-		// Once the first wait has passed, the next sends drop at once: a
-		// wait of a second per packet would stall a sender for minutes.
-		for i := 0; i < 5; i++ {
+		// No send waits for the resolution (each held): a wait of a second
+		// per packet would stall a sender for minutes, and one with the
+		// link's lock held every other sender of the device.
+		for i := 0; i < 6; i++ {
 			if d := send(); d > 500*time.Millisecond {
-				t.Errorf("send %d to a silent next hop waited %v", i+2, d)
+				t.Errorf("send %d to a silent next hop waited %v", i+1, d)
 			}
 		}
+		// Dropped and counted once the wait for the answer has passed.
+		testenv.Poll(testenv.Slow, func() bool { return l.Stats().TxNoRoute.Load()-before >= 6 })
 		if got := l.Stats().TxNoRoute.Load() - before; got != 6 {
 			t.Errorf("tx_drop_no_route +%d, want +6", got)
 		}
@@ -218,6 +221,45 @@ func TestNoNeighbour(t *testing.T) {
 	err = l.PathError(mapped(netip.MustParseAddr("10.99.0.2")), wire.RoCEv2)
 	if !errors.Is(err, syscall.EHOSTUNREACH) || !strings.Contains(err.Error(), "leaves through other0, not rt-a0") {
 		t.Errorf("PathError(behind other0) = %v", err)
+	}
+}
+
+// TestSendHoldsForNeighbour: a packet to a next hop being resolved is held,
+// not waited for. Send returns at once; a packet to a live destination,
+// sent after it, leaves (held in its turn while the gateway is resolved,
+// then sent) and arrives while the first is still held; at Close the held
+// one is dropped and counted. Before, Send waited for the resolution (a
+// second for a silent next hop) holding the link's lock, so every packet
+// of the device waited, and a peer could cause that at will by writing
+// from an address nobody answers ARP for.
+func TestSendHoldsForNeighbour(t *testing.T) {
+	defer func(w time.Duration) { holdWait = w }(holdWait)
+	holdWait = time.Minute // longer than the test: the silent one stays held
+	a, _, b := nettest.Routed(t, nettest.Options{})
+	la, lb := openOn(t, a, true, mapped(a.IPv4)), openOn(t, b, true, mapped(b.IPv4))
+	rb := receiver(t, lb)
+	send := func(dst netip.Addr, payload string) {
+		pk := linktest.TransportPacket(la.Headroom(), 0x11, 1, []byte(payload))
+		pk.Addr = link.Addr{Version: wire.RoCEv2, SrcGID: mapped(a.IPv4), DstGID: dst}
+		if n, err := la.Send([]link.Packet{pk}); n != 1 || err != nil {
+			t.Fatalf("Send to %v = %d, %v; want 1 (sent or held)", dst, n, err)
+		}
+	}
+	send(mapped(netip.MustParseAddr("198.18.1.77")), "held") // on-link on rt-a0: nobody answers ARP
+	if n := la.Stats().TxNoRoute.Load(); n != 0 {
+		t.Fatalf("tx_drop_no_route %d after the send to a silent next hop: it was waited for and dropped, not held", n)
+	}
+	send(mapped(b.IPv4), "through")
+	got, ok := recvOne(rb, 10*time.Second)
+	if !ok || !strings.Contains(string(got.Transport()), "through") {
+		t.Fatalf("the packet to B did not arrive (got %v)", ok)
+	}
+	if n := la.Stats().TxNoRoute.Load(); n != 0 {
+		t.Fatalf("tx_drop_no_route %d while the silent next hop's packet should still be held", n)
+	}
+	la.Close()
+	if n := la.Stats().TxNoRoute.Load(); n != 1 {
+		t.Errorf("after Close, tx_drop_no_route %d, want 1: the held packet dropped and counted", n)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/internal/nettest"
+	"github.com/goroce/goroce/internal/testenv"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/linktest"
 	"github.com/goroce/goroce/wire"
@@ -49,6 +50,16 @@ func recvPayloads(t *testing.T, l *Link, n int) []string {
 	return got
 }
 
+// heldSent waits until l holds no packet for a next hop (the first
+// packet to b was held while ARP ran, and the goroutine that sent it has
+// finished), so a test may replace sendmmsg.
+func heldSent(t *testing.T, l *Link) {
+	t.Helper()
+	if !testenv.Poll(testenv.Slow, func() bool { return l.hold.n.Load() == 0 }) {
+		t.Fatal("packets still held for their next hop")
+	}
+}
+
 // hookSendmmsg replaces sendmmsg for the test with f, which gets the real
 // one.
 func hookSendmmsg(t *testing.T, f func(real func(uintptr, []unix.Mmsghdr) (int, unix.Errno), fd uintptr, hdrs []unix.Mmsghdr) (int, unix.Errno)) {
@@ -63,11 +74,12 @@ func hookSendmmsg(t *testing.T, f func(real func(uintptr, []unix.Mmsghdr) (int, 
 // other sender waits for), and the packets arrive, each once, in order.
 func TestSendOneSyscallPerBatch(t *testing.T) {
 	a, b, batch := sendPair(t, 64)
-	// ARP first, so that Send's lookups do not wait.
+	// ARP first, so that Send's lookups find the MAC.
 	if k, err := a.Send(batch[:1]); err != nil || k != 1 {
 		t.Fatalf("Send = %d, %v", k, err)
 	}
 	recvPayloads(t, b, 1)
+	heldSent(t, a)
 	calls := 0
 	hookSendmmsg(t, func(real func(uintptr, []unix.Mmsghdr) (int, unix.Errno), fd uintptr, hdrs []unix.Mmsghdr) (int, unix.Errno) {
 		calls++
@@ -95,6 +107,7 @@ func TestSendSkipsRefusedFrame(t *testing.T) {
 		t.Fatalf("Send = %d, %v", k, err)
 	}
 	recvPayloads(t, b, 1)
+	heldSent(t, a)
 	const refused = 4
 	sentSoFar := 0
 	hookSendmmsg(t, func(real func(uintptr, []unix.Mmsghdr) (int, unix.Errno), fd uintptr, hdrs []unix.Mmsghdr) (int, unix.Errno) {

@@ -536,6 +536,12 @@ func (r *Resolver) direct(hop Hop) (wire.MAC, bool) {
 // are dropped at once (the caller counts them) while the resolution goes
 // on, so a dead next hop costs a sender no more than one wait.
 func (r *Resolver) LookupWait(dst netip.Addr, v wire.Version, timeout time.Duration) (Next, error) {
+	return r.LookupWaitContext(context.Background(), dst, v, timeout)
+}
+
+// LookupWaitContext is LookupWait that also gives up when ctx ends (with
+// ctx's error).
+func (r *Resolver) LookupWaitContext(ctx context.Context, dst netip.Addr, v wire.Version, timeout time.Duration) (Next, error) {
 	hop, err := r.NextHop(dst, v)
 	if err != nil {
 		return Next{}, err
@@ -554,11 +560,18 @@ func (r *Resolver) LookupWait(dst netip.Addr, v wire.Version, timeout time.Durat
 	if !since.IsZero() && time.Since(since) > timeout {
 		return Next{}, r.noReply(hop, time.Since(since))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	m, err = r.wait(ctx, hop)
+	m, err = r.wait(wctx, hop)
+	if err != nil && ctx.Err() != nil {
+		return Next{}, ctx.Err()
+	}
 	return Next{MAC: m, HopLimit: hop.HopLimit}, err
 }
+
+// IsPending reports whether err is Lookup's answer while the next hop's
+// MAC is being asked for (LookupWait would wait for it).
+func IsPending(err error) bool { return err == errPending }
 
 // Resolve is rdma_resolve_addr's neighbour step (addr_resolve_neigh): the
 // route to dst as RoCE v2 follows it, and the next hop's MAC, waited for
