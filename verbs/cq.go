@@ -81,6 +81,12 @@ func (c *CQ) push(wc WC) bool {
 // and so always drives the link once: a loop that waits on something other
 // than a completion (ib_write_lat's spin on its buffer) calls it between
 // looks.
+//
+// The positive ACKs such a Poll's handling produces wait for the device's
+// next send and leave with it, most often the answer the program posts on
+// seeing the completion: one system call instead of two (ackhold.go). The
+// next empty Poll, a Wait, Close or, after ackHoldFor (200 µs), a timer
+// sends them if nothing else has.
 func (c *CQ) Poll(wc []WC) (int, error) {
 	n, err := c.poll(wc)
 	if n == 0 && err == nil && c.dev.pollLink() {
@@ -119,6 +125,9 @@ func (c *CQ) Wait(ctx context.Context) error {
 		if destroyed {
 			return net.ErrClosed
 		}
+		// ACKs this goroutine's Poll held for an answer go before it
+		// sleeps (ackhold.go).
+		c.dev.flushHeld()
 		select {
 		case <-c.notify:
 		case <-ctx.Done():

@@ -85,6 +85,13 @@ type Device struct {
 	rxWait rxWaitLock
 	// sched gives the QPs with bulk work their turns (sched.go).
 	sched sched
+	// held is a batch of ACKs a CQ poller's receive produced, held for
+	// the device's next send (ackhold.go), or nil; heldMu is held from
+	// taking it to having sent it, and heldTimer sends it if nothing else
+	// does within ackHoldFor.
+	held      atomic.Pointer[txBatch]
+	heldMu    sync.Mutex
+	heldTimer *time.Timer
 }
 
 // Open starts a device on cfg.Link. Close it to stop its receive
@@ -130,6 +137,8 @@ func openDevice(cfg DeviceConfig, sched bool) (*Device, error) {
 		d.pending, _ = cfg.Link.(link.PendingReporter)
 	}
 	d.rx.init(d)
+	d.heldTimer = time.AfterFunc(time.Hour, d.flushHeld)
+	d.heldTimer.Stop()
 	d.events.init(&d.counters[AsyncEventsDropped])
 	d.sched.init()
 	if sched {
@@ -174,6 +183,12 @@ func (d *Device) Close() error {
 	d.rxMu.Unlock() //nolint:staticcheck // waiting for the critical section is the point
 	d.rxSendMu.Lock()
 	d.rxSendMu.Unlock() //nolint:staticcheck // likewise, for the sends after it (handleBatch)
+	// And the ACKs a poller held for an answer (ackhold.go), waiting for
+	// a send of them in progress.
+	d.heldTimer.Stop()
+	d.flushHeld()
+	d.heldMu.Lock()
+	d.heldMu.Unlock() //nolint:staticcheck // likewise
 	for _, q := range qps {
 		q.Destroy()
 	}
@@ -465,7 +480,9 @@ func (d *Device) receive() {
 // it handled packets. Without a link.Poller, or while another goroutine
 // handles a batch, it does nothing.
 func (d *Device) pollLink() bool {
-	if !d.tryReceive() {
+	// ACKs held since this poller's last look go now (ackhold.go).
+	d.flushHeld()
+	if !d.tryReceive(true) {
 		return false
 	}
 	if d.sched.waitingQPs.Load() > 0 {
@@ -480,8 +497,9 @@ func (d *Device) pollLink() bool {
 // tryReceive takes what the link has received, without waiting, and
 // handles it on the calling goroutine; it reports whether it handled
 // packets. Without a link.Poller, or while another goroutine handles a
-// batch, it does nothing.
-func (d *Device) tryReceive() bool {
+// batch, it does nothing. With hold (a CQ poller), ACKs alone are held
+// for the answer the program may post next (ackhold.go).
+func (d *Device) tryReceive(hold bool) bool {
 	if d.poller == nil || d.pending != nil && d.guarded() && !d.pending.Pending() || !d.rxMu.TryLock() {
 		return false
 	}
@@ -493,6 +511,10 @@ func (d *Device) tryReceive() bool {
 	}
 	out := d.handleBatch(k)
 	d.rxMu.Unlock()
+	if hold && d.holdACKs(out) {
+		d.rxSendMu.RUnlock()
+		return true
+	}
 	d.sendHandled(out)
 	return true
 }

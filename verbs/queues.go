@@ -184,6 +184,11 @@ type txBatch struct {
 	// so a QP's packets reach the link in PSN order. spare is owned's
 	// other buffer, for release.
 	owned, spare []*QP
+	// reqOwned: some QP's reqBatch is b (own), so b holds request
+	// packets or a requester run deferred to its release.
+	reqOwned bool
+	// merged is flush's scratch: held ACKs and a Send's packets.
+	merged []link.Packet
 	// budget is how many more bytes of bulk work (READ responses, the
 	// requester's packets) the goroutine filling the batch sends before it
 	// hands the rest of a QP's work to the device's scheduler (sched.go).
@@ -232,6 +237,7 @@ func putTxBatch(b *txBatch) {
 func (b *txBatch) own(q *QP) {
 	if q.reqBatch == nil {
 		q.reqBatch = b
+		b.reqOwned = true
 		if q.respBatch != b {
 			b.owned = append(b.owned, q)
 		}
@@ -272,6 +278,7 @@ func (b *txBatch) release() {
 		b.spare = qs[:0]
 		b.flush()
 	}
+	b.reqOwned = false
 }
 
 // full reports whether the batch being filled is full: the link's batch
@@ -310,29 +317,58 @@ func (b *txBatch) flush() {
 	if len(b.pkts) == 0 {
 		return
 	}
-	// Count the packets before they go: the peer may answer one (an ACK
-	// that completes a WR) before Send returns, and a program that reads
-	// the counters after that completion must see them. What Send did not
-	// send comes off again.
-	b.dev.counters[SentPkts].Add(uint64(len(b.pkts)))
+	// ACKs a CQ poller holds for the answer (ackhold.go) go with the
+	// batch's first packets, after them, in the same Send when they fit:
+	// an ACK is shorter than any request, so the link's UDP GSO takes it
+	// into the message of the packets before it when they are of one size
+	// (an answer of one packet and its ACK: one message, one trip through
+	// the kernel's stack; link/udp).
+	h := b.dev.takeHeld()
 	start := 0
 	for i := 0; i <= len(b.cuts); i++ {
 		end := len(b.pkts)
 		if i < len(b.cuts) {
 			end = b.cuts[i]
 		}
-		if n, _ := b.dev.link.Send(b.pkts[start:end]); n < end-start {
-			b.dev.counters[SentPkts].Add(^uint64(end - start - n - 1))
+		switch {
+		case h == nil:
+			b.send(b.pkts[start:end])
+		case end-start+len(h.pkts) <= b.dev.link.BatchSize():
+			b.merged = append(append(b.merged[:0], b.pkts[start:end]...), h.pkts...)
+			b.send(b.merged)
+			clear(b.merged)
+			b.merged = b.merged[:0]
+		default:
+			b.send(b.pkts[start:end])
+			h.send(h.pkts)
+		}
+		if h != nil {
+			b.dev.sentHeld(h)
+			h = nil
 		}
 		start = end
 	}
+	b.recycle()
+}
+
+// send hands pkts to the link in one Send. They are counted before they
+// go: the peer may answer one (an ACK that completes a WR) before Send
+// returns, and a program that reads the counters after that completion
+// must see them. What Send did not send comes off again.
+func (b *txBatch) send(pkts []link.Packet) {
+	b.dev.counters[SentPkts].Add(uint64(len(pkts)))
+	if n, _ := b.dev.link.Send(pkts); n < len(pkts) {
+		b.dev.counters[SentPkts].Add(^uint64(len(pkts) - n - 1))
+	}
+}
+
+// recycle gives the packets' buffers back and empties b, sent.
+func (b *txBatch) recycle() {
 	for i, bp := range b.bufs {
 		b.dev.txPool.Put(bp)
 		b.bufs[i] = nil
 	}
-	for i := range b.pkts {
-		b.pkts[i] = link.Packet{}
-	}
+	clear(b.pkts)
 	b.pkts = b.pkts[:0]
 	b.bufs = b.bufs[:0]
 	b.bytes, b.counted = 0, 0

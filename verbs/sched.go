@@ -230,7 +230,7 @@ func (d *Device) runSched() {
 			// legitimate connection's operations, half of its time
 			// (bench/'s ReadFairness, execution traces). The receive
 			// goroutine, woken by the same packets, finds them taken.
-			d.tryReceive()
+			d.tryReceive(false)
 			select {
 			case <-s.quit:
 				return

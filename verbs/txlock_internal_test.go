@@ -213,7 +213,7 @@ func TestReceivePathSendsWithoutRxMu(t *testing.T) {
 		PSN: txlockSQPSN}, Payload: make([]byte, 64)}
 	f.Ext.AETH = wire.AETHFields{Syndrome: wire.SyndromeACK, MSN: 1}
 	lk.push(&f)
-	if !d.tryReceive() {
+	if !d.tryReceive(false) {
 		t.Fatal("tryReceive took no packet")
 	}
 	psns, _ = lk.sentPSNs()
@@ -378,7 +378,7 @@ func TestHostileResponsesAfterRewind(t *testing.T) {
 		f.Ext.AETH = wire.AETHFields{Syndrome: wire.SyndromeACK, MSN: 1}
 		f.Ext.AtomicAck = 0xeeeeeeeeeeeeeeee
 		lk.push(&f)
-		if !d.tryReceive() {
+		if !d.tryReceive(false) {
 			t.Fatal("tryReceive took no packet")
 		}
 	}
