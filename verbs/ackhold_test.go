@@ -156,14 +156,13 @@ func TestACKRidesWithAnswer(t *testing.T) {
 	t.Logf("ACK and answer in one Send: B %d of %d rounds", together, n)
 }
 
-// TestHeldACKGoesWithoutAnswer: a program that polls a receive completion
-// and then posts nothing and polls no more still has its peer's SEND
-// acknowledged: the held ACK goes on the hold's timer, once, and the
-// requester completes without resending.
-func TestHeldACKGoesWithoutAnswer(t *testing.T) {
+// sendToPoller makes a pair, has A send data to B, and returns once B's
+// spin on its receive CQ has the completion: B's ACK is held (ackhold.go)
+// and nothing has sent it yet but, after 200 µs, the hold's timer.
+func sendToPoller(t *testing.T, data string) (*verbstest.Pair, [2]*sendLog) {
+	t.Helper()
 	p, logs := sendLogPair(t)
-	buf := make([]byte, 64)
-	mr, err := p.B.PD.RegMR(buf, verbs.AccessLocalWrite)
+	mr, err := p.B.PD.RegMR(make([]byte, 64), verbs.AccessLocalWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,12 +170,21 @@ func TestHeldACKGoesWithoutAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := p.A.QP.PostSend(verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled | verbs.SendInline,
-		InlineData: []byte("no answer")}); err != nil {
+		InlineData: []byte(data)}); err != nil {
 		t.Fatal(err)
 	}
 	if wc := spinFor(t, p.B.RCQ, 1)[0]; wc.Status != verbs.WCSuccess || wc.WRID != 1 {
 		t.Fatalf("B's receive: %v", &wc)
 	}
+	return p, logs
+}
+
+// TestHeldACKGoesWithoutAnswer: a program that polls a receive completion
+// and then posts nothing and polls no more still has its peer's SEND
+// acknowledged: the held ACK goes on the hold's timer, once, and the
+// requester completes without resending.
+func TestHeldACKGoesWithoutAnswer(t *testing.T) {
+	p, logs := sendToPoller(t, "no answer")
 	if wc := spinFor(t, p.A.CQ, 1)[0]; wc.Status != verbs.WCSuccess || wc.WRID != 2 {
 		t.Fatalf("A's send: %v", &wc)
 	}
@@ -192,22 +200,7 @@ func TestHeldACKGoesWithoutAnswer(t *testing.T) {
 // closes its device at once has its peer's SEND acknowledged (Close sends
 // the held ACK, as it sends a handled batch's, TestCloseSendsTheLastACK).
 func TestCloseSendsHeldACK(t *testing.T) {
-	p, logs := sendLogPair(t)
-	buf := make([]byte, 64)
-	mr, err := p.B.PD.RegMR(buf, verbs.AccessLocalWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.B.QP.PostRecv(verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{mr.SGE(0, 64)}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.A.QP.PostSend(verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled | verbs.SendInline,
-		InlineData: []byte("last words")}); err != nil {
-		t.Fatal(err)
-	}
-	if wc := spinFor(t, p.B.RCQ, 1)[0]; wc.Status != verbs.WCSuccess || wc.WRID != 1 {
-		t.Fatalf("B's receive: %v", &wc)
-	}
+	p, logs := sendToPoller(t, "last words")
 	if err := p.B.Dev.Close(); err != nil && err != net.ErrClosed {
 		t.Fatal(err)
 	}
