@@ -781,7 +781,14 @@ func (q *QP) onRNRTimer() {
 	out := getTxBatch(q.dev)
 	q.rewind()
 	q.reqRun(out)
-	q.armRetrans()
+	if !q.req.armOnSend && !q.reqDeferred {
+		// Nothing left for the link (the window or a pacer holds the
+		// resend): the timer guards what is outstanding from now. Else
+		// the batch arms it once the resend has gone (release, onSent),
+		// as for every requester run: a batch may wait for the link
+		// behind other QPs' longer than the timeout.
+		q.armRetrans()
+	}
 	q.mu.Unlock()
 	putTxBatch(out)
 }

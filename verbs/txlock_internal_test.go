@@ -281,6 +281,51 @@ func TestACKTimerArmedWhenSent(t *testing.T) {
 	}
 }
 
+// TestRNRRetryArmsTimerWhenSent: the resend after an RNR NAK's wait
+// starts the local ACK timer once it has gone to the link, as every other
+// requester run does (armOnSend); onRNRTimer used to arm it before its
+// batch was sent, so a batch waiting for the link behind other QPs' spent
+// the timeout before its packet left.
+func TestRNRRetryArmsTimerWhenSent(t *testing.T) {
+	lk, d, q, mr := newLockEnv(t, 20)
+	wr := writeWR(mr, 64)
+	wr.Opcode = WRSend
+	if err := q.PostSend(wr); err != nil {
+		t.Fatal(err)
+	}
+	// The responder has no receive posted: an RNR NAK asking for its
+	// longest wait (code 0, 655 ms), so that the test, not the QP's timer,
+	// ends it.
+	f := wire.PacketFields{BTH: wire.BTHFields{Opcode: wire.OpcodeRCAcknowledge, PKey: wire.DefaultPKey, DestQP: q.num,
+		PSN: txlockSQPSN}}
+	f.Ext.AETH = wire.AETHFields{Syndrome: wire.RNRNAK(0), MSN: 0}
+	lk.push(&f)
+	if !d.tryReceive(false) {
+		t.Fatal("tryReceive took no packet")
+	}
+	q.mu.Lock()
+	waiting := q.comp.rnrWait
+	q.mu.Unlock()
+	if !waiting {
+		t.Fatal("the QP does not wait after the RNR NAK")
+	}
+	before := lk.armedAtSend.Load()
+	q.onRNRTimer()
+	psns, _ := lk.sentPSNs()
+	if len(psns) != 2 || psns[1] != txlockSQPSN {
+		t.Fatalf("PSNs sent %v, want the SEND's (%#x) twice", psns, txlockSQPSN)
+	}
+	if n := lk.armedAtSend.Load() - before; n != 0 {
+		t.Errorf("the timer was armed before the resend was sent (%d Sends)", n)
+	}
+	q.mu.Lock()
+	armed := q.comp.timerArmed
+	q.mu.Unlock()
+	if !armed {
+		t.Error("the timer is not armed after the resend was sent")
+	}
+}
+
 // TestRTTSampleStartsWhenSent: the round trip the requester samples (for
 // its timer's SRTT and its congestion window, cwnd.go) starts when the
 // packet has gone to the link, not when it was built: a batch that waited
