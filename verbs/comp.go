@@ -117,9 +117,18 @@ func addrOf(p *path, sport uint16) link.Addr {
 
 // armRetrans starts the retransmit timer if packets are outstanding and it
 // is not running (IBTA §9.7.6.1.1: the local ACK timeout).
+//
+// While packets the requester built wait in its batch (armOnSend), it does
+// nothing: the batch arms the timer once they have gone to the link
+// (release, onSent). IBTA §9.7.6.1.3 times the wait for a response to a
+// packet sent, and a batch may wait for the link behind other QPs' longer
+// than the timeout; armed now, the timer would spend a retry on packets
+// not yet sent. Every caller that has just run the requester (the ACK's
+// afterProgress, the NAK's lossRetry, the RNR timer's resend) relies on
+// this, not on a check of its own.
 func (q *QP) armRetrans() {
 	d := q.retransTimeout()
-	if d == 0 || q.comp.timerArmed || q.comp.rnrWait || q.sq.head == q.sq.cur && q.req.off == 0 {
+	if d == 0 || q.comp.timerArmed || q.comp.rnrWait || q.req.armOnSend || q.sq.head == q.sq.cur && q.req.off == 0 {
 		return
 	}
 	q.comp.timerArmed = true
@@ -781,14 +790,7 @@ func (q *QP) onRNRTimer() {
 	out := getTxBatch(q.dev)
 	q.rewind()
 	q.reqRun(out)
-	if !q.req.armOnSend && !q.reqDeferred {
-		// Nothing left for the link (the window or a pacer holds the
-		// resend): the timer guards what is outstanding from now. Else
-		// the batch arms it once the resend has gone (release, onSent),
-		// as for every requester run: a batch may wait for the link
-		// behind other QPs' longer than the timeout.
-		q.armRetrans()
-	}
+	q.armRetrans() // once the resend has gone, if it waits in a batch
 	q.mu.Unlock()
 	putTxBatch(out)
 }

@@ -326,6 +326,43 @@ func TestRNRRetryArmsTimerWhenSent(t *testing.T) {
 	}
 }
 
+// TestACKArmsTimerWhenSent: an ACK that lets the requester send more (the
+// window held the rest of the message) stops the local ACK timer and
+// starts it again once the packets it let go have left, not before:
+// afterProgress armed it right after building them into the receive
+// path's batch, so the timeout ran while they waited for the link.
+func TestACKArmsTimerWhenSent(t *testing.T) {
+	lk, d, q, mr := newLockEnv(t, 20)
+	q.mu.Lock()
+	q.req.win.n = 1 // one PSN outstanding: the WRITE's second packet waits for the first's ACK
+	q.mu.Unlock()
+	if err := q.PostSend(writeWR(mr, 2*4096)); err != nil {
+		t.Fatal(err)
+	}
+	if psns, _ := lk.sentPSNs(); len(psns) != 1 {
+		t.Fatalf("PSNs sent %v, want the first packet's alone", psns)
+	}
+	f := wire.PacketFields{BTH: wire.BTHFields{Opcode: wire.OpcodeRCAcknowledge, PKey: wire.DefaultPKey, DestQP: q.num,
+		PSN: txlockSQPSN}}
+	f.Ext.AETH = wire.AETHFields{Syndrome: wire.SyndromeACK, MSN: 0}
+	lk.push(&f)
+	before := lk.armedAtSend.Load()
+	if !d.tryReceive(false) {
+		t.Fatal("tryReceive took no packet")
+	}
+	psns, _ := lk.sentPSNs()
+	checkPSNs(t, psns, 2)
+	if n := lk.armedAtSend.Load() - before; n != 0 {
+		t.Errorf("the timer was armed before the packet the ACK let go was sent (%d Sends)", n)
+	}
+	q.mu.Lock()
+	armed := q.comp.timerArmed
+	q.mu.Unlock()
+	if !armed {
+		t.Error("the timer is not armed after the packet was sent")
+	}
+}
+
 // TestRTTSampleStartsWhenSent: the round trip the requester samples (for
 // its timer's SRTT and its congestion window, cwnd.go) starts when the
 // packet has gone to the link, not when it was built: a batch that waited
