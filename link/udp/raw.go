@@ -25,6 +25,7 @@ type rawRecv struct {
 	f      *os.File
 	rc     syscall.RawConn
 	closed atomic.Bool
+	ring   *rxRing // nil: read with recvmmsg (ring.go)
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
@@ -66,13 +67,18 @@ func attachFilter(fd int, prog []bpf.RawInstruction) error {
 }
 
 func newRawRecv(ifindex int, port uint16) (*rawRecv, error) {
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+	// Protocol 0: the socket sees no packet until bind names the
+	// protocol and the netdev, after its filter and ring are in place
+	// (a packet queued on the socket before the ring would be read as
+	// the whole copy of a truncated frame, ring.go).
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		if errors.Is(err, unix.EPERM) {
 			return nil, fmt.Errorf("%w: %v", errNotPrivileged, err)
 		}
 		return nil, fmt.Errorf("AF_PACKET socket: %w", err)
 	}
+	var ring *rxRing
 	prog, err := roceFilter(port)
 	if err == nil {
 		err = attachFilter(fd, prog)
@@ -86,9 +92,18 @@ func newRawRecv(ifindex int, port uint16) (*rawRecv, error) {
 		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20) != nil {
 			_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 8<<20)
 		}
+		if !noRing {
+			// After PACKET_VNET_HDR, which a socket with a ring refuses.
+			// Without it (an old kernel, no memory for it) the socket is
+			// read with recvmmsg.
+			ring, _ = setupRing(fd)
+		}
 		err = unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifindex})
 	}
 	if err != nil {
+		if ring != nil {
+			ring.unmap()
+		}
 		unix.Close(fd)
 		return nil, fmt.Errorf("AF_PACKET on ifindex %d: %w", ifindex, err)
 	}
@@ -96,14 +111,24 @@ func newRawRecv(ifindex int, port uint16) (*rawRecv, error) {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		f.Close()
+		if ring != nil {
+			ring.unmap()
+		}
 		return nil, err
 	}
-	return &rawRecv{f: f, rc: rc}, nil
+	return &rawRecv{f: f, rc: rc, ring: ring}, nil
 }
 
+// close closes the socket, then releases the ring: Close waits for the
+// RawConn callbacks in progress, the only places the ring is read.
 func (r *rawRecv) close() {
-	r.closed.Store(true)
+	if r.closed.Swap(true) {
+		return
+	}
 	r.f.Close()
+	if r.ring != nil {
+		r.ring.unmap()
+	}
 }
 
 // dropAll attaches a filter that drops every datagram to the UDP socket:

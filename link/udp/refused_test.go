@@ -18,7 +18,13 @@ import (
 // UDP GRO superpacket; it used to end the device's receive path. Here the
 // kernel's refusal is simulated once: Recv counts it, turns UDP_GRO off on
 // the port-holding socket, and goes on receiving.
+//
+// The links read with recvmmsg, not from their rings: a ring takes only
+// superpackets (too long for its frames) through recvmmsg, and
+// TestRingKernelRefused covers that path.
 func TestKernelRefusedGRO(t *testing.T) {
+	noRing = true
+	t.Cleanup(func() { noRing = false })
 	ha, hb := nettest.VethPair(t, nettest.Options{MTU: 9000})
 	a, b := openOn(t, ha, true), openOn(t, hb, true)
 	var refused atomic.Int32

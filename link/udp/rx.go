@@ -78,7 +78,8 @@ type rxMeta struct {
 type pendSeg struct{ off, n, s, meta int }
 
 type rxState struct {
-	raw bool
+	raw  bool
+	ring *rxRing // AF_PACKET: the socket's receive ring, if it has one (ring.go)
 	// full counts the AF_PACKET socket's drops (RxSocketFull), read from
 	// the kernel by drops (sampleDrops).
 	full    *atomic.Uint64
@@ -401,7 +402,7 @@ func (r *rxState) piece0(j int, pkts []link.Packet) int {
 // be allocated on every Recv). It reads into the first m messages.
 func (r *rxState) read(fd uintptr) bool {
 	for {
-		r.n, r.errno = recvmmsg(fd, r.hdrs[:r.m])
+		r.n, r.errno = r.recv(fd)
 		r.sampleDrops(fd)
 		switch {
 		case r.errno == unix.EINTR:
@@ -415,11 +416,19 @@ func (r *rxState) read(fd uintptr) bool {
 	}
 }
 
+// recv fills up to r.m messages: from the ring, or with recvmmsg.
+func (r *rxState) recv(fd uintptr) (int, unix.Errno) {
+	if r.ring != nil {
+		return r.ring.read(fd, r)
+	}
+	return recvmmsg(fd, r.hdrs[:r.m])
+}
+
 // try is TryRecv's callback (bound once as tryFn): one recvmmsg, which
 // does not wait (MSG_DONTWAIT).
 func (r *rxState) try(fd uintptr) {
 	for {
-		r.n, r.errno = recvmmsg(fd, r.hdrs[:r.m])
+		r.n, r.errno = r.recv(fd)
 		r.sampleDrops(fd)
 		if r.errno != unix.EINTR {
 			return
@@ -446,7 +455,7 @@ func (r *rxState) readLocked(fd uintptr) bool {
 			return true
 		}
 		r.m = r.plan(r.lockPkts)
-		r.n, r.errno = recvmmsg(fd, r.hdrs[:r.m])
+		r.n, r.errno = r.recv(fd)
 		r.sampleDrops(fd)
 		switch {
 		case r.errno == unix.EINTR:
@@ -913,8 +922,9 @@ func (l *Link) queueSeg(seg []byte, s int) {
 }
 
 // Pending reports whether TryRecv would find segments (link.PendingReporter):
-// queued ones, or a datagram in the socket (SIOCINQ: the size of the next
-// one, 0 when the queue is empty, for a UDP and a packet socket alike). It
+// queued ones, a frame in the AF_PACKET socket's ring, or a datagram in the
+// socket (SIOCINQ: the size of the next one, 0 when the queue is empty, for
+// a UDP and a packet socket alike). It
 // takes no lock and allocates nothing. An error (a closed socket) reports
 // true, so that TryRecv returns it.
 func (l *Link) Pending() bool {
@@ -931,6 +941,16 @@ func (l *Link) Pending() bool {
 // cannot say. Goroutines that ask at once may read each other's answer:
 // both are the same socket's, a moment apart.
 func (l *Link) inqOf(fd uintptr) {
+	if g := l.rx.ring; g != nil {
+		// A frame in the ring, which SIOCINQ does not count. The socket's
+		// queue holds only the whole copies of frames in the ring.
+		v := int64(0)
+		if g.ready() {
+			v = 1
+		}
+		l.inq.Store(v)
+		return
+	}
 	n, err := unix.IoctlGetInt(int(fd), unix.SIOCINQ)
 	if err != nil {
 		n = -1

@@ -18,7 +18,12 @@
 // AF_PACKET socket reads such superpackets with a virtio-net header
 // (PACKET_VNET_HDR) that says the same. The receive buffers are the
 // caller's: the kernel scatters each segment into a buffer of its own
-// (rx.go), so a received packet is copied once, by the kernel.
+// (rx.go), so a received packet is copied once, by the kernel. In
+// privileged mode the AF_PACKET socket has a receive ring (ring.go): a
+// look that finds nothing is a load from memory instead of a system call,
+// and a packet is copied twice, into the ring by the kernel and from it
+// into the caller's buffers (a superpacket, too long for a frame, is
+// read whole from the socket, once).
 //
 // ICRC, sending: the kernel writes the IP and UDP headers, so the link
 // predicts them. With IP_PMTUDISC_DO the kernel sets DF and, on an
@@ -242,6 +247,9 @@ func New(cfg Config) (*Link, error) {
 	l.txNames, l.txCtl = make([]byte, n*unix.SizeofSockaddrInet6), make([]byte, n*txCtlLen)
 	l.txFirst, l.txPkts, l.txBytes = make([]int, n), make([]int, n), make([]int, n)
 	l.rx.init(n, l.raw != nil, &l.stats.RxSocketFull)
+	if l.raw != nil {
+		l.rx.ring = l.raw.ring
+	}
 	l.pendingFn = l.inqOf
 	return l, nil
 }

@@ -1,0 +1,205 @@
+package udp
+
+import (
+	"net/netip"
+	"sync/atomic"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/internal/nettest"
+	"github.com/goroce/goroce/internal/testenv"
+	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/linktest"
+	"github.com/goroce/goroce/wire"
+)
+
+// ringPair opens an unprivileged sender and a privileged receiver, which
+// reads its ring, over a veth of MTU 9000 whose GSO messages cross whole
+// (superpackets, too long for a ring frame).
+func ringPair(t *testing.T) (a, b *Link, addr link.Addr) {
+	t.Helper()
+	ha, hb := nettest.VethPair(t, nettest.Options{MTU: 9000})
+	a, b = openOn(t, ha, false), openOn(t, hb, true)
+	testenv.Require(t, a.GSO(), "UDP GSO (UDP_SEGMENT, Linux 4.18)")
+	if b.rx.ring == nil {
+		t.Fatal("the privileged link has no receive ring")
+	}
+	addr = link.Addr{Version: wire.RoCEv2, SrcGID: netip.AddrFrom16(ha.IPv4.As16()), DstGID: netip.AddrFrom16(hb.IPv4.As16()), HopLimit: 64}
+	return a, b, addr
+}
+
+// recvPSNs takes packets with TryRecv until want have come (or the wait
+// ends) and returns their PSNs, in the order received.
+func recvPSNs(t *testing.T, b *Link, want int) []wire.PSN {
+	t.Helper()
+	var psns []wire.PSN
+	testenv.Poll(testenv.Slow, func() bool {
+		bufs := linktest.NewBuffers(64)
+		n, err := b.TryRecv(bufs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range bufs[:n] {
+			psns = append(psns, wire.BTH(p.Buf[p.Off:p.Off+p.Len]).PSN())
+		}
+		return len(psns) >= want
+	})
+	return psns
+}
+
+func checkSeq(t *testing.T, psns []wire.PSN, want int) {
+	t.Helper()
+	if len(psns) != want {
+		t.Fatalf("received %d packets, want %d", len(psns), want)
+	}
+	for i, p := range psns {
+		if p != wire.PSN(i) {
+			t.Fatalf("packet %d has PSN %v, want %d: lost, repeated or reordered", i, p, i)
+		}
+	}
+}
+
+// TestRingDelivers: a privileged link reads small packets from its ring's
+// frames and longer ones, truncated there, whole from the socket's queue
+// (TP_STATUS_COPY), in the order they came, each with its ICRC verified
+// (process drops any other), and nothing mismatched.
+func TestRingDelivers(t *testing.T) {
+	a, b, addr := ringPair(t)
+	// Each round: a SEND of 4 bytes (a frame), then a WRITE of 16 packets:
+	// its FIRST alone (its RETH makes it longer than the MIDDLEs) and one
+	// superpacket of the 14 MIDDLEs and the LAST (both queued).
+	const rounds = 20
+	for i := range rounds {
+		if _, err := a.Send(writeBatch(a.Headroom(), addr, wire.PSN(17*i), 0, 1)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Send(writeBatch(a.Headroom(), addr, wire.PSN(17*i+1), 16, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkSeq(t, recvPSNs(t, b, 17*rounds), 17*rounds)
+	g := b.rx.ring
+	t.Logf("from frames %d, from the queue %d, truncated %d, mismatched %d", g.framed.Load(), g.copied.Load(), g.truncated.Load(), g.mismatched.Load())
+	if g.framed.Load() < rounds || g.copied.Load() < 2*rounds {
+		t.Errorf("from frames %d (want ≥ %d), from the queue %d (want ≥ %d): a path this test is for was not taken",
+			g.framed.Load(), rounds, g.copied.Load(), 2*rounds)
+	}
+	if n := g.truncated.Load() + g.mismatched.Load(); n != 0 {
+		t.Errorf("%d packets lost or mismatched with the receiver keeping up", n)
+	}
+	if n := b.Stats().RxMalformed.Load(); n != 0 {
+		t.Errorf("rx_malformed %d", n)
+	}
+}
+
+// send sends each batch with its own Send, in order.
+func send(t *testing.T, a *Link, batches ...[]link.Packet) {
+	t.Helper()
+	for _, batch := range batches {
+		if _, err := a.Send(batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// inRing waits until n frames from the ring's head hold packets.
+func inRing(t *testing.T, b *Link, n int32) {
+	t.Helper()
+	g := b.rx.ring
+	if !testenv.Poll(testenv.Slow, func() bool {
+		var k int32
+		_ = b.raw.rc.Control(func(uintptr) {
+			for i := range n {
+				if atomic.LoadUint32(g.status((g.next.Load()+i)%ringFrames))&unix.TP_STATUS_USER != 0 {
+					k++
+				}
+			}
+		})
+		return k == n
+	}) {
+		t.Fatalf("%d packets never reached the ring", n)
+	}
+}
+
+func checkPSNs(t *testing.T, got []wire.PSN, want ...wire.PSN) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("received PSNs %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("received PSNs %v, want %v", got, want)
+		}
+	}
+}
+
+func psnRange(from, to int) []wire.PSN {
+	var p []wire.PSN
+	for i := from; i <= to; i++ {
+		p = append(p, wire.PSN(i))
+	}
+	return p
+}
+
+// TestRingTruncatedNotQueued: a packet too long for a frame that the
+// kernel truncates into one and cannot also queue (the socket's receive
+// buffer is full) is a lost packet, counted in rx_drop_socket_full; its
+// frame's partial bytes never reach the caller, and what follows arrives.
+func TestRingTruncatedNotQueued(t *testing.T) {
+	a, b, addr := ringPair(t)
+	// The smallest buffer the kernel allows: the first long packet's copy
+	// is queued (nothing is), the second's is not (the first's is).
+	if err := b.raw.rc.Control(func(fd uintptr) { _ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, 0) }); err != nil {
+		t.Fatal(err)
+	}
+	// Two WRITE FIRSTs of 4 KiB, then a SEND of 4 bytes.
+	send(t, a, writeBatch(a.Headroom(), addr, 0, 1, 0), writeBatch(a.Headroom(), addr, 1, 1, 0), writeBatch(a.Headroom(), addr, 2, 0, 1))
+	inRing(t, b, 3)
+	checkPSNs(t, recvPSNs(t, b, 2), 0, 2)
+	if n := b.rx.ring.truncated.Load(); n != 1 {
+		t.Errorf("truncated %d, want 1", n)
+	}
+	if n := b.Stats().RxSocketFull.Load(); n < 1 {
+		t.Errorf("rx_drop_socket_full %d, want the lost packet counted", n)
+	}
+	if n := b.Stats().RxMalformed.Load(); n != 0 {
+		t.Errorf("rx_malformed %d: the truncated frame was passed on", n)
+	}
+}
+
+// TestRingKernelRefused: the kernel refuses a packet it reads from the
+// socket's queue (EINVAL, as Linux 6.1 does for a UDP GRO superpacket
+// behind PACKET_VNET_HDR) and drops it; the link counts it
+// (rx_drop_kernel_refused), gives its frame back, and the frames and the
+// queue stay paired: what follows arrives, nothing mismatched. The
+// refusal comes after a packet read from a frame in the same look, so the
+// error waits for the next (lateErr), as recvmmsg reports it.
+func TestRingKernelRefused(t *testing.T) {
+	a, b, addr := ringPair(t)
+	var calls atomic.Int32
+	real := recvmmsg
+	recvmmsg = func(fd uintptr, hdrs []unix.Mmsghdr) (int, unix.Errno) {
+		if calls.Add(1) == 1 {
+			// As the kernel: the refused packet is consumed.
+			if n, e := real(fd, hdrs[:1]); n != 1 || e != 0 {
+				t.Errorf("the refused packet's copy: %d, %v", n, e)
+			}
+			return -1, unix.EINVAL
+		}
+		return real(fd, hdrs)
+	}
+	t.Cleanup(func() { recvmmsg = real })
+	// A SEND (a frame), a WRITE FIRST alone (queued: refused), a WRITE of
+	// 16 packets (two queued messages), a SEND.
+	send(t, a, writeBatch(a.Headroom(), addr, 0, 0, 1), writeBatch(a.Headroom(), addr, 1, 1, 0),
+		writeBatch(a.Headroom(), addr, 2, 16, 0), writeBatch(a.Headroom(), addr, 18, 0, 1))
+	inRing(t, b, 5)
+	checkPSNs(t, recvPSNs(t, b, 18), append([]wire.PSN{0}, psnRange(2, 18)...)...)
+	if n := b.Stats().RxKernelRefused.Load(); n != 1 {
+		t.Errorf("rx_drop_kernel_refused %d, want 1", n)
+	}
+	if n := b.rx.ring.mismatched.Load(); n != 0 {
+		t.Errorf("%d queued packets were not their frame's", n)
+	}
+}
