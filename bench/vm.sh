@@ -430,7 +430,7 @@ echo PKTS \$p0 \$(cat $ETH0/tx_packets $ETH0/rx_packets); echo CPUC \$c0 \$(head
 		log "round $round: $stack${kind:+ ($kind)} $test: $value $(unit "$test") (client $secs s, its eth0 tx/rx ${pkts/$'\t'//}; server eth0 rx/dropped/UDP RcvbufErrors ${scnt//$'\t'//}${cpu_split:+; vCPU $cpu_split})"
 	else
 		log "round $round: $stack${kind:+ ($kind)} $test FAILED: client exit $rc, server exit ${src:-none}; logs $logdir/$tag.*.log"
-		tail -5 "$logdir/$tag.client.log" "$logdir/$tag.server.log" >&2 || true
+		tail -n 5 "$logdir/$tag.client.log" "$logdir/$tag.server.log" >&2 || true
 		value=NA
 	fi
 	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$stack" "${kind:--}" "$test" "$value" "$secs" "$pkts" "$scnt" >>"$results"
