@@ -22,10 +22,10 @@ import (
 // have given it: the virtio-net header, then the frame; the sockaddr_ll;
 // the message's length.
 //
-// Frames are ringFrame bytes: any single packet of an MTU up to 9000
-// fits. A longer one, a GRO or GSO superpacket over a veth, reaches the
-// ring truncated, and PACKET_COPY_THRESH has the kernel queue it whole on
-// the socket as well (status TP_STATUS_COPY, queued before the status is
+// Frames are ringFrame bytes: small packets (ACKs, short SENDs, the
+// latency path) fit. A longer one (a data packet, a GRO or GSO
+// superpacket) reaches the ring truncated, and PACKET_COPY_THRESH has the
+// kernel queue it whole on the socket as well (status TP_STATUS_COPY, queued before the status is
 // set): the read takes it, and the run of such frames behind it, with one
 // recvmmsg. A truncated frame the kernel could not also queue (the
 // socket's receive buffer full) is a lost packet, counted as a socket
@@ -98,6 +98,29 @@ func (g *rxRing) status(i int32) *uint32 {
 	return (*uint32)(unsafe.Pointer(&g.mem[int(i)*ringFrame]))
 }
 
+// frame is frame i and its header.
+func (g *rxRing) frame(i int32) ([]byte, *unix.Tpacket2Hdr) {
+	f := g.mem[int(i)*ringFrame : int(i+1)*ringFrame]
+	return f, (*unix.Tpacket2Hdr)(unsafe.Pointer(&f[0]))
+}
+
+// after is the frame after frame i.
+func after(i int32) int32 {
+	if i++; i == ringFrames {
+		return 0
+	}
+	return i
+}
+
+// lost counts a packet the kernel truncated into a frame and could not
+// also queue: a socket drop.
+func (g *rxRing) lost(r *rxState) {
+	g.truncated.Add(1)
+	if r.full != nil {
+		r.full.Add(1)
+	}
+}
+
 // ready reports whether the next frame holds a packet.
 func (g *rxRing) ready() bool {
 	return atomic.LoadUint32(g.status(g.next.Load()))&unix.TP_STATUS_USER != 0
@@ -106,10 +129,7 @@ func (g *rxRing) ready() bool {
 // release gives frame i back to the kernel and moves on.
 func (g *rxRing) release(i int32) {
 	atomic.StoreUint32(g.status(i), unix.TP_STATUS_KERNEL)
-	if i++; i == ringFrames {
-		i = 0
-	}
-	g.next.Store(i)
+	g.next.Store(after(i))
 }
 
 // read fills up to r.m of r's messages from the ring, as recvmmsg on the
@@ -138,15 +158,10 @@ func (g *rxRing) read(fd uintptr, r *rxState) (int, unix.Errno) {
 			}
 			continue
 		}
-		f := g.mem[int(i)*ringFrame : int(i+1)*ringFrame]
-		h := (*unix.Tpacket2Hdr)(unsafe.Pointer(&f[0]))
+		f, h := g.frame(i)
 		mac, snap, plen := int(h.Mac), int(h.Snaplen), int(h.Len)
 		if snap < plen || mac < ringSLL+unix.SizeofSockaddrLinklayer+vnetLen || mac+snap > ringFrame {
-			// Truncated and not queued: lost.
-			g.truncated.Add(1)
-			if r.full != nil {
-				r.full.Add(1)
-			}
+			g.lost(r) // truncated and not queued
 			g.release(i)
 			continue
 		}
@@ -175,12 +190,9 @@ func (g *rxRing) read(fd uintptr, r *rxState) (int, unix.Errno) {
 // error.
 func (g *rxRing) readQueued(fd uintptr, r *rxState, n int) (int, unix.Errno) {
 	k := 0
-	for i := g.next.Load(); n+k < r.m; k++ {
+	for i := g.next.Load(); n+k < r.m; i, k = after(i), k+1 {
 		if st := atomic.LoadUint32(g.status(i)); st&unix.TP_STATUS_USER == 0 || st&unix.TP_STATUS_COPY == 0 {
 			break
-		}
-		if i++; i == ringFrames {
-			i = 0
 		}
 	}
 	got, e := recvmmsg(fd, r.hdrs[n:n+k])
@@ -190,10 +202,7 @@ func (g *rxRing) readQueued(fd uintptr, r *rxState, n int) (int, unix.Errno) {
 		// it, or its copy is gone (EAGAIN): its frame goes back.
 		g.release(g.next.Load())
 		if e == unix.EAGAIN {
-			g.truncated.Add(1)
-			if r.full != nil {
-				r.full.Add(1)
-			}
+			g.lost(r)
 			return 0, 0
 		}
 		return 0, e
@@ -202,8 +211,7 @@ func (g *rxRing) readQueued(fd uintptr, r *rxState, n int) (int, unix.Errno) {
 	for j := range got {
 		var have, want [ringCheck]byte
 		i := g.next.Load()
-		f := g.mem[int(i)*ringFrame : int(i+1)*ringFrame]
-		h := (*unix.Tpacket2Hdr)(unsafe.Pointer(&f[0]))
+		f, h := g.frame(i)
 		// The queued copy must be the frame's packet: the kernel queues
 		// them in the frames' order, and one it refuses (EINVAL) it
 		// consumes, with its frame released above (or on the next call,

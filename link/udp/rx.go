@@ -924,9 +924,8 @@ func (l *Link) queueSeg(seg []byte, s int) {
 // Pending reports whether TryRecv would find segments (link.PendingReporter):
 // queued ones, a frame in the AF_PACKET socket's ring, or a datagram in the
 // socket (SIOCINQ: the size of the next one, 0 when the queue is empty, for
-// a UDP and a packet socket alike). It
-// takes no lock and allocates nothing. An error (a closed socket) reports
-// true, so that TryRecv returns it.
+// a UDP and a packet socket alike). It takes no lock and allocates nothing.
+// An error (a closed socket) reports true, so that TryRecv returns it.
 func (l *Link) Pending() bool {
 	if l.queued.Load() {
 		return true
