@@ -258,6 +258,31 @@ func TestStoppedRunAsksForACK(t *testing.T) {
 	}
 }
 
+// pushAETH queues a response from the peer: an RC Acknowledge of
+// txlockSQPSN with syndrome syn.
+func (l *lockCheckLink) pushAETH(q *QP, syn wire.Syndrome) {
+	f := wire.PacketFields{BTH: wire.BTHFields{Opcode: wire.OpcodeRCAcknowledge, PKey: wire.DefaultPKey, DestQP: q.num,
+		PSN: txlockSQPSN}}
+	f.Ext.AETH = wire.AETHFields{Syndrome: syn, MSN: 0}
+	l.push(&f)
+}
+
+// checkArmedWhenSent fails t unless q's local ACK timer was off at every
+// Send since the count was before, and is running now: what was sent is
+// what started it. what names the packets.
+func checkArmedWhenSent(t *testing.T, lk *lockCheckLink, q *QP, before int64, what string) {
+	t.Helper()
+	if n := lk.armedAtSend.Load() - before; n != 0 {
+		t.Errorf("the timer was armed before %s was sent (%d Sends)", what, n)
+	}
+	q.mu.Lock()
+	armed := q.comp.timerArmed
+	q.mu.Unlock()
+	if !armed {
+		t.Errorf("the timer is not armed after %s was sent", what)
+	}
+}
+
 // TestACKTimerArmedWhenSent: the local ACK timer starts once the
 // requester's packets have gone to the link, not when they are built: a
 // batch that waits for the link (behind other QPs') must not spend the
@@ -270,15 +295,7 @@ func TestACKTimerArmedWhenSent(t *testing.T) {
 	}
 	psns, _ := lk.sentPSNs()
 	checkPSNs(t, psns, 8)
-	if n := lk.armedAtSend.Load(); n != 0 {
-		t.Errorf("the timer was armed before the packets were sent (%d Sends)", n)
-	}
-	q.mu.Lock()
-	armed := q.comp.timerArmed
-	q.mu.Unlock()
-	if !armed {
-		t.Error("the timer is not armed after the packets were sent")
-	}
+	checkArmedWhenSent(t, lk, q, 0, "the packets")
 }
 
 // TestRNRRetryArmsTimerWhenSent: the resend after an RNR NAK's wait
@@ -296,10 +313,7 @@ func TestRNRRetryArmsTimerWhenSent(t *testing.T) {
 	// The responder has no receive posted: an RNR NAK asking for its
 	// longest wait (code 0, 655 ms), so that the test, not the QP's timer,
 	// ends it.
-	f := wire.PacketFields{BTH: wire.BTHFields{Opcode: wire.OpcodeRCAcknowledge, PKey: wire.DefaultPKey, DestQP: q.num,
-		PSN: txlockSQPSN}}
-	f.Ext.AETH = wire.AETHFields{Syndrome: wire.RNRNAK(0), MSN: 0}
-	lk.push(&f)
+	lk.pushAETH(q, wire.RNRNAK(0))
 	if !d.tryReceive(false) {
 		t.Fatal("tryReceive took no packet")
 	}
@@ -315,15 +329,7 @@ func TestRNRRetryArmsTimerWhenSent(t *testing.T) {
 	if len(psns) != 2 || psns[1] != txlockSQPSN {
 		t.Fatalf("PSNs sent %v, want the SEND's (%#x) twice", psns, txlockSQPSN)
 	}
-	if n := lk.armedAtSend.Load() - before; n != 0 {
-		t.Errorf("the timer was armed before the resend was sent (%d Sends)", n)
-	}
-	q.mu.Lock()
-	armed := q.comp.timerArmed
-	q.mu.Unlock()
-	if !armed {
-		t.Error("the timer is not armed after the resend was sent")
-	}
+	checkArmedWhenSent(t, lk, q, before, "the resend")
 }
 
 // TestACKArmsTimerWhenSent: an ACK that lets the requester send more (the
@@ -342,25 +348,14 @@ func TestACKArmsTimerWhenSent(t *testing.T) {
 	if psns, _ := lk.sentPSNs(); len(psns) != 1 {
 		t.Fatalf("PSNs sent %v, want the first packet's alone", psns)
 	}
-	f := wire.PacketFields{BTH: wire.BTHFields{Opcode: wire.OpcodeRCAcknowledge, PKey: wire.DefaultPKey, DestQP: q.num,
-		PSN: txlockSQPSN}}
-	f.Ext.AETH = wire.AETHFields{Syndrome: wire.SyndromeACK, MSN: 0}
-	lk.push(&f)
+	lk.pushAETH(q, wire.SyndromeACK)
 	before := lk.armedAtSend.Load()
 	if !d.tryReceive(false) {
 		t.Fatal("tryReceive took no packet")
 	}
 	psns, _ := lk.sentPSNs()
 	checkPSNs(t, psns, 2)
-	if n := lk.armedAtSend.Load() - before; n != 0 {
-		t.Errorf("the timer was armed before the packet the ACK let go was sent (%d Sends)", n)
-	}
-	q.mu.Lock()
-	armed := q.comp.timerArmed
-	q.mu.Unlock()
-	if !armed {
-		t.Error("the timer is not armed after the packet was sent")
-	}
+	checkArmedWhenSent(t, lk, q, before, "the packet the ACK let go")
 }
 
 // TestRTTSampleStartsWhenSent: the round trip the requester samples (for
