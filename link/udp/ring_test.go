@@ -1,6 +1,7 @@
 package udp
 
 import (
+	"net"
 	"net/netip"
 	"sync/atomic"
 	"testing"
@@ -14,10 +15,10 @@ import (
 	"github.com/goroce/goroce/wire"
 )
 
-// ringPair opens an unprivileged sender and a privileged receiver, which
-// reads its ring, over a veth of MTU 9000 whose GSO messages cross whole
-// (superpackets, too long for a ring frame).
-func ringPair(t *testing.T) (a, b *Link, addr link.Addr) {
+// ringPair opens an unprivileged sender on host ha and a privileged
+// receiver, which reads its ring, over a veth of MTU 9000 whose GSO
+// messages cross whole (superpackets, too long for a ring frame).
+func ringPair(t *testing.T) (a, b *Link, addr link.Addr, ha *nettest.Host) {
 	t.Helper()
 	ha, hb := nettest.VethPair(t, nettest.Options{MTU: 9000})
 	a, b = openOn(t, ha, false), openOn(t, hb, true)
@@ -26,7 +27,7 @@ func ringPair(t *testing.T) (a, b *Link, addr link.Addr) {
 		t.Fatal("the privileged link has no receive ring")
 	}
 	addr = link.Addr{Version: wire.RoCEv2, SrcGID: netip.AddrFrom16(ha.IPv4.As16()), DstGID: netip.AddrFrom16(hb.IPv4.As16()), HopLimit: 64}
-	return a, b, addr
+	return a, b, addr, ha
 }
 
 // recvPSNs takes packets with TryRecv until want have come (or the wait
@@ -53,7 +54,7 @@ func recvPSNs(t *testing.T, b *Link, want int) []wire.PSN {
 // (TP_STATUS_COPY), in the order they came, each with its ICRC verified
 // (process drops any other), and nothing mismatched.
 func TestRingDelivers(t *testing.T) {
-	a, b, addr := ringPair(t)
+	a, b, addr, _ := ringPair(t)
 	// Each round: a SEND of 4 bytes (a frame), then a WRITE of 16 packets:
 	// its FIRST alone (its RETH makes it longer than the MIDDLEs) and one
 	// superpacket of the 14 MIDDLEs and the LAST (both queued).
@@ -130,7 +131,7 @@ func psnRange(from, to int) []wire.PSN {
 // buffer is full) is a lost packet, counted in rx_drop_socket_full; its
 // frame's partial bytes never reach the caller, and what follows arrives.
 func TestRingTruncatedNotQueued(t *testing.T) {
-	a, b, addr := ringPair(t)
+	a, b, addr, _ := ringPair(t)
 	// The smallest buffer the kernel allows: the first long packet's copy
 	// is queued (nothing is), the second's is not (the first's is).
 	if err := b.raw.rc.Control(func(fd uintptr) { _ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, 0) }); err != nil {
@@ -159,7 +160,7 @@ func TestRingTruncatedNotQueued(t *testing.T) {
 // refusal comes after a packet read from a frame in the same look, so the
 // error waits for the next (lateErr), as recvmmsg reports it.
 func TestRingKernelRefused(t *testing.T) {
-	a, b, addr := ringPair(t)
+	a, b, addr, _ := ringPair(t)
 	var calls atomic.Int32
 	real := recvmmsg
 	recvmmsg = func(fd uintptr, hdrs []unix.Mmsghdr) (int, unix.Errno) {
@@ -184,5 +185,47 @@ func TestRingKernelRefused(t *testing.T) {
 	}
 	if n := b.rx.ring.mismatched.Load(); n != 0 {
 		t.Errorf("%d queued packets were not their frame's", n)
+	}
+}
+
+// TestRingHostile: what a peer sends to port 4791 reaches the same checks
+// through the ring as through recvmmsg: a packet from the frames and one
+// from the socket's queue with a wrong ICRC are dropped as rx_drop_bad_icrc,
+// five bytes that are no BTH as rx_drop_malformed, and a good packet after
+// them arrives alone.
+func TestRingHostile(t *testing.T) {
+	a, b, addr, ha := ringPair(t)
+	// The test's packets carry ICRC 0 (the link computes it at Send): sent
+	// raw, as a peer could, it is wrong.
+	small := writeBatch(a.Headroom(), addr, 0, 0, 1)[0]
+	long := writeBatch(a.Headroom(), addr, 1, 1, 0)[0] // 4 KiB: queued, not in a frame
+	dst := &net.UDPAddr{IP: addr.DstGID.Unmap().AsSlice(), Port: wire.RoCEv2Port}
+	if err := ha.Do(func() error {
+		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: ha.IPv4.AsSlice()})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		for _, p := range [][]byte{small.Buf[small.Off : small.Off+small.Len], long.Buf[long.Off : long.Off+long.Len], {1, 2, 3, 4, 5}} {
+			if _, err := c.WriteToUDP(p, dst); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	send(t, a, writeBatch(a.Headroom(), addr, 7, 0, 1))
+	checkPSNs(t, recvPSNs(t, b, 1), 7)
+	s := b.Stats()
+	if n := s.RxBadICRC.Load(); n != 2 {
+		t.Errorf("rx_drop_bad_icrc %d, want 2 (one from a frame, one from the queue)", n)
+	}
+	if n := s.RxMalformed.Load(); n != 1 {
+		t.Errorf("rx_drop_malformed %d, want 1", n)
+	}
+	g := b.rx.ring
+	if g.framed.Load() < 2 || g.copied.Load() < 1 {
+		t.Errorf("from frames %d, from the queue %d: a path this test is for was not taken", g.framed.Load(), g.copied.Load())
 	}
 }
