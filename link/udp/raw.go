@@ -102,7 +102,7 @@ func newRawRecv(ifindex int, port uint16) (*rawRecv, error) {
 	}
 	if err != nil {
 		if ring != nil {
-			ring.unmap()
+			ring.Unmap()
 		}
 		unix.Close(fd)
 		return nil, fmt.Errorf("AF_PACKET on ifindex %d: %w", ifindex, err)
@@ -112,7 +112,7 @@ func newRawRecv(ifindex int, port uint16) (*rawRecv, error) {
 	if err != nil {
 		f.Close()
 		if ring != nil {
-			ring.unmap()
+			ring.Unmap()
 		}
 		return nil, err
 	}
@@ -127,7 +127,7 @@ func (r *rawRecv) close() {
 	}
 	r.f.Close()
 	if r.ring != nil {
-		r.ring.unmap()
+		r.ring.Unmap()
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/link/pktring"
 )
 
 // The privileged receive path reads from a ring the kernel fills
@@ -35,12 +37,8 @@ import (
 // socket's RawConn (Read, Control), so the mapping is released only after
 // the socket's Close, which waits for those callbacks to return.
 const (
-	ringFrame  = 512       // a frame: the header, sockaddr_ll, vnet header and a small packet
-	ringBlock  = 128 << 10 // a block: 256 frames (PAGE_SIZE << 5)
-	ringFrames = 8192      // 4 MiB
-	// Where TPACKET_V2 puts the sockaddr_ll: TPACKET_ALIGN(sizeof(struct
-	// tpacket2_hdr)).
-	ringSLL = unix.SizeofTpacket2Hdr
+	ringFrame  = 512  // a frame: the header, sockaddr_ll, vnet header and a small packet
+	ringFrames = 8192 // 4 MiB
 	// ringCheck: the bytes of a queued copy compared with its frame's
 	// (Ethernet, IP and UDP headers, and the BTH).
 	ringCheck = 96
@@ -50,10 +48,10 @@ const (
 // kernel that refuses PACKET_RX_RING leaves them.
 var noRing bool
 
-// rxRing is an AF_PACKET socket's receive ring.
+// rxRing is an AF_PACKET socket's receive ring (link/pktring), and what
+// the UDP link's reads keep beside it.
 type rxRing struct {
-	mem  []byte
-	next atomic.Int32 // the frame the next read looks at; written under the link's rxMu
+	*pktring.Ring // its head is moved under the link's rxMu
 	// lateErr: the error of a read of queued packets that followed
 	// packets from frames, for the next read to return (under rxMu).
 	lateErr unix.Errno
@@ -67,49 +65,11 @@ type rxRing struct {
 // setupRing asks for the ring on fd, before it is bound. A kernel or a
 // machine that cannot give it leaves the socket as it was (an error).
 func setupRing(fd int) (*rxRing, error) {
-	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VERSION, unix.TPACKET_V2); err != nil {
-		return nil, err
-	}
-	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_COPY_THRESH, 1); err != nil {
-		return nil, err
-	}
-	req := unix.TpacketReq{Block_size: ringBlock, Block_nr: ringFrames * ringFrame / ringBlock, Frame_size: ringFrame, Frame_nr: ringFrames}
-	if err := unix.SetsockoptTpacketReq(fd, unix.SOL_PACKET, unix.PACKET_RX_RING, &req); err != nil {
-		return nil, err
-	}
-	mem, err := unix.Mmap(fd, 0, ringFrames*ringFrame, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	g, err := pktring.Setup(fd, ringFrame, ringFrames*ringFrame)
 	if err != nil {
-		req = unix.TpacketReq{}
-		_ = unix.SetsockoptTpacketReq(fd, unix.SOL_PACKET, unix.PACKET_RX_RING, &req)
 		return nil, err
 	}
-	return &rxRing{mem: mem}, nil
-}
-
-// unmap releases the ring, once (rawRecv.close), after the socket's Close:
-// no callback reads it then. g.mem keeps its value: the Close, not a
-// write the race detector could pair with the last read, orders them.
-func (g *rxRing) unmap() {
-	_ = unix.Munmap(g.mem)
-}
-
-// status is the status word of frame i.
-func (g *rxRing) status(i int32) *uint32 {
-	return (*uint32)(unsafe.Pointer(&g.mem[int(i)*ringFrame]))
-}
-
-// frame is frame i and its header.
-func (g *rxRing) frame(i int32) ([]byte, *unix.Tpacket2Hdr) {
-	f := g.mem[int(i)*ringFrame : int(i+1)*ringFrame]
-	return f, (*unix.Tpacket2Hdr)(unsafe.Pointer(&f[0]))
-}
-
-// after is the frame after frame i.
-func after(i int32) int32 {
-	if i++; i == ringFrames {
-		return 0
-	}
-	return i
+	return &rxRing{Ring: g}, nil
 }
 
 // lost counts a packet the kernel truncated into a frame and could not
@@ -121,17 +81,6 @@ func (g *rxRing) lost(r *rxState) {
 	}
 }
 
-// ready reports whether the next frame holds a packet.
-func (g *rxRing) ready() bool {
-	return atomic.LoadUint32(g.status(g.next.Load()))&unix.TP_STATUS_USER != 0
-}
-
-// release gives frame i back to the kernel and moves on.
-func (g *rxRing) release(i int32) {
-	atomic.StoreUint32(g.status(i), unix.TP_STATUS_KERNEL)
-	g.next.Store(after(i))
-}
-
 // read fills up to r.m of r's messages from the ring, as recvmmsg on the
 // socket would: the number filled, or EAGAIN when there was none.
 func (g *rxRing) read(fd uintptr, r *rxState) (int, unix.Errno) {
@@ -141,8 +90,8 @@ func (g *rxRing) read(fd uintptr, r *rxState) (int, unix.Errno) {
 	}
 	n := 0
 	for n < r.m {
-		i := g.next.Load()
-		st := atomic.LoadUint32(g.status(i))
+		i := g.Head()
+		st := g.Status(i)
 		if st&unix.TP_STATUS_USER == 0 {
 			break
 		}
@@ -158,22 +107,22 @@ func (g *rxRing) read(fd uintptr, r *rxState) (int, unix.Errno) {
 			}
 			continue
 		}
-		f, h := g.frame(i)
-		mac, snap, plen := int(h.Mac), int(h.Snaplen), int(h.Len)
-		if snap < plen || mac < ringSLL+unix.SizeofSockaddrLinklayer+vnetLen || mac+snap > ringFrame {
+		f, h := g.Frame(i)
+		b, whole := pktring.Data(f, h, vnetLen)
+		if !whole {
 			g.lost(r) // truncated and not queued
-			g.release(i)
+			g.Release(i)
 			continue
 		}
-		copy(r.names[n*nameLen:], f[ringSLL:ringSLL+unix.SizeofSockaddrLinklayer])
-		trunc := !r.scatter(n, f[mac-vnetLen:mac+snap])
+		copy(r.names[n*nameLen:], pktring.Name(f))
+		trunc := !r.scatter(n, b)
 		hd := &r.hdrs[n]
-		hd.Len = uint32(vnetLen + plen)
+		hd.Len = uint32(len(b))
 		if trunc {
 			hd.Hdr.Flags |= unix.MSG_TRUNC
 		}
 		hd.Hdr.Namelen = unix.SizeofSockaddrLinklayer
-		g.release(i)
+		g.Release(i)
 		g.framed.Add(1)
 		n++
 	}
@@ -190,8 +139,8 @@ func (g *rxRing) read(fd uintptr, r *rxState) (int, unix.Errno) {
 // error.
 func (g *rxRing) readQueued(fd uintptr, r *rxState, n int) (int, unix.Errno) {
 	k := 0
-	for i := g.next.Load(); n+k < r.m; i, k = after(i), k+1 {
-		if st := atomic.LoadUint32(g.status(i)); st&unix.TP_STATUS_USER == 0 || st&unix.TP_STATUS_COPY == 0 {
+	for i := g.Head(); n+k < r.m; i, k = g.After(i), k+1 {
+		if st := g.Status(i); st&unix.TP_STATUS_USER == 0 || st&unix.TP_STATUS_COPY == 0 {
 			break
 		}
 	}
@@ -200,7 +149,7 @@ func (g *rxRing) readQueued(fd uintptr, r *rxState, n int) (int, unix.Errno) {
 		// The kernel refused the packet at the head (EINVAL: a
 		// superpacket it cannot describe in a virtio_net_hdr) and dropped
 		// it, or its copy is gone (EAGAIN): its frame goes back.
-		g.release(g.next.Load())
+		g.Release(g.Head())
 		if e == unix.EAGAIN {
 			g.lost(r)
 			return 0, 0
@@ -210,8 +159,8 @@ func (g *rxRing) readQueued(fd uintptr, r *rxState, n int) (int, unix.Errno) {
 	bad := 0
 	for j := range got {
 		var have, want [ringCheck]byte
-		i := g.next.Load()
-		f, h := g.frame(i)
+		i := g.Head()
+		f, h := g.Frame(i)
 		// The queued copy must be the frame's packet: the kernel queues
 		// them in the frames' order, and one it refuses (EINVAL) it
 		// consumes, with its frame released above (or on the next call,
@@ -219,20 +168,20 @@ func (g *rxRing) readQueued(fd uintptr, r *rxState, n int) (int, unix.Errno) {
 		// its frame all the same, it is dropped, never given another
 		// packet's link-layer address, and the frame waits for the next.
 		c := min(ringCheck, int(h.Snaplen), int(r.hdrs[n+j].Len)-vnetLen)
-		if mac := int(h.Mac); c <= 0 || mac+c > ringFrame {
+		if mac := int(h.Mac); c <= 0 || mac+c > len(f) {
 			c = 0
 		} else {
 			copy(want[:], f[mac:mac+c])
 			r.gather(n+j, vnetLen, vnetLen+c, have[:c])
 		}
-		if c == 0 || have != want || atomic.LoadUint32(g.status(i))&unix.TP_STATUS_COPY == 0 {
+		if c == 0 || have != want || g.Status(i)&unix.TP_STATUS_COPY == 0 {
 			g.mismatched.Add(1)
 			bad++
 			r.hdrs[n+j].Hdr.Flags |= unix.MSG_TRUNC // process counts it malformed and drops it
 			continue
 		}
-		copy(r.names[(n+j)*nameLen:], f[ringSLL:ringSLL+unix.SizeofSockaddrLinklayer])
-		g.release(i)
+		copy(r.names[(n+j)*nameLen:], pktring.Name(f))
+		g.Release(i)
 	}
 	g.copied.Add(uint64(got - bad))
 	return got, 0

@@ -95,7 +95,7 @@ func inRing(t *testing.T, b *Link, n int32) {
 		var k int32
 		_ = b.raw.rc.Control(func(uintptr) {
 			for i := range n {
-				if atomic.LoadUint32(g.status((g.next.Load()+i)%ringFrames))&unix.TP_STATUS_USER != 0 {
+				if g.Status((g.Head()+i)%int32(g.Frames()))&unix.TP_STATUS_USER != 0 {
 					k++
 				}
 			}

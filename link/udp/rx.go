@@ -944,7 +944,7 @@ func (l *Link) inqOf(fd uintptr) {
 		// A frame in the ring, which SIOCINQ does not count. The socket's
 		// queue holds only the whole copies of frames in the ring.
 		v := int64(0)
-		if g.ready() {
+		if g.Ready() {
 			v = 1
 		}
 		l.inq.Store(v)
