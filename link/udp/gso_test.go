@@ -23,42 +23,11 @@ import (
 	"github.com/goroce/goroce/wire"
 )
 
-// writeBatch is an RDMA WRITE of n×4096 bytes as the engine sends it at
-// path MTU 4096 (FIRST with a RETH, 4128 bytes; MIDDLEs and LAST, 4112),
-// then count tiny SENDs of one size: GSO messages of the large and of the
-// smallest kind.
-func writeBatch(headroom int, a link.Addr, psn0 wire.PSN, n, tiny int) []link.Packet {
-	var pkts []link.Packet
-	psn := psn0
-	for i := range n {
-		op := wire.TransportRC | wire.OpWriteMiddle
-		f := wire.PacketFields{BTH: wire.BTHFields{PKey: wire.DefaultPKey, DestQP: 0x11}}
-		switch i {
-		case 0:
-			op = wire.TransportRC | wire.OpWriteFirst
-			f.Ext.RETH = wire.RETHFields{VA: 0x1000, RKey: 7, DMALength: uint32(n * 4096)}
-		case n - 1:
-			op = wire.TransportRC | wire.OpWriteLast
-		}
-		f.BTH.Opcode, f.BTH.PSN = op, psn
-		f.Payload = bytes.Repeat([]byte{byte(psn)}, 4096)
-		pkts = append(pkts, build(headroom, &f, a))
-		psn++
-	}
-	for range tiny {
-		f := wire.PacketFields{BTH: wire.BTHFields{Opcode: wire.OpcodeRCSendOnly, PKey: wire.DefaultPKey, DestQP: 0x11, PSN: psn},
-			Payload: []byte{byte(psn), 2, 3, 4}}
-		pkts = append(pkts, build(headroom, &f, a))
-		psn++
-	}
-	return pkts
-}
-
-func build(headroom int, f *wire.PacketFields, a link.Addr) link.Packet {
-	buf := f.AppendTransport(make([]byte, headroom, link.MaxFrameSize))
-	buf = append(buf, 0, 0, 0, 0)
-	return link.Packet{Buf: buf, Off: headroom, Len: len(buf) - headroom, Addr: a}
-}
+// writeBatch and build are linktest's (WriteBatch, Build).
+var (
+	writeBatch = linktest.WriteBatch
+	build      = linktest.Build
+)
 
 // openOn opens a link in h's namespace on both of h's addresses,
 // privileged (AF_PACKET on h's interface) or not, closed when the test

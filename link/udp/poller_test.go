@@ -1,11 +1,8 @@
 package udp
 
 import (
-	"bytes"
 	"net/netip"
-	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 
@@ -15,20 +12,6 @@ import (
 	"github.com/goroce/goroce/link/linktest"
 	"github.com/goroce/goroce/wire"
 )
-
-// parkedInRecvLocked reports whether a goroutine sleeps in the netpoller
-// inside RecvLocked (its stack is "[IO wait]" with RecvLocked on it).
-func parkedInRecvLocked() bool {
-	buf := make([]byte, 1<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	for g := range bytes.SplitSeq(buf, []byte("\n\n")) {
-		s := string(g)
-		if strings.Contains(s, "[IO wait") && strings.Contains(s, ").RecvLocked(") {
-			return true
-		}
-	}
-	return false
-}
 
 // TestRecvLockedKeepsOrderAfterTryRecv: link.Poller promises the link's
 // order to the two receivers that share a link, the device's receive
@@ -98,7 +81,7 @@ func testRecvLockedOrder(t *testing.T, v6 bool) {
 		}
 		first <- result{bufs[:n], err}
 	}()
-	if !testenv.Poll(testenv.Slow, parkedInRecvLocked) {
+	if !testenv.Poll(testenv.Slow, linktest.ParkedInRecvLocked) {
 		t.Fatal("RecvLocked never slept in the netpoller")
 	}
 	// The poller's turn, holding the caller's lock as verbs does: a WRITE
