@@ -129,7 +129,7 @@ var Table = map[string]rule{
 	// enums, from the names beside their constants (stdlib only).
 	"internal/enumgen": {9, "", ""},
 	"bench": {9, "",
-		"rsocket rdmacm host verbs verbs/verbstest link link/linktest link/udp wire internal/nettest internal/testenv internal/lab"},
+		"rsocket rdmacm host verbs verbs/verbstest link link/linktest link/udp link/afpacket wire internal/nettest internal/testenv internal/lab"},
 	"bench/cmd/benchtable": {9, "", ""},
 	"bench/cmd/ecnplot":    {9, "", ""},
 	"bench/cmd/qdiscstat":  {9, "", ""},

@@ -23,6 +23,15 @@
 // cannot describe one (Linux < 6.2) refuses it with EINVAL; the link counts
 // that drop, stops asking for the header and from then on finds the
 // segments of a superpacket from the RoCE headers themselves.
+//
+// The socket has a receive ring (ring.go, link/pktring) whose frames hold
+// any RoCE packet whole: a packet is read without a system call, and a
+// look that finds nothing is a load from memory. The link is a
+// link.Poller: a goroutine polling a CQ receives and handles the device's
+// packets itself (run to completion) instead of waiting for the device's
+// receive goroutine. On a kernel that cannot describe a UDP superpacket in
+// a virtio-net header (Linux < 6.2), the ring's socket has no such header
+// and superpackets' segments are found from their RoCE headers.
 package afpacket
 
 import (
@@ -40,6 +49,7 @@ import (
 
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/neigh"
+	"github.com/goroce/goroce/link/pktring"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -149,7 +159,11 @@ func New(cfg Config) (*Link, error) {
 	if cfg.MAC == (wire.MAC{}) {
 		copy(cfg.MAC[:], ifc.HardwareAddr)
 	}
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+	// Protocol 0: the socket sees no frame until bind names the protocol
+	// and the netdev, after its filter and ring are in place (a frame
+	// queued before the ring would be read as the whole copy of a
+	// truncated one, link/pktring).
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("AF_PACKET socket (needs root or CAP_NET_RAW): %w", err)
 	}
@@ -159,23 +173,40 @@ func New(cfg Config) (*Link, error) {
 		err = unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &p)
 	}
 	vnet := false
+	var ring *rxRing
 	if err == nil {
-		// Best effort: without it, superpackets are found by inference.
-		vnet = unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VNET_HDR, 1) == nil && !noVnetHdr
-		if !vnet {
-			_ = unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VNET_HDR, 0)
-		}
+		// A ring's frames describe a UDP superpacket only where the kernel
+		// can (Linux 6.2): an older one cannot give it to the ring at all
+		// behind a virtio-net header, so there the link reads without one
+		// and finds superpackets' segments by inference. Without a ring,
+		// best effort: a refusal (EINVAL) turns the header off (Recv).
+		useRing := !noRing
+		vnet = !noVnetHdr && (!useRing || pktring.DescribesUSO()) &&
+			unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VNET_HDR, 1) == nil
 		_ = unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1)
 		// Buffers past net.core.[rw]mem_max (208 KiB by default), as
-		// link/udp's sockets take them; AF_PACKET needs root anyway.
+		// link/udp's sockets take them; AF_PACKET needs root anyway. The
+		// receive buffer holds the whole copies of superpackets, and of
+		// every frame without a ring.
 		for _, o := range [][2]int{{unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}, {unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}} {
 			if unix.SetsockoptInt(fd, unix.SOL_SOCKET, o[0], 8<<20) != nil {
 				_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, o[1], 8<<20)
 			}
 		}
+		if useRing {
+			// After PACKET_VNET_HDR, which a socket with a ring refuses.
+			// Without one (an old kernel, no memory for it) the socket is
+			// read with recvmsg.
+			if g, err := pktring.Setup(fd, frameFor(ifc.MTU), ringSizeFor(frameFor(ifc.MTU))); err == nil {
+				ring = &rxRing{Ring: g}
+			}
+		}
 		err = unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: cfg.Ifindex})
 	}
 	if err != nil {
+		if ring != nil {
+			ring.Unmap()
+		}
 		unix.Close(fd)
 		return nil, fmt.Errorf("AF_PACKET on %s: %w", ifc.Name, err)
 	}
@@ -183,11 +214,15 @@ func New(cfg Config) (*Link, error) {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		f.Close()
+		if ring != nil {
+			ring.Unmap()
+		}
 		return nil, err
 	}
 	l := &Link{cfg: cfg, f: f, rc: rc, fd: fd}
 	l.vnet.Store(vnet)
-	l.rx.init()
+	l.rx.ring = ring
+	l.initRx()
 	l.SetGIDs(cfg.GIDs)
 	l.res = cfg.Resolver
 	if l.res == nil {
@@ -233,14 +268,20 @@ func (l *Link) PathError(dst netip.Addr, v wire.Version) error {
 
 // Close closes the socket; Recv returns net.ErrClosed.
 func (l *Link) Close() error {
-	l.closed.Store(true)
+	first := !l.closed.Swap(true)
 	l.hold.close()
 	l.closeGroups()
 	l.res.SetSender(nil)
 	if l.ownRes {
 		l.res.Close()
 	}
-	return l.f.Close()
+	err := l.f.Close()
+	if first && l.rx.ring != nil {
+		// After the socket's Close, which waits for the RawConn callbacks
+		// that read the ring.
+		l.rx.ring.Unmap()
+	}
+	return err
 }
 
 // txScratch is what one sendmsg(2) needs, kept to send without allocating.

@@ -22,8 +22,9 @@ func TestSocketFullCounted(t *testing.T) {
 	}
 	recvPayloads(t, b, 1)
 	heldSent(t, a)
-	// 128,000 frames while b reads nothing: beyond its socket's 16 MiB
-	// (8 MiB forced, doubled by the kernel) of about 1 KiB per frame.
+	// 128,000 frames while b reads nothing: beyond its ring's 4,096
+	// frames (and, without a ring, its socket's 16 MiB: 8 MiB forced,
+	// doubled by the kernel, of about 1 KiB per frame).
 	const batches = 2000
 	for range batches {
 		if _, err := a.Send(batch); err != nil {
@@ -37,6 +38,11 @@ func TestSocketFullCounted(t *testing.T) {
 			break
 		}
 		got++
+	}
+	// Stop the receiver before reading its counts: its last empty look
+	// wrote them.
+	b.Close()
+	for range c {
 	}
 	sent := batches * len(batch)
 	drops := int(b.Stats().RxSocketFull.Load())

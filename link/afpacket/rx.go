@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"net"
+	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -44,12 +46,33 @@ type rxState struct {
 	next    int
 
 	drops pktstat.SocketDrops // the socket's own drops, into RxSocketFull
+
+	ring *rxRing // the socket's receive ring, or nil (ring.go)
+
+	// queued says pend holds segments (for Pending, without the lock);
+	// pending is pendingFn's answer.
+	queued, pending atomic.Bool
+
+	// The RawConn callbacks' arguments and results, bound once so that a
+	// read allocates nothing: the packets to fill, and RecvLocked's lock
+	// and packets; fill's results.
+	pkts, lockPkts []link.Packet
+	lockMu         sync.Locker
+	got            int
+	err            error
+	done           bool
+
+	readFn, lockedFn func(uintptr) bool
+	tryFn, pendingFn func(uintptr)
 }
 
-func (r *rxState) init() {
+func (l *Link) initRx() {
+	r := &l.rx
 	r.over = make([]byte, maxSuper)
 	r.big = make([]byte, maxSuper)
 	r.seg = make([]byte, 0, link.MaxFrameSize)
+	r.readFn, r.lockedFn = l.read, l.readLocked
+	r.tryFn, r.pendingFn = l.try, l.pendingOf
 }
 
 // recvmsg reads one frame (behind a virtio-net header into r.vh when vnet)
@@ -83,107 +106,228 @@ func (r *rxState) recvmsg(fd uintptr, b []byte, vnet bool) (int, unix.Errno) {
 func (l *Link) Recv(pkts []link.Packet) (int, error) {
 	l.rxMu.Lock()
 	defer l.rxMu.Unlock()
+	r := &l.rx
 	for {
-		got, err := l.recv(pkts)
-		if got > 0 || err != nil {
-			return got, err
+		if got := l.deliverPending(pkts); got > 0 {
+			return got, nil
+		}
+		r.pkts = pkts
+		err := l.rc.Read(r.readFn)
+		r.pkts = nil
+		if err != nil {
+			return r.got, l.rxError(err)
+		}
+		if r.got > 0 || r.err != nil {
+			return r.got, r.err
 		}
 		// Only a superpacket whose segments all wait in the queue, or only
 		// drops: go on.
 	}
 }
 
-func (l *Link) recv(pkts []link.Packet) (int, error) {
+// TryRecv is Recv without the wait (link.Poller): it returns 0 when
+// nothing has arrived.
+func (l *Link) TryRecv(pkts []link.Packet) (int, error) {
+	l.rxMu.Lock()
+	defer l.rxMu.Unlock()
 	r := &l.rx
-	got := l.deliverPending(pkts)
-	if got > 0 {
-		return got, nil
-	}
-	var rerr error
-	err := l.rc.Read(func(fd uintptr) bool {
-		for got < len(pkts) {
-			pk := &pkts[got]
-			b := pk.Buf[:cap(pk.Buf)]
-			vnet := l.vnet.Load()
-			n, errno := r.recvmsg(fd, b, vnet)
-			switch errno {
-			case 0:
-			case unix.EAGAIN:
-				r.drops.Read(fd, false, true, &l.stats.RxSocketFull)
-				return got > 0
-			case unix.EINTR:
-				continue
-			case unix.EINVAL:
-				if vnet {
-					// The kernel could not put a superpacket's GSO type in
-					// a virtio_net_hdr (Linux < 6.2 knows no UDP_L4 there)
-					// and dropped it. Count it, and read superpackets
-					// whole from now on (the sender retransmits).
-					l.stats.RxKernelRefused.Add(1)
-					l.dropVnetHdr(fd)
-					continue
-				}
-				rerr = errno
-				return true
-			default:
-				rerr = errno
-				return true
-			}
-			if n > len(b)+len(r.over) {
-				l.stats.RxMalformed.Add(1) // longer than any IP datagram
-				continue
-			}
-			frame := b[:min(n, len(b))]
-			if n > len(b) {
-				copy(r.big, b)
-				copy(r.big[len(b):], r.over[:n-len(b)])
-				frame = r.big[:n]
-			}
-			if l.res.Observe(frame) {
-				continue // ARP or ND: resolver food
-			}
-			if t := r.name.Pkttype; t != unix.PACKET_HOST && t != unix.PACKET_MULTICAST && t != unix.PACKET_BROADCAST {
-				continue
-			}
-			segSize, super := 0, n > len(b)
-			if vnet && r.vh[1]&^vnetGSOECN != vnetGSONone {
-				if r.vh[1]&^vnetGSOECN != vnetGSOUDPL4 {
-					l.stats.RxMalformed.Add(1) // TCP or UFO: not RoCE
-					continue
-				}
-				segSize, super = int(binary.NativeEndian.Uint16(r.vh[4:])), true
-			}
-			if !super {
-				if l.accept(frame, pk, n, -1) {
-					got++
-				}
-				if r.next < len(r.pend) {
-					return true // an inferred superpacket's segments wait
-				}
-				continue
-			}
-			if &frame[0] == &b[0] {
-				// The segments are written into the callers' buffers, this
-				// one first: read them from a copy.
-				copy(r.big, frame)
-				frame = r.big[:len(frame)]
-			}
-			got = l.split(frame, segSize, pkts, got)
-			if r.next < len(r.pend) {
-				return true
-			}
+	for {
+		if got := l.deliverPending(pkts); got > 0 {
+			return got, nil
 		}
-		// Every buffer filled: the socket may hold a backlog, and drops.
-		r.drops.Read(fd, true, true, &l.stats.RxSocketFull)
+		r.pkts = pkts
+		// Control, not Read: Read holds the socket's read lock while
+		// RecvLocked sleeps in it.
+		err := l.rc.Control(r.tryFn)
+		r.pkts = nil
+		if err != nil {
+			return 0, l.rxError(err)
+		}
+		if r.got > 0 || r.err != nil || !r.done {
+			return r.got, r.err
+		}
+	}
+}
+
+// RecvLocked is Recv that takes the packets with mu held (link.Poller):
+// it holds mu and the link's receive lock while it reads, and neither
+// while it sleeps, so TryRecv runs meanwhile. It returns with mu held if
+// and only if err is nil.
+func (l *Link) RecvLocked(pkts []link.Packet, mu sync.Locker) (int, error) {
+	if len(pkts) == 0 {
+		return 0, nil
+	}
+	r := &l.rx
+	for {
+		l.rxMu.Lock()
+		r.lockMu, r.lockPkts = mu, pkts
+		l.rxMu.Unlock()
+		err := l.rc.Read(r.lockedFn)
+		if err != nil {
+			// readLocked returned false, or never ran: no lock is held.
+			return 0, l.rxError(err)
+		}
+		// Both locks are held.
+		got, rerr := r.got, r.err
+		r.lockMu, r.lockPkts = nil, nil
+		l.rxMu.Unlock()
+		if got > 0 {
+			return got, nil
+		}
+		mu.Unlock()
+		if rerr != nil {
+			return 0, rerr
+		}
+	}
+}
+
+// Pending reports whether TryRecv would find something
+// (link.PendingReporter): segments queued, a frame in the ring, a frame
+// on the socket (without a ring).
+func (l *Link) Pending() bool {
+	if l.rx.queued.Load() {
 		return true
-	})
-	if err != nil {
-		if l.closed.Load() {
-			return got, net.ErrClosed
-		}
-		return got, err
 	}
-	return got, rerr
+	if l.rc.Control(l.rx.pendingFn) != nil {
+		return true
+	}
+	return l.rx.pending.Load()
+}
+
+func (l *Link) rxError(err error) error {
+	if l.closed.Load() {
+		return net.ErrClosed
+	}
+	return err
+}
+
+// read is Recv's callback (bound once as readFn): false, to wait, when
+// nothing has arrived.
+func (l *Link) read(fd uintptr) bool {
+	r := &l.rx
+	r.got, r.err, r.done = l.fill(fd, r.pkts)
+	return r.done
+}
+
+// try is TryRecv's callback (tryFn).
+func (l *Link) try(fd uintptr) {
+	r := &l.rx
+	r.got, r.err, r.done = l.fill(fd, r.pkts)
+}
+
+// readLocked is RecvLocked's callback (lockedFn): it reads with the
+// caller's lock and the link's receive lock held, keeps both when it has
+// packets, segments queued by a TryRecv, or an error, and lets go of both
+// before the netpoller's wait. It runs inside RawConn.Read, after the
+// netpoller's readiness was reset: a frame that arrives after the look
+// that found none wakes the wait that follows a false.
+func (l *Link) readLocked(fd uintptr) bool {
+	r := &l.rx
+	r.lockMu.Lock()
+	l.rxMu.Lock()
+	if got := l.deliverPending(r.lockPkts); got > 0 {
+		r.got, r.err = got, nil
+		return true
+	}
+	r.got, r.err, r.done = l.fill(fd, r.lockPkts)
+	if r.done {
+		return true
+	}
+	l.rxMu.Unlock()
+	r.lockMu.Unlock()
+	return false
+}
+
+// pendingOf is Pending's callback (pendingFn).
+func (l *Link) pendingOf(fd uintptr) {
+	r := &l.rx
+	if r.ring != nil {
+		r.pending.Store(r.ring.Ready())
+		return
+	}
+	n, err := unix.IoctlGetInt(int(fd), unix.SIOCINQ)
+	r.pending.Store(err != nil || n > 0)
+}
+
+// fill reads frames into pkts until they are full or nothing more has
+// arrived, with rxMu held. done is false when it found nothing at all
+// (the caller may wait); got counts the packets delivered, which may be
+// 0 with done true (drops only, or segments queued).
+func (l *Link) fill(fd uintptr, pkts []link.Packet) (got int, rerr error, done bool) {
+	r := &l.rx
+	for got < len(pkts) {
+		pk := &pkts[got]
+		b := pk.Buf[:cap(pk.Buf)]
+		vnet := l.vnet.Load()
+		n, errno := l.readFrame(fd, b, vnet)
+		switch errno {
+		case 0:
+		case unix.EAGAIN:
+			r.drops.Read(fd, false, true, &l.stats.RxSocketFull)
+			return got, nil, got > 0
+		case unix.EINTR:
+			continue
+		case unix.EINVAL:
+			if vnet {
+				// The kernel could not put a superpacket's GSO type in
+				// a virtio_net_hdr (Linux < 6.2 knows no UDP_L4 there)
+				// and dropped it. Count it, and read superpackets
+				// whole from now on (the sender retransmits).
+				l.stats.RxKernelRefused.Add(1)
+				l.dropVnetHdr(fd)
+				continue
+			}
+			return got, errno, true
+		default:
+			return got, errno, true
+		}
+		if n > len(b)+len(r.over) {
+			l.stats.RxMalformed.Add(1) // longer than any IP datagram
+			continue
+		}
+		frame := b[:min(n, len(b))]
+		if n > len(b) {
+			copy(r.big, b)
+			copy(r.big[len(b):], r.over[:n-len(b)])
+			frame = r.big[:n]
+		}
+		if l.res.Observe(frame) {
+			continue // ARP or ND: resolver food
+		}
+		if t := r.name.Pkttype; t != unix.PACKET_HOST && t != unix.PACKET_MULTICAST && t != unix.PACKET_BROADCAST {
+			continue
+		}
+		segSize, super := 0, n > len(b)
+		if vnet && r.vh[1]&^vnetGSOECN != vnetGSONone {
+			if r.vh[1]&^vnetGSOECN != vnetGSOUDPL4 {
+				l.stats.RxMalformed.Add(1) // TCP or UFO: not RoCE
+				continue
+			}
+			segSize, super = int(binary.NativeEndian.Uint16(r.vh[4:])), true
+		}
+		if !super {
+			if l.accept(frame, pk, n, -1) {
+				got++
+			}
+			if r.next < len(r.pend) {
+				return got, nil, true // an inferred superpacket's segments wait
+			}
+			continue
+		}
+		if &frame[0] == &b[0] {
+			// The segments are written into the callers' buffers, this
+			// one first: read them from a copy.
+			copy(r.big, frame)
+			frame = r.big[:len(frame)]
+		}
+		got = l.split(frame, segSize, pkts, got)
+		if r.next < len(r.pend) {
+			return got, nil, true
+		}
+	}
+	// Every buffer filled: the socket may hold a backlog, and drops.
+	r.drops.Read(fd, true, true, &l.stats.RxSocketFull)
+	return got, nil, true
 }
 
 // dropVnetHdr turns PACKET_VNET_HDR off, for sending as for receiving.
@@ -317,6 +461,7 @@ func (l *Link) queueSegments(sp *link.Superpacket, segSize, from int) {
 		r.pendBuf = sp.AppendSegment(r.pendBuf, segSize, s, false)
 		r.pend = append(r.pend, pendSeg{f: r.pendBuf[off:len(r.pendBuf):len(r.pendBuf)], s: s})
 	}
+	r.queued.Store(r.next < len(r.pend))
 }
 
 // deliverPending hands queued segments over first.
@@ -337,6 +482,7 @@ func (l *Link) deliverPending(pkts []link.Packet) int {
 		}
 	}
 	if r.next == len(r.pend) {
+		r.queued.Store(false)
 		r.pend, r.next, r.pendBuf = r.pend[:0], 0, r.pendBuf[:0]
 		if cap(r.pendBuf) > 1<<20 {
 			r.pendBuf = nil // a backlog's worth: let it go

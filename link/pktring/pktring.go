@@ -143,3 +143,25 @@ func Data(f []byte, h *unix.Tpacket2Hdr, vnet int) (b []byte, whole bool) {
 
 // Name is frame f's sockaddr_ll, as the kernel wrote it.
 func Name(f []byte) []byte { return f[SLL : SLL+unix.SizeofSockaddrLinklayer] }
+
+// DescribesUSO reports whether the running kernel can put a UDP GSO or
+// GRO superpacket's GSO type in an AF_PACKET socket's virtio_net_hdr
+// (VIRTIO_NET_HDR_GSO_UDP_L4, Linux 6.2). Older kernels answer recvmsg
+// with EINVAL and drop the packet; into a ring they cannot put it at all.
+func DescribesUSO() bool {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return false
+	}
+	return ReleaseAtLeast(unix.ByteSliceToString(u.Release[:]), 6, 2)
+}
+
+// ReleaseAtLeast reports whether a kernel release string ("6.1.0-57-amd64",
+// "6.18.44-fc") is major.minor or later; false when it does not parse.
+func ReleaseAtLeast(release string, major, minor int) bool {
+	var ma, mi int
+	if n, _ := fmt.Sscanf(release, "%d.%d", &ma, &mi); n != 2 {
+		return false
+	}
+	return ma > major || ma == major && mi >= minor
+}

@@ -3,7 +3,6 @@ package udp
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -1095,28 +1094,6 @@ func (l *Link) disableGRO() {
 	l.rc.Control(func(fd uintptr) {
 		_ = unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_GRO, 0)
 	})
-}
-
-// packetSocketDescribesUSO reports whether the running kernel can put a
-// UDP GRO superpacket's GSO type in an AF_PACKET socket's virtio_net_hdr
-// (VIRTIO_NET_HDR_GSO_UDP_L4, Linux 6.2); older kernels answer recvmsg
-// with EINVAL and drop the packet.
-func packetSocketDescribesUSO() bool {
-	var u unix.Utsname
-	if unix.Uname(&u) != nil {
-		return false
-	}
-	return releaseAtLeast(unix.ByteSliceToString(u.Release[:]), 6, 2)
-}
-
-// releaseAtLeast reports whether a kernel release string ("6.1.0-57-amd64",
-// "6.18.44-fc") is major.minor or later; false when it does not parse.
-func releaseAtLeast(release string, major, minor int) bool {
-	var ma, mi int
-	if n, _ := fmt.Sscanf(release, "%d.%d", &ma, &mi); n != 2 {
-		return false
-	}
-	return ma > major || ma == major && mi >= minor
 }
 
 var _ link.Poller = (*Link)(nil)

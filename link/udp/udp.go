@@ -74,6 +74,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/pktring"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -233,7 +234,7 @@ func New(cfg Config) (*Link, error) {
 			conn.Close()
 			return nil, err
 		}
-		if !packetSocketDescribesUSO() {
+		if !pktring.DescribesUSO() {
 			// The kernel would coalesce for the UDP socket and then refuse
 			// the superpacket to the AF_PACKET socket (EINVAL, packet
 			// lost): measured in the lab's 6.1 guests as a lost first
