@@ -17,6 +17,7 @@ import (
 	"github.com/goroce/goroce/host"
 	"github.com/goroce/goroce/internal/nettest"
 	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/afpacket"
 	"github.com/goroce/goroce/link/linktest"
 	"github.com/goroce/goroce/link/udp"
 	"github.com/goroce/goroce/verbs"
@@ -26,15 +27,21 @@ import (
 
 var linkModes = []string{"privileged", "unprivileged"}
 
+// roceModes are the devices the engine's benchmarks run on: a RoCE v2
+// device's link/udp, privileged and not, and RoCE v1 on a device of both
+// versions (roce link add's default), whose link is link/afpacket (raw
+// Ethernet, root only).
+var roceModes = append(linkModes, "v1")
+
 // BenchmarkRCWrite64K: RC RDMA WRITE of 64 KiB messages on one QP, 16
 // WRs in flight (every one signaled; the window is refilled as completions
 // arrive), path MTU 4096. x-udp-best is MB/s over the fastest raw-UDP mode
 // of the run (the goal is ≥ 0.75).
 func BenchmarkRCWrite64K(b *testing.B) {
 	ha, hb := newVeth(b)
-	for _, mode := range linkModes {
+	for _, mode := range roceModes {
 		b.Run(mode, func(b *testing.B) {
-			p := openRoCE(b, ha, hb, mode == "unprivileged", 0, verbs.QPCap{MaxSendWR: window, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1})
+			p := openRoCE(b, ha, hb, mode, 0, verbs.QPCap{MaxSendWR: window, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1})
 			benchRCWrite(b, p, ha, hb)
 		})
 	}
@@ -55,14 +62,17 @@ func BenchmarkRCWrite64K(b *testing.B) {
 // UDPRoundTrip64/netpoll+ack for wait.
 func BenchmarkRCSendRecvRTT64(b *testing.B) {
 	ha, hb := newVeth(b)
-	for _, mode := range linkModes {
+	for _, mode := range roceModes {
 		for _, poll := range []string{"wait", "busypoll", "cqpoll"} {
+			if mode == "v1" && poll == "busypoll" {
+				continue // link/udp's busy poll: the raw link has none
+			}
 			b.Run(mode+"/"+poll, func(b *testing.B) {
 				var bp time.Duration
 				if poll == "busypoll" {
 					bp = 50 * time.Microsecond
 				}
-				p := openRoCE(b, ha, hb, mode == "unprivileged", bp, verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
+				p := openRoCE(b, ha, hb, mode, bp, verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
 				benchRCRTT(b, p, ha, hb, poll == "cqpoll")
 			})
 		}
@@ -100,9 +110,9 @@ var devSeq int
 // temporary directory), with an RC QP each, connected at path MTU 4096;
 // busyPoll > 0 sets the links' busy-poll time. Everything is closed when the
 // calling benchmark returns.
-func openRoCE(b *testing.B, ha, hb *nettest.Host, unprivileged bool, busyPoll time.Duration, qcap verbs.QPCap) *rocePair {
+func openRoCE(b *testing.B, ha, hb *nettest.Host, mode string, busyPoll time.Duration, qcap verbs.QPCap) *rocePair {
 	b.Helper()
-	p := openDevices(b, ha, hb, unprivileged, busyPoll)
+	p := openDevices(b, ha, hb, mode, busyPoll)
 	for i := range 2 {
 		var err error
 		if p.qp[i], err = p.pd[i].CreateQP(verbs.QPInitAttr{Type: verbs.RC, SendCQ: p.scq[i], RecvCQ: p.rcq[i], Cap: qcap}); err != nil {
@@ -119,10 +129,10 @@ func openRoCE(b *testing.B, ha, hb *nettest.Host, unprivileged bool, busyPoll ti
 
 // openDevices opens a device on each end of the veth (a registry in a
 // temporary directory) with a PD and a send and a receive CQ of 4096
-// entries each, and finds each device's RoCE v2 GID of its IPv4 address;
-// busyPoll > 0 sets the links' busy-poll time. Everything is closed when
-// the calling benchmark returns.
-func openDevices(b *testing.B, ha, hb *nettest.Host, unprivileged bool, busyPoll time.Duration) *rocePair {
+// entries each, and finds each device's GID of its IPv4 address (RoCE v1
+// in mode "v1", else v2); busyPoll > 0 sets the links' busy-poll time.
+// Everything is closed when the calling benchmark returns.
+func openDevices(b *testing.B, ha, hb *nettest.Host, mode string, busyPoll time.Duration) *rocePair {
 	b.Helper()
 	dir := b.TempDir()
 	reg := host.NewRegistry(dir)
@@ -135,16 +145,25 @@ func openDevices(b *testing.B, ha, hb *nettest.Host, unprivileged bool, busyPoll
 			if err != nil {
 				return err
 			}
-			return reg.Add(host.DeviceDef{Name: name, Type: "rxe", Netdev: h.Ifname, Netns: ns, Versions: host.VersionsV2})
+			v := host.VersionsV2
+			if mode == "v1" {
+				v = host.VersionsBoth
+			}
+			return reg.Add(host.DeviceDef{Name: name, Type: "rxe", Netdev: h.Ifname, Netns: ns, Versions: v})
 		})
 		if err != nil {
 			b.Fatal(err)
 		}
-		d, err := host.Open(name, host.Options{RunDir: dir, Unprivileged: unprivileged, Wrap: func(l link.Link) link.Link {
-			if u, ok := l.(*udp.Link); ok {
-				u.SetBusyPoll(busyPoll)
-			} else {
-				b.Errorf("the device's link is a %T, not a *udp.Link", l)
+		d, err := host.Open(name, host.Options{RunDir: dir, Unprivileged: mode == "unprivileged", Wrap: func(l link.Link) link.Link {
+			switch l := l.(type) {
+			case *udp.Link:
+				l.SetBusyPoll(busyPoll)
+			case *afpacket.Link:
+				if mode != "v1" {
+					b.Errorf("mode %s: the device's link is a %T", mode, l)
+				}
+			default:
+				b.Errorf("the device's link is a %T", l)
 			}
 			return l
 		}})
@@ -156,7 +175,11 @@ func openDevices(b *testing.B, ha, hb *nettest.Host, unprivileged bool, busyPoll
 	}
 	p.ip = [2]netip.Addr{v4GID(ha), v4GID(hb)}
 	for i := range 2 {
-		p.sgid[i] = gidIndex(b, p.dev[i], p.ip[i])
+		t := verbs.GIDTypeRoCEv2
+		if mode == "v1" {
+			t = verbs.GIDTypeRoCEv1
+		}
+		p.sgid[i] = gidIndexOf(b, p.dev[i], p.ip[i], t)
 	}
 	if p.dev[0].Link().MTU() < pmtu {
 		b.Fatalf("link MTU %d", p.dev[0].Link().MTU())
@@ -186,13 +209,18 @@ func v4GID(h *nettest.Host) netip.Addr { return netip.AddrFrom16(h.IPv4.As16()) 
 
 // gidIndex is the index of d's RoCE v2 GID gid.
 func gidIndex(b *testing.B, d *host.Device, gid netip.Addr) int {
+	return gidIndexOf(b, d, gid, verbs.GIDTypeRoCEv2)
+}
+
+// gidIndexOf is the index of d's GID gid of type t.
+func gidIndexOf(b *testing.B, d *host.Device, gid netip.Addr, t verbs.GIDType) int {
 	b.Helper()
 	for k, e := range d.GIDs() {
-		if e.GID == gid && e.Type == verbs.GIDTypeRoCEv2 {
+		if e.GID == gid && e.Type == t {
 			return k
 		}
 	}
-	b.Fatalf("%s has no RoCE v2 GID %v", d.Def.Name, gid)
+	b.Fatalf("%s has no %v GID %v", d.Def.Name, t, gid)
 	return -1
 }
 

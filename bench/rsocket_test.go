@@ -60,13 +60,13 @@ func BenchmarkRsocket(b *testing.B) {
 	var rcWrite, rcRTT float64
 	b.Run("RCWrite64K", func(b *testing.B) {
 		label("RCWrite64K")
-		p := openRoCE(b, ha, hb, false, 0, verbs.QPCap{MaxSendWR: window, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1})
+		p := openRoCE(b, ha, hb, "privileged", 0, verbs.QPCap{MaxSendWR: window, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1})
 		benchRCWrite(b, p, ha, hb)
 		rcWrite = lastResult(b).mbps
 	})
 	b.Run("RCWriteImm64K", func(b *testing.B) {
 		label("RCWriteImm64K")
-		p := openRoCE(b, ha, hb, false, 0, verbs.QPCap{MaxSendWR: window, MaxRecvWR: immRecvs, MaxSendSGE: 1, MaxRecvSGE: 1})
+		p := openRoCE(b, ha, hb, "privileged", 0, verbs.QPCap{MaxSendWR: window, MaxRecvWR: immRecvs, MaxSendSGE: 1, MaxRecvSGE: 1})
 		r := benchRCWriteImm(b, p, msgSize)
 		if rcWrite > 0 {
 			b.ReportMetric(r.mbps/rcWrite, "x-rc-write")
@@ -74,7 +74,7 @@ func BenchmarkRsocket(b *testing.B) {
 	})
 	b.Run("RCWriteImm64Kminus4", func(b *testing.B) {
 		label("RCWriteImm64Kminus4")
-		p := openRoCE(b, ha, hb, false, 0, verbs.QPCap{MaxSendWR: window, MaxRecvWR: immRecvs, MaxSendSGE: 1, MaxRecvSGE: 1})
+		p := openRoCE(b, ha, hb, "privileged", 0, verbs.QPCap{MaxSendWR: window, MaxRecvWR: immRecvs, MaxSendSGE: 1, MaxRecvSGE: 1})
 		r := benchRCWriteImm(b, p, msgSize-4)
 		if rcWrite > 0 {
 			b.ReportMetric(r.mbps/rcWrite, "x-rc-write")
@@ -110,7 +110,7 @@ func BenchmarkRsocket(b *testing.B) {
 		}
 	})
 	b.Run("RCSendRecvRTT64", func(b *testing.B) {
-		p := openRoCE(b, ha, hb, false, 0, verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
+		p := openRoCE(b, ha, hb, "privileged", 0, verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
 		benchRCRTT(b, p, ha, hb, false)
 		rcRTT = lastResult(b).ns
 	})
@@ -154,7 +154,7 @@ func lastResult(b *testing.B) result {
 // their counters.
 func rsocketPair(b *testing.B, ha, hb *nettest.Host) (ca, cb net.Conn, p *rocePair) {
 	b.Helper()
-	p = openDevices(b, ha, hb, false, 0)
+	p = openDevices(b, ha, hb, "privileged", 0)
 	var cms [2]*rdmacm.CM
 	for i := range 2 {
 		cms[i] = rdmacm.New(rdmacm.Options{})

@@ -75,7 +75,7 @@ func BenchmarkIdleQPs(b *testing.B) {
 }
 
 func benchIdleQPs(b *testing.B, ha, hb *nettest.Host, qcap verbs.QPCap) {
-	p := openDevices(b, ha, hb, false, 0)
+	p := openDevices(b, ha, hb, "privileged", 0)
 	var mr [2]*verbs.MR
 	for i := range 2 {
 		var err error
@@ -192,7 +192,7 @@ func writeHeapProfile(b *testing.B, path string) {
 // elapsed time.
 func BenchmarkCMConnect(b *testing.B) {
 	ha, hb := newVeth(b)
-	p := openDevices(b, ha, hb, false, 0)
+	p := openDevices(b, ha, hb, "privileged", 0)
 	var cms [2]*rdmacm.CM
 	for i := range 2 {
 		cm := rdmacm.New(rdmacm.Options{})
