@@ -22,9 +22,10 @@
 #   -k KINDS      goroce device kinds, comma-separated: v2 (RoCE v2 only: sent
 #                 through the kernel's UDP socket, with GSO; received, as root,
 #                 with AF_PACKET) and/or both (v1+v2: AF_PACKET both ways, the
-#                 v2 GID used); default v2, the faster in the VMs: in 5 paired
-#                 rounds (-k v2,both) both's write_bw was 0.26-0.70x v2's,
-#                 its pingpong and send_lat 0.5-1.2x v2's time (median 1.0)
+#                 v2 GID used); default v2, the faster in the VMs: in 6 paired
+#                 rounds (-k v2,both, at 2d820e1) both's write_bw was
+#                 0.51-0.90x v2's (median 0.67), its pingpong 0.97-1.43x
+#                 v2's time (1.34), its send_lat 0.93-1.72x (1.17)
 #   -n PP,LAT,BW  iterations of the pingpong, send_lat and write_bw tests
 #                 (default 1000,1000,300; --quick: 50,50,20)
 #   -j FILE       also write every run and the summary as JSON to FILE
