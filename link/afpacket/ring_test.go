@@ -1,11 +1,14 @@
 package afpacket
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -308,5 +311,43 @@ func TestPendingAndEmptyLook(t *testing.T) {
 	}
 	if rx.Pending() {
 		t.Error("Pending() true once the SEND was taken")
+	}
+}
+
+// TestNoBuffers: Recv, TryRecv and RecvLocked given no buffers return 0
+// at once, with a packet waiting or not (they used to loop forever: a
+// read that fills every buffer it was given reports that it did).
+func TestNoBuffers(t *testing.T) {
+	tx, rx, a, _ := ringPair(t)
+	sendAll(t, tx, linktest.WriteBatch(tx.Headroom(), a, 1, 0, 1))
+	if !testenv.Poll(testenv.Slow, rx.Pending) {
+		t.Fatal("the SEND never arrived")
+	}
+	done := make(chan string, 3)
+	var mu sync.Mutex
+	go func() {
+		n, err := rx.Recv(nil)
+		done <- fmt.Sprintf("Recv: %d, %v", n, err)
+	}()
+	go func() {
+		n, err := rx.TryRecv(nil)
+		done <- fmt.Sprintf("TryRecv: %d, %v", n, err)
+	}()
+	go func() {
+		n, err := rx.RecvLocked(nil, &mu)
+		done <- fmt.Sprintf("RecvLocked: %d, %v", n, err)
+	}()
+	for range 3 {
+		select {
+		case r := <-done:
+			if !strings.HasSuffix(r, ": 0, <nil>") {
+				t.Error(r)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a receive with no buffers did not return")
+		}
+	}
+	if got := takePSNs(t, rx, 1); !slices.Equal(got, []wire.PSN{1}) {
+		t.Fatalf("received PSNs %v, want [1]", got)
 	}
 }

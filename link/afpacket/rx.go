@@ -104,6 +104,9 @@ func (r *rxState) recvmsg(fd uintptr, b []byte, vnet bool) (int, unix.Errno) {
 // are dropped, counted and reported (dropForeign), never delivered. Every
 // frame dropped is counted by cause (link.Stats).
 func (l *Link) Recv(pkts []link.Packet) (int, error) {
+	if len(pkts) == 0 {
+		return 0, nil // nothing to fill: fill would report done, forever
+	}
 	l.rxMu.Lock()
 	defer l.rxMu.Unlock()
 	r := &l.rx
@@ -128,6 +131,9 @@ func (l *Link) Recv(pkts []link.Packet) (int, error) {
 // TryRecv is Recv without the wait (link.Poller): it returns 0 when
 // nothing has arrived.
 func (l *Link) TryRecv(pkts []link.Packet) (int, error) {
+	if len(pkts) == 0 {
+		return 0, nil
+	}
 	l.rxMu.Lock()
 	defer l.rxMu.Unlock()
 	r := &l.rx
