@@ -53,7 +53,7 @@ for r in $(seq "$R"); do
 			sf=$(grep -o 'rx_drop_socket_full [0-9]*' $D/sstat | awk '{print $2}')
 			dr=$(grep -o 'duplicate_request [0-9]*' $D/sstat | awk '{print $2}')
 			echo "round $r $(basename $BIN) q=$q MBps=${bw:-?} retrans_pkts=${rt:-?} completer_retry_err=${cr:-?} rc=$crc load=$(cut -d' ' -f1 /proc/loadavg) server_rx_drop_socket_full=${sf:-?} server_duplicate_request=${dr:-?}"
-			[ "$crc" != 0 ] && { tail -3 $D/c.err; tail -3 $D/s.err; }
+			if [ "$crc" != 0 ]; then tail -3 $D/c.err; tail -3 $D/s.err; fi
 		done
 	done
 done

@@ -234,6 +234,10 @@ type closerFunc func() error
 
 func (f closerFunc) Close() error { return f() }
 
+// lockRetryFor bounds how long Open retries a device lock that someone
+// holds while no owner can be found (takeLock).
+const lockRetryFor = time.Second
+
 // takeLock takes the device's data-path lock, or says who holds it.
 func (d *Device) takeLock() error {
 	if err := rundir.MkdirAll(d.reg.Dir, d.reg.devDir()); err != nil {
@@ -244,14 +248,27 @@ func (d *Device) takeLock() error {
 	if err != nil {
 		return err
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		if ow, ok := d.reg.OwnerOf(d.Def.Name); ok {
-			return &verbs.Error{Op: "open", Device: d.Def.Name, Err: errors.Join(ErrBusy, syscall.EBUSY),
-				Detail: fmt.Sprintf("device %s is in use by process %d (%s); one process at a time runs a device's data path, "+
-					"while control commands (roce link show, roce dev, roce gids) work meanwhile", d.Def.Name, ow.PID, ow.Command)}
+	// A control command that asks who runs the device (OwnerOf: roce
+	// stat, roce link show -d, …) holds a shared lock on the file for a
+	// moment, and an owner that is exiting holds its lock until it is
+	// gone: a refusal while no owner can be found is one of those, and
+	// passes. Only a refusal with an owner, or one that lasts, is EBUSY.
+	for deadline := time.Now().Add(lockRetryFor); ; {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			break
 		}
-		return &verbs.Error{Op: "open", Device: d.Def.Name, Detail: fmt.Sprintf("device %s is in use", d.Def.Name), Err: errors.Join(ErrBusy, syscall.EBUSY)}
+		ow, ok := d.reg.OwnerOf(d.Def.Name)
+		if ok || !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(deadline) {
+			f.Close()
+			if ok && ow.PID != 0 {
+				return &verbs.Error{Op: "open", Device: d.Def.Name, Err: errors.Join(ErrBusy, syscall.EBUSY),
+					Detail: fmt.Sprintf("device %s is in use by process %d (%s); one process at a time runs a device's data path, "+
+						"while control commands (roce link show, roce dev, roce gids) work meanwhile", d.Def.Name, ow.PID, ow.Command)}
+			}
+			return &verbs.Error{Op: "open", Device: d.Def.Name, Detail: fmt.Sprintf("device %s is in use", d.Def.Name), Err: errors.Join(ErrBusy, syscall.EBUSY)}
+		}
+		time.Sleep(time.Millisecond)
 	}
 	f.Truncate(0)
 	fmt.Fprintf(f, "%d\n", os.Getpid())

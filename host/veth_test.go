@@ -125,3 +125,52 @@ func TestOpenOverVeth(t *testing.T) {
 		})
 	}
 }
+
+// TestOpenWhileOwnerAsked: a control command asking who runs a device
+// (Registry.OwnerOf, as roce stat and roce link show -d do) holds a
+// shared lock on the device's lock file for a moment; an Open that
+// falls in that moment used to fail with "device … is in use" (no
+// owner named), as bench/perfq.sh's `roce perf` did beside its `roce
+// stat` sampler. Every Open must succeed while nobody runs the device.
+func TestOpenWhileOwnerAsked(t *testing.T) {
+	ha, _ := nettest.VethPair(t, nettest.Options{MTU: 1500})
+	dir := t.TempDir()
+	reg := host.NewRegistry(dir)
+	addDevice(t, reg, ha, "rxe0", host.VersionsV2)
+	stop := make(chan struct{})
+	done := make(chan int)
+	const askers, opens = 2, 200
+	for range askers {
+		go func() {
+			n := 0
+			for {
+				select {
+				case <-stop:
+					done <- n
+					return
+				default:
+				}
+				reg.OwnerOf("rxe0")
+				n++
+			}
+		}()
+	}
+	failed := 0
+	for range opens {
+		d, err := host.Open("rxe0", host.Options{RunDir: dir, Unprivileged: true})
+		if err != nil {
+			failed++
+			t.Log(err)
+			continue
+		}
+		d.Close()
+	}
+	close(stop)
+	asked := 0
+	for range askers {
+		asked += <-done
+	}
+	if failed > 0 {
+		t.Errorf("%d of %d opens failed while OwnerOf was asked %d times", failed, opens, asked)
+	}
+}
