@@ -216,69 +216,29 @@ func TestRingHostile(t *testing.T) {
 // must hand over the queued segments before it.
 func TestRecvLockedKeepsOrderAfterTryRecv(t *testing.T) {
 	tx, rx, a, _ := ringPair(t)
-	var mu sync.Mutex
-	type result struct {
-		pkts []link.Packet
-		err  error
+	// A WRITE of 8 packets (a FIRST and a superpacket of seven), then a
+	// SEND.
+	r := linktest.RecvLockedAfterTryRecv(t, rx,
+		func() { sendAll(t, tx, linktest.WriteBatch(tx.Headroom(), a, 100, 8, 0)) },
+		func() { sendAll(t, tx, linktest.WriteBatch(tx.Headroom(), a, 108, 0, 1)) },
+		func() int {
+			rx.rxMu.Lock()
+			defer rx.rxMu.Unlock()
+			return len(rx.rx.pend) - rx.rx.next
+		}, 9)
+	if got, want := psnsOf(r.All), psnRange(100, 108); !slices.Equal(got, want) {
+		t.Errorf("PSNs in the order the two receivers got them: %v, want %v (TryRecv took %v, RecvLocked's first batch %v)",
+			got, want, psnsOf(r.Polled), psnsOf(r.First))
 	}
-	first := make(chan result, 1)
-	go func() {
-		bufs := linktest.NewBuffers(64)
-		n, err := rx.RecvLocked(bufs, &mu)
-		if err == nil {
-			mu.Unlock() // RecvLocked returns with mu held
-		}
-		first <- result{bufs[:n], err}
-	}()
-	if !testenv.Poll(testenv.Slow, linktest.ParkedInRecvLocked) {
-		t.Fatal("RecvLocked never slept in the netpoller")
+}
+
+// psnsOf is the packets' PSNs.
+func psnsOf(pkts []link.Packet) []wire.PSN {
+	var s []wire.PSN
+	for _, p := range pkts {
+		s = append(s, wire.BTH(p.Transport()[:wire.BTHLen]).PSN())
 	}
-	// The poller's turn, holding the caller's lock as verbs does: a WRITE
-	// of 8 packets (a FIRST and a superpacket of seven) taken with three
-	// buffers, so five segments are left queued in the link.
-	mu.Lock()
-	sendAll(t, tx, linktest.WriteBatch(tx.Headroom(), a, 100, 8, 0))
-	var polled []link.Packet
-	if !testenv.Poll(testenv.Slow, func() bool {
-		bufs := linktest.NewBuffers(3 - len(polled))
-		n, err := rx.TryRecv(bufs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		polled = append(polled, bufs[:n]...)
-		return len(polled) == 3
-	}) {
-		mu.Unlock()
-		t.Fatalf("TryRecv took %d packets, want 3", len(polled))
-	}
-	if !rx.Pending() {
-		mu.Unlock()
-		t.Fatal("Pending() false with segments queued")
-	}
-	// Then a later packet, which wakes RecvLocked once mu is free.
-	sendAll(t, tx, linktest.WriteBatch(tx.Headroom(), a, 108, 0, 1))
-	mu.Unlock()
-	r := <-first
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	got := append(polled, r.pkts...)
-	testenv.Poll(testenv.Slow, func() bool {
-		bufs := linktest.NewBuffers(64)
-		n, err := rx.TryRecv(bufs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, bufs[:n]...)
-		return len(got) >= 9
-	})
-	var psns []wire.PSN
-	for _, p := range got {
-		psns = append(psns, wire.BTH(p.Transport()[:wire.BTHLen]).PSN())
-	}
-	if want := psnRange(100, 108); !slices.Equal(psns, want) {
-		t.Errorf("PSNs in the order the two receivers got them: %v, want %v", psns, want)
-	}
+	return s
 }
 
 // TestPendingAndEmptyLook: Pending says what TryRecv would find, without

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"runtime"
 	"strings"
+	"sync"
+	"testing"
+	"time"
 
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/wire"
@@ -63,4 +66,87 @@ func ParkedInRecvLocked() bool {
 		}
 	}
 	return false
+}
+
+// Receivers is what RecvLockedAfterTryRecv's two receivers took: the
+// poller's TryRecv, then RecvLocked's first batch, then the rest (by
+// TryRecv), and all of them in that order.
+type Receivers struct {
+	Polled, First, All []link.Packet
+}
+
+// RecvLockedAfterTryRecv plays the case link.Poller's order promise is
+// about. l's RecvLocked sleeps in the netpoller (the device's receive
+// goroutine); holding its lock, as verbs does, a poller takes three of
+// the packets sendFirst sends with TryRecv, and queued must then say how
+// many segments the link holds for later (a superpacket cut short: none
+// is a test that proves nothing, and fails); sendNext sends a later
+// packet, which wakes RecvLocked once the lock is free: it must hand over
+// the queued segments before it. The packets are taken until total have
+// come, or 20 s.
+func RecvLockedAfterTryRecv(t testing.TB, l link.Poller, sendFirst, sendNext func(), queued func() int, total int) Receivers {
+	t.Helper()
+	var mu sync.Mutex
+	type result struct {
+		pkts []link.Packet
+		err  error
+	}
+	first := make(chan result, 1)
+	go func() {
+		bufs := NewBuffers(64)
+		n, err := l.RecvLocked(bufs, &mu)
+		if err == nil {
+			mu.Unlock() // RecvLocked returns with mu held
+		}
+		first <- result{bufs[:n], err}
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for !ParkedInRecvLocked() {
+		if time.Now().After(deadline) {
+			t.Fatal("RecvLocked never slept in the netpoller")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	mu.Lock()
+	sendFirst()
+	var r Receivers
+	for len(r.Polled) < 3 {
+		bufs := NewBuffers(3 - len(r.Polled))
+		n, err := l.TryRecv(bufs)
+		if err != nil {
+			mu.Unlock()
+			t.Fatal(err)
+		}
+		r.Polled = append(r.Polled, bufs[:n]...)
+		if time.Now().After(deadline) {
+			mu.Unlock()
+			t.Fatalf("TryRecv took %d packets, want 3", len(r.Polled))
+		}
+	}
+	if queued() == 0 {
+		mu.Unlock()
+		t.Fatal("TryRecv queued no segments: the receiver got no superpacket to split")
+	}
+	sendNext()
+	mu.Unlock()
+	res := <-first
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	r.First = res.pkts
+	r.All = append(append([]link.Packet(nil), r.Polled...), r.First...)
+	// The rest by TryRecv: a RecvLocked that failed to hand the queued
+	// segments over first would then wait for nothing.
+	for len(r.All) < total && time.Now().Before(deadline) {
+		bufs := NewBuffers(64)
+		n, err := l.TryRecv(bufs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.All = append(r.All, bufs[:n]...)
+		if n == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	return r
 }

@@ -3,7 +3,6 @@ package udp
 import (
 	"net/netip"
 	"slices"
-	"sync"
 	"testing"
 
 	"github.com/goroce/goroce/internal/nettest"
@@ -67,72 +66,24 @@ func testRecvLockedOrder(t *testing.T, v6 bool) {
 		t.Fatal("the warm-up datagram never arrived")
 	}
 
-	var mu sync.Mutex
-	type result struct {
-		pkts []link.Packet
-		err  error
-	}
-	first := make(chan result, 1)
-	go func() {
-		bufs := linktest.NewBuffers(64)
-		n, err := b.RecvLocked(bufs, &mu)
-		if err == nil {
-			mu.Unlock() // RecvLocked returns with mu held
-		}
-		first <- result{bufs[:n], err}
-	}()
-	if !testenv.Poll(testenv.Slow, linktest.ParkedInRecvLocked) {
-		t.Fatal("RecvLocked never slept in the netpoller")
-	}
-	// The poller's turn, holding the caller's lock as verbs does: a WRITE
-	// of 8 packets (a FIRST and a GSO message of seven) taken with three
-	// buffers, so five segments are left queued in the link.
-	mu.Lock()
-	send(writeBatch(a.Headroom(), addr, psn0, writeLen, 0))
-	var polled []link.Packet
-	if !testenv.Poll(testenv.Slow, func() bool {
-		bufs := linktest.NewBuffers(3 - len(polled))
-		n, err := b.TryRecv(bufs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		polled = append(polled, bufs[:n]...)
-		return len(polled) == 3
-	}) {
-		mu.Unlock()
-		t.Fatalf("TryRecv took %d packets, want 3", len(polled))
-	}
-	b.rxMu.Lock()
-	queued := len(b.rx.pend) - b.rx.pendNext
-	b.rxMu.Unlock()
-	if queued == 0 {
-		mu.Unlock()
-		t.Fatalf("TryRecv queued no segments (took %v): the receiver got no GRO superpacket to split", psns(polled))
-	}
-	// Then a later datagram, which wakes RecvLocked once mu is free.
-	send(writeBatch(a.Headroom(), addr, psn0+writeLen, 0, 1))
-	mu.Unlock()
-	r := <-first
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	got := append(polled, r.pkts...)
-	for len(got) < writeLen+1 {
-		bufs := linktest.NewBuffers(64)
-		n, err := b.RecvLocked(bufs, &mu)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mu.Unlock()
-		got = append(got, bufs[:n]...)
-	}
+	// The poller takes three packets of a WRITE of 8 (a FIRST and a GSO
+	// message of seven), so five segments are left queued in the link;
+	// then a later datagram.
+	r := linktest.RecvLockedAfterTryRecv(t, b,
+		func() { send(writeBatch(a.Headroom(), addr, psn0, writeLen, 0)) },
+		func() { send(writeBatch(a.Headroom(), addr, psn0+writeLen, 0, 1)) },
+		func() int {
+			b.rxMu.Lock()
+			defer b.rxMu.Unlock()
+			return len(b.rx.pend) - b.rx.pendNext
+		}, writeLen+1)
 	want := make([]wire.PSN, writeLen+1)
 	for i := range want {
 		want[i] = psn0 + wire.PSN(i)
 	}
-	if g := psns(got); !slices.Equal(g, want) {
+	if g := psns(r.All); !slices.Equal(g, want) {
 		t.Errorf("PSNs in the order the two receivers got them: %v, want %v (TryRecv took %v, RecvLocked's first batch %v; segments queued by TryRecv: %d)",
-			g, want, psns(polled), psns(r.pkts), b.rx.nQueued)
+			g, want, psns(r.Polled), psns(r.First), b.rx.nQueued)
 	}
 }
 
