@@ -26,7 +26,12 @@ func TestMain(m *testing.M) {
 	if os.Getenv("GOROCE_TEST_ROCE") == "1" {
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	// Devices on lo bind UDP 4791 in this namespace, as host's and
+	// link/udp's tests do: one package's tests at a time.
+	release := testenv.HoldRootPort()
+	code := m.Run()
+	release()
+	os.Exit(code)
 }
 
 // roceExecutable writes a script that runs roce as a process and returns

@@ -130,3 +130,32 @@ func SharedMountPoint(t testing.TB) string {
 	}
 	return mnt
 }
+
+// RootPortLock is the file whose lock the tests hold while they bind UDP
+// port 4791 in the host's own network namespace (a device on lo, links on
+// 127.0.0.x): go test runs several packages' test binaries at once, and
+// two such binds collide (EADDRINUSE, seen in CI as a device that would
+// not open on lo).
+func RootPortLock() string { return filepath.Join(os.TempDir(), "goroce-test-root-port-4791.lock") }
+
+// HoldRootPort takes RootPortLock, waiting for the test binary that holds
+// it, and returns its release. A package whose tests bind the port calls
+// it from TestMain, around m.Run.
+func HoldRootPort() (release func()) {
+	f, err := os.OpenFile(RootPortLock(), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			os.Stderr.WriteString("testenv: waiting for another package's tests to let go of UDP port 4791 (" + RootPortLock() + ")\n")
+		}
+	}()
+	for unix.Flock(int(f.Fd()), unix.LOCK_EX) == unix.EINTR {
+	}
+	close(done)
+	return func() { f.Close() }
+}
