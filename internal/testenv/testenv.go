@@ -141,8 +141,12 @@ func RootPortLock() string { return filepath.Join(os.TempDir(), "goroce-test-roo
 // HoldRootPort takes RootPortLock, waiting for the test binary that holds
 // it, and returns its release. A package whose tests bind the port calls
 // it from TestMain, around m.Run.
-func HoldRootPort() (release func()) {
-	f, err := os.OpenFile(RootPortLock(), os.O_CREATE|os.O_RDWR, 0o600)
+func HoldRootPort() (release func()) { return holdLock(RootPortLock()) }
+
+// holdLock takes an exclusive flock on the file at path, waiting for its
+// holder, and returns its release.
+func holdLock(path string) (release func()) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return func() {}
 	}
@@ -151,7 +155,7 @@ func HoldRootPort() (release func()) {
 		select {
 		case <-done:
 		case <-time.After(5 * time.Second):
-			os.Stderr.WriteString("testenv: waiting for another package's tests to let go of UDP port 4791 (" + RootPortLock() + ")\n")
+			os.Stderr.WriteString("testenv: waiting for another package's tests to let go of " + path + "\n")
 		}
 	}()
 	for unix.Flock(int(f.Fd()), unix.LOCK_EX) == unix.EINTR {
