@@ -141,7 +141,19 @@ func RootPortLock() string { return filepath.Join(os.TempDir(), "goroce-test-roo
 // HoldRootPort takes RootPortLock, waiting for the test binary that holds
 // it, and returns its release. A package whose tests bind the port calls
 // it from TestMain, around m.Run.
-func HoldRootPort() (release func()) { return holdLock(RootPortLock()) }
+//
+// A test binary that a holder runs as a child (a test re-executing itself)
+// is under its parent's hold and takes nothing: waiting for its parent
+// would never end.
+func HoldRootPort() (release func()) {
+	const held = "GOROCE_TEST_ROOT_PORT_HELD"
+	if os.Getenv(held) == "1" {
+		return func() {}
+	}
+	release = holdLock(RootPortLock())
+	os.Setenv(held, "1")
+	return release
+}
 
 // holdLock takes an exclusive flock on the file at path, waiting for its
 // holder, and returns its release.
