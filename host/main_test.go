@@ -11,8 +11,5 @@ import (
 // (testenv.HoldRootPort): devices on lo bind it, as cmd/roce's and
 // link/udp's tests do, and go test runs packages at once.
 func TestMain(m *testing.M) {
-	release := testenv.HoldRootPort()
-	code := m.Run()
-	release()
-	os.Exit(code)
+	os.Exit(testenv.RunHoldingRootPort(m))
 }

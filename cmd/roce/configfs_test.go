@@ -28,10 +28,7 @@ func TestMain(m *testing.M) {
 	}
 	// Devices on lo bind UDP 4791 in this namespace, as host's and
 	// link/udp's tests do: one package's tests at a time.
-	release := testenv.HoldRootPort()
-	code := m.Run()
-	release()
-	os.Exit(code)
+	os.Exit(testenv.RunHoldingRootPort(m))
 }
 
 // roceExecutable writes a script that runs roce as a process and returns

@@ -138,9 +138,17 @@ func SharedMountPoint(t testing.TB) string {
 // not open on lo).
 func RootPortLock() string { return filepath.Join(os.TempDir(), "goroce-test-root-port-4791.lock") }
 
+// RunHoldingRootPort runs m's tests holding RootPortLock (HoldRootPort)
+// and returns m.Run's code: the TestMain of a package whose tests bind the
+// port is os.Exit(testenv.RunHoldingRootPort(m)).
+func RunHoldingRootPort(m *testing.M) int {
+	release := HoldRootPort()
+	defer release()
+	return m.Run()
+}
+
 // HoldRootPort takes RootPortLock, waiting for the test binary that holds
-// it, and returns its release. A package whose tests bind the port calls
-// it from TestMain, around m.Run.
+// it, and returns its release.
 //
 // A test binary that a holder runs as a child (a test re-executing itself)
 // is under its parent's hold and takes nothing: waiting for its parent

@@ -11,8 +11,5 @@ import (
 // (testenv.HoldRootPort): the loopback tests bind it on 127.0.0.x, and
 // cmd/roce's and host's devices on lo bind it on every address.
 func TestMain(m *testing.M) {
-	release := testenv.HoldRootPort()
-	code := m.Run()
-	release()
-	os.Exit(code)
+	os.Exit(testenv.RunHoldingRootPort(m))
 }
