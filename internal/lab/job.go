@@ -54,12 +54,13 @@ func (j *Job) Log() (log string, status int, exited bool) {
 // Wait polls the job's log until the command has ended (its EXIT line is
 // there) and returns the log. It waits for that condition, not for a time:
 // the command ends by its own limit at the latest, and Wait gives up only
-// exitGrace after that, with the log as last read (no EXIT line).
+// exitGrace after that, or as soon as a VM's NIC has stalled (the test has
+// failed then, health.go), with the log as last read (no EXIT line).
 func (j *Job) Wait() string {
 	var log string
 	testenv.Poll(time.Until(j.start.Add(j.limit+exitGrace)), func() (exited bool) {
 		log, _, exited = j.Log()
-		return exited
+		return exited || j.l.broken.Load()
 	})
 	return log
 }
