@@ -6,6 +6,8 @@ package verbs_test
 import (
 	"net"
 	"net/netip"
+	"slices"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -182,40 +184,146 @@ func (e *fairEnv) startRead(t testing.TB) uint64 {
 // reading reports whether the victim still owes READ responses.
 func (e *fairEnv) reading() bool { return counterOf(e.rqp.Counters(), "sent_pkts") < e.sent }
 
+// readOrder is the victim's link, watched: how many READ responses had
+// left when each legitimate RDMA WRITE was taken from the link, and when
+// the ACK of each left. It passes a link.Poller's and a PendingReporter's
+// calls on, so the device runs as it would on the bare link.
+type readOrder struct {
+	link.Link
+	p       link.Poller
+	legit   uint32 // the legitimate peer's QPN: its ACKs' destination
+	mu      sync.Mutex
+	resps   int   // READ responses sent so far
+	writeAt []int // resps when each legitimate WRITE was taken
+	ackAt   []int // resps when each ACK to the legitimate peer left
+}
+
+func (l *readOrder) Send(pkts []link.Packet) (int, error) {
+	l.mu.Lock()
+	for i := range pkts {
+		bth := wire.BTH(pkts[i].Transport())
+		switch op := bth.Opcode(); {
+		case op >= wire.TransportRC|wire.OpReadResponseFirst && op <= wire.TransportRC|wire.OpReadResponseOnly:
+			l.resps++
+		case op == wire.OpcodeRCAcknowledge && bth.DestQP() == l.legit:
+			l.ackAt = append(l.ackAt, l.resps)
+		}
+	}
+	l.mu.Unlock()
+	return l.Link.Send(pkts)
+}
+
+func (l *readOrder) took(pkts []link.Packet) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := range pkts {
+		if wire.BTH(pkts[i].Transport()).Opcode() == wire.TransportRC|wire.OpWriteOnly {
+			l.writeAt = append(l.writeAt, l.resps)
+		}
+	}
+}
+
+func (l *readOrder) Recv(pkts []link.Packet) (int, error) {
+	n, err := l.Link.Recv(pkts)
+	l.took(pkts[:n])
+	return n, err
+}
+
+func (l *readOrder) TryRecv(pkts []link.Packet) (int, error) {
+	n, err := l.p.TryRecv(pkts)
+	l.took(pkts[:n])
+	return n, err
+}
+
+func (l *readOrder) RecvLocked(pkts []link.Packet, mu sync.Locker) (int, error) {
+	n, err := l.p.RecvLocked(pkts, mu)
+	l.took(pkts[:n])
+	return n, err
+}
+
+func (l *readOrder) Pending() bool {
+	if pr, ok := l.Link.(link.PendingReporter); ok {
+		return pr.Pending()
+	}
+	return true // "may say true when TryRecv then finds nothing"
+}
+
+// order returns copies of the records.
+func (l *readOrder) order() (resps int, writeAt, ackAt []int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.resps, slices.Clone(l.writeAt), slices.Clone(l.ackAt)
+}
+
 // TestReadFairness: while the victim answers one READ request of 16 MiB
 // (16,384 responses at path MTU 1024) on one QP, a legitimate connection
-// to another QP of the same device keeps completing operations. The
-// responses used to go out in one loop on the device's receive goroutine,
-// the legitimate requests waiting behind all of them (a connection fell
-// from 25,225 operations to 39 in that time); they go out in bursts of
-// 64 KiB now, the QPs with work taking turns. The test counts the
-// legitimate operations that complete between the READ request and the
-// last response (no timing: an order of events).
+// to another QP of the same device keeps being served. The responses used
+// to go out in one loop on the device's receive goroutine, the legitimate
+// requests waiting behind all of them (a connection fell from 25,225
+// operations to 39 in that time); they go out in bursts of 64 KiB now, the
+// QPs with work taking turns.
+//
+// What is checked is an order of events at the victim, not a speed: a
+// legitimate WRITE the victim took from its link while half of the READ
+// or more was still owed is acknowledged before the READ's last response
+// (a burst is 64 responses; half the READ is 128 bursts, room for a thread
+// that took the WRITE and was then preempted). Counting the operations
+// that complete during the READ, as this test did, was a speed: on a
+// loaded machine (clean-clone CI run 47, beside other packages' tests) the
+// legitimate side completed its first operation only after the READ had
+// ended, for reasons of its own scheduling, and counted one. A READ during
+// which no WRITE arrived early enough proves nothing either way, and is
+// tried again, three times at most. The counts are logged; the figure is
+// in BENCHMARKS (BenchmarkReadFairness).
 func TestReadFairness(t *testing.T) {
 	for _, kind := range hostileLinks {
 		t.Run(kind, func(t *testing.T) {
-			e := newFairEnv(t, kind, 16<<20)
+			var tap *readOrder
+			e := newFairEnvWrap(t, kind, 16<<20, func(l link.Link) link.Link {
+				p, ok := l.(link.Poller)
+				if !ok {
+					t.Fatalf("%s: the victim's link is no link.Poller", kind)
+				}
+				tap = &readOrder{Link: l, p: p}
+				return tap
+			})
+			tap.mu.Lock()
+			tap.legit = e.lqp.Num()
+			tap.mu.Unlock()
 			e.op(t)
-			e.startRead(t)
-			ops := 0
-			for e.reading() {
-				e.op(t)
-				ops++
+			for try := 1; ; try++ {
+				base, writes0, _ := tap.order()
+				owed := int(e.startRead(t))
+				ops := 0
+				for e.reading() {
+					e.op(t)
+					ops++
+				}
+				resps, writeAt, ackAt := tap.order()
+				if resps-base != owed {
+					t.Fatalf("the victim sent %d READ responses, want %d", resps-base, owed)
+				}
+				if len(writeAt) != len(ackAt) {
+					t.Fatalf("%d legitimate WRITEs taken, %d ACKs sent", len(writeAt), len(ackAt))
+				}
+				early := 0
+				for i := len(writes0); i < len(writeAt); i++ {
+					if writeAt[i]-base > owed/2 {
+						continue
+					}
+					early++
+					if ackAt[i]-base >= owed {
+						t.Errorf("a legitimate WRITE taken after %d of the READ's %d responses was acknowledged after all of them", writeAt[i]-base, owed)
+					}
+				}
+				t.Logf("READ %d: %d legitimate operations completed while its %d responses went out; %d WRITEs taken with half of them or more owed", try, ops, owed, early)
+				if early > 0 {
+					return
+				}
+				if try == 3 {
+					t.Fatalf("in %d READs of %d responses no legitimate WRITE reached the victim before half of them had left: the legitimate side never ran in time (a loaded machine?)", try, owed)
+				}
 			}
-			// On 41136fb one did, the one posted with the READ request,
-			// after the READ. (With GOMAXPROCS=1 over UDP the count is
-			// lower than with two: a goroutine serving turns keeps Go's
-			// scheduler from polling the network, which then happens every
-			// 10 ms, sysmon's period; see sched.go.)
-			// Two is the bound that is an order of events and not a speed:
-			// the one posted with the READ request, and one posted after it
-			// completed, both before the READ's last response. A loaded
-			// machine (CI under -race beside other packages) once got 2
-			// where a quiet one gets hundreds; the figure is in BENCHMARKS.
-			if ops < 2 {
-				t.Errorf("%d legitimate operations completed while the READ was answered, want ≥ 2", ops)
-			}
-			t.Logf("%d legitimate operations completed while 16,384 READ responses went out", ops)
 		})
 	}
 }
