@@ -492,6 +492,11 @@ func (r *run) bwClientQP(ctx context.Context, q *qpRes, size int, clk clock, win
 	if !r.noPeak {
 		s.posted = make([]int64, 0, iters)
 	}
+	if !win.on {
+		// One record per signaled message, on the busy poller's thread:
+		// growing the slice there cost 3% of a 64 KiB WRITE client's CPU.
+		s.comps = make([]compEvt, 0, iters/cqMod+1)
+	}
 	batch := make([]verbs.SendWR, 0, txDepth)
 	wcs := make([]verbs.WC, 16)
 	var scnt, ccnt uint64
