@@ -118,9 +118,12 @@ type rxState struct {
 	histN int
 	spare [][]byte // borrow's scratch
 
-	// The read in progress (see read, try).
+	// The read in progress (see read, try). tryPkts are TryRecv's
+	// buffers, which try lays out only once the ring has a frame.
 	readFn    func(fd uintptr) bool
 	tryFn     func(fd uintptr)
+	tryPkts   []link.Packet
+	plans     uint64 // plan's calls (for tests)
 	m, n      int
 	errno     unix.Errno
 	spinUntil int64
@@ -175,6 +178,7 @@ func (r *rxState) init(batch int, raw bool, full *atomic.Uint64) {
 // messages it filled, and the caller passes the same buffers again, but
 // for those emit swapped.
 func (r *rxState) plan(pkts []link.Packet) int {
+	r.plans++
 	m := r.counts(len(pkts))
 	lead := 0
 	if r.raw {
@@ -424,8 +428,18 @@ func (r *rxState) recv(fd uintptr) (int, unix.Errno) {
 }
 
 // try is TryRecv's callback (bound once as tryFn): one recvmmsg, which
-// does not wait (MSG_DONTWAIT).
+// does not wait (MSG_DONTWAIT), into r.tryPkts. A ring with no frame for
+// the program is an empty look without the layout of the read: plan
+// took a sixth of a busy-polling client's CPU in the lab's VMs
+// (`roce perf send --lat`, BENCHMARKS.md), almost all of it for looks
+// that found nothing.
 func (r *rxState) try(fd uintptr) {
+	if g := r.ring; g != nil && g.lateErr == 0 && !g.Ready() {
+		r.n, r.errno = 0, unix.EAGAIN
+		r.sampleDrops(fd)
+		return
+	}
+	r.m = r.plan(r.tryPkts)
 	for {
 		r.n, r.errno = r.recv(fd)
 		r.sampleDrops(fd)
@@ -575,10 +589,11 @@ func (l *Link) TryRecv(pkts []link.Packet) (int, error) {
 	rc := l.rxConn()
 	r := &l.rx
 	for {
-		r.m = r.plan(pkts)
 		// Control, not Read: Read holds the socket's read lock while
 		// WaitRecv sleeps in it.
+		r.tryPkts = pkts
 		err := rc.Control(r.tryFn)
+		r.tryPkts = nil
 		n, errno := r.n, r.errno
 		if err != nil {
 			return 0, l.rxError(err)
