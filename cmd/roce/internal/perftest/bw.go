@@ -69,6 +69,17 @@ func (p *params) waitCQ(ctx context.Context, cq *verbs.CQ, wcs []verbs.WC, deadl
 // yields of its P while the process has a P no busy poll holds.
 const spinYield = 1024
 
+// onePYield is how many empty polls a busy-polling loop makes between
+// yields when the process has one P (GOMAXPROCS 1: a one-vCPU machine,
+// as the lab's VMs). There a yield can wake no other thread; it only lets
+// the process's other goroutines have the P, and it costs a pass through
+// the scheduler, its timers and their clock reads: yielding after every
+// poll, the scheduler took a third of `roce perf send --lat`'s and `roce
+// pingpong`'s client CPU in the VMs (BENCHMARKS.md). The poll drives the
+// link itself, so what waits for the P is timers and the device's
+// background work, for sixteen polls at most.
+const onePYield = 16
+
 // gosched is runtime.Gosched; tests count the calls.
 var gosched = runtime.Gosched
 
@@ -85,7 +96,7 @@ var spinners atomic.Int32
 // Ps as the loop, and a loop that never yields leaves them only the
 // scheduler's 10 ms preemption.
 //
-// While the busy polls hold every P (one P, or as many polls as Ps:
+// While the busy polls hold every P of several (as many polls as Ps:
 // -q 2 on two, both sides of a test in one process), the loop yields after
 // each empty poll: the others can run no other way, and with no P idle a
 // yield is cheap. While a P is left over, the others run there, and the
@@ -103,18 +114,24 @@ var spinners atomic.Int32
 // soonest, and t_typical of `roce perf send --lat -s 64` between two
 // namespaces was 14.7–17.2 µs yielding every poll and 18.7–31.3 µs every
 // spinYield polls (four alternating runs each, load 6).
+//
+// With one P, every loop yields every onePYield polls, latency or not.
 type yielder struct {
 	n     int
-	procs int32 // GOMAXPROCS; 0: yield after every poll
+	every int   // yield every this many polls; 0: by the Ps the busy polls hold
+	procs int32 // GOMAXPROCS
 }
 
 // newYielder counts the caller in spinners until done; everyPoll makes
-// it yield after every poll whatever the Ps.
+// it yield after every poll whatever the Ps, but with one.
 func newYielder(everyPoll bool) yielder {
 	spinners.Add(1)
 	y := yielder{procs: int32(runtime.GOMAXPROCS(0))}
-	if everyPoll {
-		y.procs = 0
+	switch {
+	case y.procs == 1:
+		y.every = onePYield
+	case everyPoll:
+		y.every = 1
 	}
 	return y
 }
@@ -125,7 +142,14 @@ func (y yielder) done() { spinners.Add(-1) }
 // spin is called after each empty poll.
 func (y *yielder) spin() {
 	y.n++
-	if y.n >= spinYield || spinners.Load() >= y.procs {
+	limit := y.every
+	if limit == 0 {
+		limit = spinYield
+		if spinners.Load() >= y.procs {
+			limit = 1
+		}
+	}
+	if y.n >= limit {
 		y.n = 0
 		gosched()
 	}

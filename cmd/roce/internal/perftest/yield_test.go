@@ -18,7 +18,8 @@ import (
 // runtime.Gosched wakes an idle P's thread, which made one poller keep
 // two CPUs busy, issue 15). Other busy polls of the process (other QPs'
 // goroutines, the other side of a test) are stood for by counting them in
-// spinners. The latency tests yield after every poll whatever the Ps.
+// spinners. The latency tests yield after every poll whatever the Ps, but
+// with one P every loop yields every onePYield polls.
 func TestBusyPollYields(t *testing.T) {
 	pair := verbstest.NewPair(t, verbstest.Options{NoConnect: true})
 	cq := pair.A.CQ
@@ -45,7 +46,9 @@ func TestBusyPollYields(t *testing.T) {
 		lat    bool
 		yields int
 	}{
-		{"one P", 1, 0, false, 1023},
+		{"one P", 1, 0, false, 1023 / onePYield},
+		{"one P, latency", 1, 0, true, 1023 / onePYield},
+		{"one P, two polls", 1, 1, false, 1023 / onePYield},
 		{"two Ps, one poll", 2, 0, false, 0},
 		{"two Ps, two polls", 2, 1, false, 1023},
 		{"four Ps, three polls", 4, 2, false, 0},
@@ -79,9 +82,12 @@ func TestBusyPollYields(t *testing.T) {
 				y.spin()
 			}
 			y.done()
-			want := 4
-			if c.yields != 0 {
-				want = 4 * spinYield
+			want := 4 // every spinYield polls
+			switch {
+			case c.procs == 1:
+				want = 4 * spinYield / onePYield
+			case c.yields != 0:
+				want = 4 * spinYield // every poll
 			}
 			if yields != want {
 				t.Errorf("%d yields in %d spins, want %d", yields, 4*spinYield, want)

@@ -504,8 +504,11 @@ func (s *session) iterate(ctx context.Context, w *watcher, prog *progress) error
 // polls and never waits for a receive goroutine to be scheduled, which on
 // a one-vCPU VM meant Go's 10 ms background netpoll. The loop yields the P
 // between polls (runtime.Gosched, never a sleep) so the device's other
-// goroutines and the watchers still run, and it looks at ctx every 1024
-// polls, so a cancelled run or a dead device ends it.
+// goroutines and the watchers still run — every onePYield polls when the
+// process has one P, where a yield after every poll put a third of the
+// client's CPU in the scheduler (the lab's VMs; perftest's yielder says
+// more) — and it looks at ctx every 1024 polls, so a cancelled run or a
+// dead device ends it.
 func (s *session) poll(ctx context.Context, wcs []verbs.WC) (n int, err error) {
 	st := s.c.stats
 	if s.c.Events {
@@ -513,6 +516,10 @@ func (s *session) poll(ctx context.Context, wcs []verbs.WC) (n int, err error) {
 			st.waits.Add(1)
 		}
 		return s.cq.PollWait(ctx, wcs)
+	}
+	every := 1
+	if runtime.GOMAXPROCS(0) == 1 {
+		every = onePYield
 	}
 	for spins := 0; ; spins++ {
 		n, err = s.cq.Poll(wcs)
@@ -527,9 +534,18 @@ func (s *session) poll(ctx context.Context, wcs []verbs.WC) (n int, err error) {
 				return 0, err
 			}
 		}
-		runtime.Gosched()
+		if spins%every == every-1 {
+			gosched()
+		}
 	}
 }
+
+// onePYield is how many empty polls poll makes between yields in a
+// process of one P (perftest's onePYield, measured with both tools).
+const onePYield = 16
+
+// gosched is runtime.Gosched; tests count the calls.
+var gosched = runtime.Gosched
 
 // pollStats counts how a run waited for completions, for tests: CQ.Poll
 // calls of the busy loop, and blocking waits (PollWait).

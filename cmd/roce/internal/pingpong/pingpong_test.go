@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -291,5 +292,34 @@ func TestPingPongBusyPoll(t *testing.T) {
 				t.Errorf("default: %d polls, %d waits; want at least %d polls and no wait", polls, waits, gate)
 			}
 		})
+	}
+}
+
+// TestPollYields: the busy poll yields its P after every empty poll, but
+// every onePYield polls in a process of one P (where a yield wakes no
+// other thread and costs a pass through the scheduler). With ctx already
+// done, poll returns after its 1024th poll, which is not followed by a
+// yield.
+func TestPollYields(t *testing.T) {
+	pair := verbstest.NewPair(t, verbstest.Options{NoConnect: true})
+	var yields int
+	prev := gosched
+	gosched = func() { yields++; runtime.Gosched() }
+	defer func() { gosched = prev }()
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, c := range []struct {
+		procs, yields int
+	}{{1, 1023 / onePYield}, {2, 1023}} {
+		runtime.GOMAXPROCS(c.procs)
+		yields = 0
+		s := &session{cq: pair.A.CQ}
+		if n, err := s.poll(ctx, make([]verbs.WC, 1)); n != 0 || err == nil {
+			t.Fatalf("poll of an empty CQ with ctx done: %d, %v", n, err)
+		}
+		if yields != c.yields {
+			t.Errorf("GOMAXPROCS %d: %d yields in 1024 empty polls, want %d", c.procs, yields, c.yields)
+		}
 	}
 }
