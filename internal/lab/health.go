@@ -22,8 +22,13 @@ import (
 //
 // So Start reboots a lab whose VMs reported a stalled transmit queue since
 // they booted, and watches the consoles while the test runs: a stall fails
-// the test at once (Job.Wait stops waiting), with StallMarker at the start
-// of the message.
+// the test at once, with StallMarker at the start of the message, stops
+// the commands running in the VMs and makes every later Exec fail with
+// ErrStalled (the rest of the test's subtests fail at once instead of
+// each waiting out its limits: in clean-clone CI run 50 the stall came
+// again, in the same test, TestLabRstream, at 896 s of vm1's uptime
+// against 904 s in run 44, and its IPv6 subtests would have waited
+// minutes each), and Job.Wait stops waiting.
 
 // StallMarker begins the error of a test during which a lab VM's NIC
 // stalled; .ci/run looks for it to tell QEMU's fault from goroce's.
@@ -88,6 +93,7 @@ type watcher struct {
 	every  time.Duration
 	errorf func(format string, args ...any)
 	broken *atomic.Bool
+	halt   func() // stops the commands running in the VMs; nil: none
 	stop   chan struct{}
 	done   chan struct{}
 }
@@ -104,6 +110,9 @@ func (w *watcher) run() {
 		}
 		if vm, line := stalled(w.dir); vm != "" {
 			w.broken.Store(true)
+			if w.halt != nil {
+				w.halt()
+			}
 			w.errorf("%s", stallError(vm, line))
 			return
 		}
@@ -113,7 +122,7 @@ func (w *watcher) run() {
 // watch starts a watcher of the lab's consoles for the rest of the test;
 // cleanup (the test's Cleanup) stops it before the test ends.
 func (l *Lab) watch(errorf func(string, ...any), cleanup func(func())) {
-	w := &watcher{dir: runDir(), every: watchEvery, errorf: errorf, broken: &l.broken,
+	w := &watcher{dir: runDir(), every: watchEvery, errorf: errorf, broken: &l.broken, halt: l.halt,
 		stop: make(chan struct{}), done: make(chan struct{})}
 	go w.run()
 	cleanup(func() {

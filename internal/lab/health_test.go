@@ -1,6 +1,8 @@
 package lab
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -129,8 +131,9 @@ func TestWatcherReportsStall(t *testing.T) {
 }
 
 // TestWaitStopsWhenBroken: a job whose VM's NIC stalled is waited for no
-// longer (the test has failed); without the stall, Wait would read the
-// log until the job's limit and exitGrace had passed.
+// longer (the test has failed, and Exec reads no log any more); without
+// the stall, Wait would read the log until the job's limit and exitGrace
+// had passed.
 func TestWaitStopsWhenBroken(t *testing.T) {
 	dir := t.TempDir()
 	// A vm-exec whose job never writes its EXIT line.
@@ -144,8 +147,8 @@ func TestWaitStopsWhenBroken(t *testing.T) {
 	go func() { done <- j.Wait() }()
 	select {
 	case log := <-done:
-		if !strings.Contains(log, "still running") {
-			t.Errorf("Wait returned %q, want the log as last read", log)
+		if strings.Contains(log, "EXIT") {
+			t.Errorf("Wait returned %q, a log with an EXIT line", log)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("Wait still waits 30 s after the lab broke")
@@ -161,5 +164,60 @@ func TestCIKnowsStallMarker(t *testing.T) {
 	}
 	if !strings.Contains(string(b), `grep -q "`+StallMarker+`"`) {
 		t.Errorf(".ci/run does not look for %q", StallMarker)
+	}
+}
+
+// TestExecStopsWhenBroken: a command running in a VM when the watcher
+// finds a stall is stopped, and Exec returns ErrStalled; later Execs run
+// nothing. Without it, each of a test's later subtests waited out its own
+// limits on a lab that could no longer answer.
+func TestExecStopsWhenBroken(t *testing.T) {
+	dir := t.TempDir()
+	ran := filepath.Join(dir, "ran")
+	// A vm-exec whose command hangs, as one whose VM cannot reach the host.
+	script := "#!/bin/sh\necho x >> " + ran + "\nexec sleep 60\n"
+	if err := os.WriteFile(filepath.Join(dir, "vm-exec"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeConsoles(t, dir, consoleClean, consoleClean)
+	l := &Lab{Dir: dir}
+	var halt func()
+	l.ctx, halt = context.WithCancel(context.Background())
+	l.halt = halt
+	defer halt()
+	var r recorder
+	w := &watcher{dir: dir, every: 10 * time.Millisecond, errorf: r.errorf, broken: &l.broken, halt: l.halt,
+		stop: make(chan struct{}), done: make(chan struct{})}
+	go w.run()
+	defer func() { close(w.stop); <-w.done }()
+	type result struct {
+		err error
+		at  time.Duration
+	}
+	res := make(chan result, 1)
+	start := time.Now()
+	go func() {
+		_, _, err := l.Exec(VM1, "rstream -s 192.0.2.1")
+		res <- result{err, time.Since(start)}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	writeConsoles(t, dir, consoleStalled, consoleClean)
+	select {
+	case got := <-res:
+		if !errors.Is(got.err, ErrStalled) {
+			t.Errorf("Exec running when the NIC stalled: %v, want ErrStalled", got.err)
+		}
+		t.Logf("Exec returned %v after the stall was written", got.at)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Exec still runs 30 s after the stall")
+	}
+	if _, _, err := l.Exec(VM1, "true"); !errors.Is(err, ErrStalled) {
+		t.Errorf("Exec after the stall: %v, want ErrStalled", err)
+	}
+	if b, _ := os.ReadFile(ran); strings.Count(string(b), "x") != 1 {
+		t.Errorf("vm-exec ran %d times, want 1 (none after the stall)", strings.Count(string(b), "x"))
+	}
+	if got := r.got(); len(got) != 1 {
+		t.Errorf("watcher errors %q, want one", got)
 	}
 }

@@ -9,6 +9,7 @@ package lab
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -53,6 +54,10 @@ var (
 type Lab struct {
 	Dir    string      // the lab's scripts
 	broken atomic.Bool // a VM's NIC stalled during the test (health.go)
+	// ctx ends when broken is set: the commands in the VMs are stopped.
+	// nil: never.
+	ctx  context.Context
+	halt context.CancelFunc
 }
 
 // lockPath is shared by every process on the machine that uses the lab.
@@ -139,6 +144,8 @@ func Start(t testing.TB) *Lab {
 			t.Fatal("the lab did not come up")
 		}
 	}
+	l.ctx, l.halt = context.WithCancel(context.Background())
+	t.Cleanup(l.halt)
 	l.watch(t.Errorf, t.Cleanup)
 	return l
 }
@@ -167,12 +174,30 @@ func (l *Lab) up() bool {
 	return true
 }
 
+// ErrStalled is what Exec returns once a VM's NIC has stalled during the
+// test (health.go): the test has failed, and what it runs in the VMs
+// would only wait out its limits.
+var ErrStalled = errors.New(StallMarker + " a lab VM stopped transmitting during this test; no more commands in the VMs for it")
+
 // Exec runs cmd with /bin/sh in vm and returns its output and exit status.
+// Once a VM's NIC has stalled it runs nothing and returns ErrStalled, and
+// a command running then is stopped with the same error.
 func (l *Lab) Exec(vm VM, cmd string) (string, int, error) {
-	c := exec.Command(filepath.Join(l.Dir, "vm-exec"), vm.Name, cmd)
+	if l.broken.Load() {
+		return "", -1, ErrStalled
+	}
+	ctx := l.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	c := exec.CommandContext(ctx, filepath.Join(l.Dir, "vm-exec"), vm.Name, cmd)
+	c.WaitDelay = 5 * time.Second // vm-exec's children may hold its output open
 	var out bytes.Buffer
 	c.Stdout, c.Stderr = &out, &out
 	err := c.Run()
+	if l.broken.Load() {
+		return out.String(), -1, ErrStalled
+	}
 	if ee, ok := err.(*exec.ExitError); ok {
 		return out.String(), ee.ExitCode(), nil
 	}
