@@ -10,9 +10,9 @@ import (
 	"time"
 )
 
-// A lab VM's test NIC can stop transmitting. Once so far (clean-clone CI
-// run 44, 2026-12-03), under QEMU's TCG, vm1's virtio-net transmit queue
-// stopped being drained 904 s after boot: its kernel logged "virtio_net
+// A lab VM's test NIC can stop transmitting. The first time (clean-clone
+// CI run 44, 2026-12-03), under QEMU's TCG, vm1's virtio-net transmit
+// queue stopped being drained 904 s after boot: its kernel logged "virtio_net
 // virtio0 eth0: NETDEV WATCHDOG: CPU: 0: transmit queue 0 timed out 5532
 // ms" on the serial console, again every 5 s, and rxe could no longer
 // resolve the host (ib_create_ah_from_wc error -110). Nothing reaches
