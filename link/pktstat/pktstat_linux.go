@@ -25,6 +25,10 @@ type SocketDrops struct {
 	owed      bool   // full reads not sampled since the last sample
 }
 
+// Owed reports whether full reads have not been sampled yet: the next
+// read that succeeds or finds the socket empty will ask the kernel.
+func (d *SocketDrops) Owed() bool { return d.owed }
+
 // DropsEvery is how many reads in a row that fill every buffer make one
 // PACKET_STATISTICS sample.
 const DropsEvery = 16

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"unsafe"
@@ -120,14 +121,18 @@ func newRawRecv(ifindex int, port uint16) (*rawRecv, error) {
 }
 
 // close closes the socket, then releases the ring: Close waits for the
-// RawConn callbacks in progress, the only places the ring is read.
-func (r *rawRecv) close() {
+// RawConn callbacks in progress, and rxMu (the link's) for TryRecv's look
+// at the ring's head, which checks closed under it; those are the only
+// places the ring is read.
+func (r *rawRecv) close(rxMu *sync.Mutex) {
 	if r.closed.Swap(true) {
 		return
 	}
 	r.f.Close()
 	if r.ring != nil {
+		rxMu.Lock()
 		r.ring.Unmap()
+		rxMu.Unlock()
 	}
 }
 

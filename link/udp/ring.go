@@ -34,8 +34,10 @@ import (
 // drop; RC retransmits it.
 //
 // Every access to the ring's memory happens inside a callback of the
-// socket's RawConn (Read, Control), so the mapping is released only after
-// the socket's Close, which waits for those callbacks to return.
+// socket's RawConn (Read, Control), or under the link's rxMu after a check
+// that the socket is open (TryRecv's look at the head): the mapping is
+// released after the socket's Close, which waits for those callbacks to
+// return, and under rxMu.
 const (
 	ringFrame  = 512  // a frame: the header, sockaddr_ll, vnet header and a small packet
 	ringFrames = 8192 // 4 MiB

@@ -1,10 +1,13 @@
 package udp
 
 import (
+	"errors"
 	"net"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -256,5 +259,62 @@ func TestEmptyLookPlansNothing(t *testing.T) {
 	}
 	if got := b.rx.plans - plans; got != 1 {
 		t.Errorf("a look that found a frame planned %d reads, want 1", got)
+	}
+}
+
+// A busy poller's empty look at a ring takes no file reference: TryRecv
+// answers from the ring's head under rxMu, without RawConn.Control.
+func TestEmptyLookTakesNoFileRef(t *testing.T) {
+	a, b, addr, _ := ringPair(t)
+	bufs := linktest.NewBuffers(64)
+	tries := b.rx.tries
+	for range 100 {
+		if n, err := b.TryRecv(bufs); n != 0 || err != nil {
+			t.Fatalf("TryRecv of an empty ring: %d, %v", n, err)
+		}
+	}
+	if got := b.rx.tries - tries; got != 0 {
+		t.Errorf("100 empty looks went into the socket's Control %d times, want 0", got)
+	}
+	send(t, a, writeBatch(a.Headroom(), addr, 9, 0, 1))
+	inRing(t, b, 1)
+	if n, err := b.TryRecv(bufs); n != 1 || err != nil {
+		t.Fatalf("TryRecv of a ring holding a SEND: %d, %v", n, err)
+	}
+	if got := b.rx.tries - tries; got != 1 {
+		t.Errorf("a look that found a frame went into Control %d times, want 1", got)
+	}
+}
+
+// Pollers looking at the ring while the link closes: each look ends with
+// nothing or net.ErrClosed, and none reads the ring after it is unmapped
+// (a fault, which ends the test binary).
+func TestEmptyLookDuringClose(t *testing.T) {
+	for range 30 {
+		_, b, _, _ := ringPair(t)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				bufs := linktest.NewBuffers(8)
+				<-start
+				for {
+					n, err := b.TryRecv(bufs)
+					if errors.Is(err, net.ErrClosed) {
+						return
+					}
+					if n != 0 || err != nil {
+						t.Errorf("TryRecv while closing: %d, %v", n, err)
+						return
+					}
+				}
+			}()
+		}
+		close(start)
+		time.Sleep(time.Millisecond)
+		b.Close()
+		wg.Wait()
 	}
 }

@@ -230,7 +230,7 @@ func New(cfg Config) (*Link, error) {
 			return nil, err
 		}
 		if err := dropAll(conn); err != nil {
-			l.raw.close()
+			l.raw.close(&l.rxMu)
 			conn.Close()
 			return nil, err
 		}
@@ -342,7 +342,7 @@ func (l *Link) GSO() bool { return l.gso && !l.gsoOff.Load() }
 func (l *Link) Close() error {
 	err := l.conn.Close()
 	if l.raw != nil {
-		l.raw.close()
+		l.raw.close(&l.rxMu)
 	}
 	return err
 }
