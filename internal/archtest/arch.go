@@ -106,12 +106,13 @@ var Table = map[string]rule{
 		"verbs/verbstest host link/fabric link/pcap link/udp wire wire/mad internal/lab"},
 
 	// 7, 8: the applications and the CLI.
-	"cmd/roce/internal/demo":    {7, "rdmacm host config verbs link link/fabric link/pcap link/udp wire", ""},
-	"cmd/roce/internal/dissect": {7, "link/pcap wire wire/mad", "internal/testenv"},
-	"cmd/roce/internal/perftest": {7, "rdmacm verbs wire",
+	"cmd/roce/internal/busypoll": {7, "", ""},
+	"cmd/roce/internal/demo":     {7, "rdmacm host config verbs link link/fabric link/pcap link/udp wire", ""},
+	"cmd/roce/internal/dissect":  {7, "link/pcap wire wire/mad", "internal/testenv"},
+	"cmd/roce/internal/perftest": {7, "cmd/roce/internal/busypoll rdmacm verbs wire",
 		"cmd/roce/internal/perftest/perftestcheck host verbs/verbstest link link/fabric link/pcap internal/lab internal/testenv"},
 	"cmd/roce/internal/perftest/perftestcheck": {7, "wire wire/mad", ""},
-	"cmd/roce/internal/pingpong": {7, "verbs link wire",
+	"cmd/roce/internal/pingpong": {7, "cmd/roce/internal/busypoll verbs link wire",
 		"host verbs/verbstest link/fabric link/pcap internal/lab internal/testenv"},
 	"cmd/roce/internal/rping": {7, "rdmacm verbs", "host verbs/verbstest internal/lab"},
 	"cmd/roce/internal/mckey": {7, "rdmacm verbs", "host verbs/verbstest link/fabric internal/lab internal/testenv"},

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/goroce/goroce/cmd/roce/internal/busypoll"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -69,17 +70,6 @@ func (p *params) waitCQ(ctx context.Context, cq *verbs.CQ, wcs []verbs.WC, deadl
 // yields of its P while the process has a P no busy poll holds.
 const spinYield = 1024
 
-// onePYield is how many empty polls a busy-polling loop makes between
-// yields when the process has one P (GOMAXPROCS 1: a one-vCPU machine,
-// as the lab's VMs). There a yield can wake no other thread; it only lets
-// the process's other goroutines have the P, and it costs a pass through
-// the scheduler, its timers and their clock reads: yielding after every
-// poll, the scheduler took a third of `roce perf send --lat`'s and `roce
-// pingpong`'s client CPU in the VMs (BENCHMARKS.md). The poll drives the
-// link itself, so what waits for the P is timers and the device's
-// background work, for sixteen polls at most.
-const onePYield = 16
-
 // gosched is runtime.Gosched; tests count the calls.
 var gosched = runtime.Gosched
 
@@ -115,7 +105,8 @@ var spinners atomic.Int32
 // namespaces was 14.7–17.2 µs yielding every poll and 18.7–31.3 µs every
 // spinYield polls (four alternating runs each, load 6).
 //
-// With one P, every loop yields every onePYield polls, latency or not.
+// With one P, every loop yields every busypoll.OnePYield polls, latency or
+// not.
 type yielder struct {
 	n     int
 	every int   // yield every this many polls; 0: by the Ps the busy polls hold
@@ -126,14 +117,11 @@ type yielder struct {
 // it yield after every poll whatever the Ps, but with one.
 func newYielder(everyPoll bool) yielder {
 	spinners.Add(1)
-	y := yielder{procs: int32(runtime.GOMAXPROCS(0))}
-	switch {
-	case y.procs == 1:
-		y.every = onePYield
-	case everyPoll:
-		y.every = 1
+	every := 0
+	if everyPoll {
+		every = 1
 	}
-	return y
+	return yielder{procs: int32(runtime.GOMAXPROCS(0)), every: busypoll.Every(every)}
 }
 
 // done ends the caller's busy poll.

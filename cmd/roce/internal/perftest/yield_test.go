@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/cmd/roce/internal/busypoll"
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/verbs/verbstest"
 )
@@ -19,7 +20,7 @@ import (
 // two CPUs busy, issue 15). Other busy polls of the process (other QPs'
 // goroutines, the other side of a test) are stood for by counting them in
 // spinners. The latency tests yield after every poll whatever the Ps, but
-// with one P every loop yields every onePYield polls.
+// with one P every loop yields every busypoll.OnePYield polls.
 func TestBusyPollYields(t *testing.T) {
 	pair := verbstest.NewPair(t, verbstest.Options{NoConnect: true})
 	cq := pair.A.CQ
@@ -46,9 +47,9 @@ func TestBusyPollYields(t *testing.T) {
 		lat    bool
 		yields int
 	}{
-		{"one P", 1, 0, false, 1023 / onePYield},
-		{"one P, latency", 1, 0, true, 1023 / onePYield},
-		{"one P, two polls", 1, 1, false, 1023 / onePYield},
+		{"one P", 1, 0, false, 1023 / busypoll.OnePYield},
+		{"one P, latency", 1, 0, true, 1023 / busypoll.OnePYield},
+		{"one P, two polls", 1, 1, false, 1023 / busypoll.OnePYield},
 		{"two Ps, one poll", 2, 0, false, 0},
 		{"two Ps, two polls", 2, 1, false, 1023},
 		{"four Ps, three polls", 4, 2, false, 0},
@@ -85,7 +86,7 @@ func TestBusyPollYields(t *testing.T) {
 			want := 4 // every spinYield polls
 			switch {
 			case c.procs == 1:
-				want = 4 * spinYield / onePYield
+				want = 4 * spinYield / busypoll.OnePYield
 			case c.yields != 0:
 				want = 4 * spinYield // every poll
 			}

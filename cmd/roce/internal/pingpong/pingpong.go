@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/goroce/goroce/cmd/roce/internal/busypoll"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/wire"
@@ -504,10 +505,9 @@ func (s *session) iterate(ctx context.Context, w *watcher, prog *progress) error
 // polls and never waits for a receive goroutine to be scheduled, which on
 // a one-vCPU VM meant Go's 10 ms background netpoll. The loop yields the P
 // between polls (runtime.Gosched, never a sleep) so the device's other
-// goroutines and the watchers still run — every onePYield polls when the
-// process has one P, where a yield after every poll put a third of the
-// client's CPU in the scheduler (the lab's VMs; perftest's yielder says
-// more) — and it looks at ctx every 1024 polls, so a cancelled run or a
+// goroutines and the watchers still run — every busypoll.OnePYield polls when
+// the process has one P, where a yield after every poll put a third of the
+// client's CPU in the scheduler (the lab's VMs) — and it looks at ctx every 1024 polls, so a cancelled run or a
 // dead device ends it.
 func (s *session) poll(ctx context.Context, wcs []verbs.WC) (n int, err error) {
 	st := s.c.stats
@@ -517,10 +517,7 @@ func (s *session) poll(ctx context.Context, wcs []verbs.WC) (n int, err error) {
 		}
 		return s.cq.PollWait(ctx, wcs)
 	}
-	every := 1
-	if runtime.GOMAXPROCS(0) == 1 {
-		every = onePYield
-	}
+	every := busypoll.Every(1)
 	for spins := 0; ; spins++ {
 		n, err = s.cq.Poll(wcs)
 		if st != nil {
@@ -539,10 +536,6 @@ func (s *session) poll(ctx context.Context, wcs []verbs.WC) (n int, err error) {
 		}
 	}
 }
-
-// onePYield is how many empty polls poll makes between yields in a
-// process of one P (perftest's onePYield, measured with both tools).
-const onePYield = 16
 
 // gosched is runtime.Gosched; tests count the calls.
 var gosched = runtime.Gosched

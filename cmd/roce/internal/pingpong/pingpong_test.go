@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/cmd/roce/internal/busypoll"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/fabric"
 	"github.com/goroce/goroce/verbs"
@@ -296,7 +297,7 @@ func TestPingPongBusyPoll(t *testing.T) {
 }
 
 // TestPollYields: the busy poll yields its P after every empty poll, but
-// every onePYield polls in a process of one P (where a yield wakes no
+// every busypoll.OnePYield polls in a process of one P (where a yield wakes no
 // other thread and costs a pass through the scheduler). With ctx already
 // done, poll returns after its 1024th poll, which is not followed by a
 // yield.
@@ -311,7 +312,7 @@ func TestPollYields(t *testing.T) {
 	cancel()
 	for _, c := range []struct {
 		procs, yields int
-	}{{1, 1023 / onePYield}, {2, 1023}} {
+	}{{1, 1023 / busypoll.OnePYield}, {2, 1023}} {
 		runtime.GOMAXPROCS(c.procs)
 		yields = 0
 		s := &session{cq: pair.A.CQ}
