@@ -318,3 +318,33 @@ func TestEmptyLookDuringClose(t *testing.T) {
 		wg.Wait()
 	}
 }
+
+// Pending on a link with a ring looks at the ring's head, not through the
+// socket's RawConn, and says what TryRecv would find.
+func TestRingPendingTakesNoFileRef(t *testing.T) {
+	a, b, addr, _ := ringPair(t)
+	inqs := b.inqs.Load()
+	for range 100 {
+		if b.Pending() {
+			t.Fatal("Pending of an empty ring said true")
+		}
+	}
+	if got := b.inqs.Load() - inqs; got != 0 {
+		t.Errorf("100 looks of Pending went through the socket %d times, want 0", got)
+	}
+	send(t, a, writeBatch(a.Headroom(), addr, 3, 0, 1))
+	inRing(t, b, 1)
+	if !b.Pending() {
+		t.Error("Pending of a ring holding a SEND said false")
+	}
+	if n, err := b.TryRecv(linktest.NewBuffers(4)); n != 1 || err != nil {
+		t.Fatalf("TryRecv of a ring holding a SEND: %d, %v", n, err)
+	}
+	if b.Pending() {
+		t.Error("Pending said true once TryRecv had taken the SEND")
+	}
+	b.Close()
+	if !b.Pending() {
+		t.Error("Pending of a closed link said false: TryRecv would return net.ErrClosed")
+	}
+}

@@ -179,6 +179,7 @@ type Link struct {
 	queued    atomic.Bool
 	pendingFn func(fd uintptr)
 	inq       atomic.Int64
+	inqs      atomic.Uint64 // Pending's looks through the socket (for tests)
 }
 
 // New opens the link's sockets (in the calling thread's network namespace).
