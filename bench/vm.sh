@@ -40,6 +40,12 @@
 #                 go tool pprof -top DIR/roce DIR/r1-goroce-v2-write_bw.client.prof
 #   -e VAR=VALUE  run goroce's commands with this in their environment (again
 #                 for more), e.g. -e GODEBUG=gctrace=1 (its lines in the logs, -l)
+#   -f            also run the floor under write_bw in each round: bench/cmd/udpfloor
+#                 (static, beside roce in /opt/extra), the same 64 KiB messages
+#                 as 1024-byte datagrams with the copies, CRC-32s and one ACK per
+#                 message that any RoCE v2 over the kernel's UDP must do, and
+#                 nothing else, 8 messages in flight; a second table puts rxe, the floor and goroce
+#                 side by side (what the VMs allow a user-space stack at all)
 #   --quick       -r 1 with few iterations (the Go test TestLabVMScript runs this)
 #
 # The lab's lock (/run/roce-lab.lock, internal/lab's) is held for the whole
@@ -54,7 +60,7 @@ set -euo pipefail
 
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 2; }
 
-rounds=3 kinds=v2 iters= json= logdir= bin= limit= quick= profdir= genv=()
+rounds=3 kinds=v2 iters= json= logdir= bin= limit= quick= profdir= genv=() floor=
 while [ $# -gt 0 ]; do
 	case $1 in -r | -k | -n | -j | -l | -b | -t | -p | -e) [ $# -ge 2 ] || { echo "bench/vm.sh: $1 needs a value (-h says which)" >&2; exit 2; } ;; esac
 	case $1 in
@@ -67,6 +73,7 @@ while [ $# -gt 0 ]; do
 	-t) limit=$2; shift ;;
 	-p) profdir=$2; shift ;;
 	-e) genv+=("$2"); shift ;;
+	-f) floor=1 ;;
 	--quick) quick=1 ;;
 	-h | --help) usage ;;
 	*) echo "bench/vm.sh: unknown argument '$1' (-h lists them)" >&2; exit 2 ;;
@@ -168,6 +175,10 @@ else
 	(cd "$REPO" && CGO_ENABLED=0 go build -o "$work/extra/roce" ./cmd/roce) 9>&- || die "go build failed"
 fi
 chmod 755 "$work/extra/roce"
+if [ -n "$floor" ]; then
+	(cd "$REPO" && CGO_ENABLED=0 go build -o "$work/extra/udpfloor" ./bench/cmd/udpfloor) 9>&- || die "go build of bench/cmd/udpfloor failed"
+	chmod 755 "$work/extra/udpfloor"
+fi
 [ -z "$profdir" ] || cp "$work/extra/roce" "$profdir/roce" # what pprof reads the profiles with
 gover=$(cd "$REPO" && go env GOVERSION 2>/dev/null || echo "go unknown")
 
@@ -239,7 +250,7 @@ fi
 # kill_ours: the processes this script started in the VM (their pid files),
 # if they still run the programs it started.
 KILL_OURS="for f in $VD/*.pid; do [ -e \$f ] || continue; p=\$(cat \$f); \
-grep -qaE 'roce|pingpong|ib_' /proc/\$p/cmdline 2>/dev/null && kill \$p; rm -f \$f; done"
+grep -qaE 'roce|pingpong|ib_|udpfloor' /proc/\$p/cmdline 2>/dev/null && kill \$p; rm -f \$f; done"
 
 # vm_to_goroce VM KIND: no rxe0, no rdma_rxe, UDP 4791 free, then a goroce
 # device g0 on eth0 speaking KIND (v2 or both) in $RD.
@@ -326,6 +337,9 @@ cmdline() {
 	goroce/pingpong) echo "$GROCE pingpong -d g0 -g $3 -s 64 -n $pp_n" ;;
 	goroce/send_lat) echo "$GROCE perf send --lat -d g0 -x $3 -s 64 -n $lat_n -m 1024 -F" ;;
 	goroce/write_bw) echo "$GROCE perf write -d g0 -x $3 -s 65536 -n $bw_n -m 1024 -F" ;;
+	# The floor's data goes to vm1's eth0 address (UDP 4792), its control
+	# to the address the client is given, as perftest's exchange.
+	floor/write_bw) if [ "$3" = server ]; then echo "$EXTRA/udpfloor -s -a 192.0.2.11"; else echo "$EXTRA/udpfloor -a 192.0.2.11 -size 65536 -n $bw_n -m 1024 -t 8"; fi ;;
 	esac
 }
 
@@ -356,8 +370,13 @@ run_one() {
 	local round=$1 stack=$2 kind=$3 test=$4
 	local tag=r$round-$stack${kind:+-$kind}-$test
 	local scmd ccmd t0 t1 out rc=0 st value i
-	scmd=$(cmdline "$stack" "$test" "$g1")
-	ccmd="$(cmdline "$stack" "$test" "$g2") $SERVER_MGMT"
+	if [ "$stack" = floor ]; then
+		scmd=$(cmdline floor "$test" server)
+		ccmd="$(cmdline floor "$test" client) $SERVER_MGMT"
+	else
+		scmd=$(cmdline "$stack" "$test" "$g1")
+		ccmd="$(cmdline "$stack" "$test" "$g2") $SERVER_MGMT"
+	fi
 	# A server of the last run still listening (it should not) would take the client.
 	for i in $(seq 1 150); do
 		[ "$(vmx vm1 "$LISTEN_PROBE")" != listening ] && break
@@ -460,6 +479,8 @@ for r in $(seq 1 "$rounds"); do
 		for t in "${tests[@]}"; do
 			if [ "$b" = rxe ]; then run_one "$r" rxe "" "$t"; else run_one "$r" goroce "$b" "$t"; fi
 		done
+		# The floor once a round, after the first goroce block's tests.
+		if [ -n "$floor" ] && [ "$b" = "${kind_list[0]}" ]; then run_one "$r" floor "" write_bw; fi
 	done
 done
 switch_to rxe
@@ -537,6 +558,44 @@ summary() {
 	}' "$results"
 }
 
+# floor_summary FMT: rxe, the floor and goroce's write_bw, paired by round.
+floor_summary() {
+	awk -F'\t' -v kinds="${kind_list[*]}" -v rounds="$rounds" -v fmt="$1" -v bw="$bw_n" '
+	function sortn(a, n,   i, j, t) { for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t } }
+	function median(a, n) { sortn(a, n); return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+	function ok(x) { return x != "" && x != "NA" && x + 0 > 0 }
+	function col(a, n, x) { return n ? sprintf("%.2f" x " [%.2f–%.2f]", median(a, n), a[1], a[n]) : "—" }
+	function jv(a, n) { return n ? sprintf("%.4f", median(a, n)) : "null" }
+	$4 == "write_bw" { v[$1, $2, $3] = $5 }
+	END {
+		nk = split(kinds, K, " ")
+		if (fmt == "md") {
+			print "| `write_bw` 64 KiB (-n " bw "), MB/s | rxe | UDP floor | goroce | floor/rxe | goroce/floor |"
+			print "|---|---|---|---|---|---|"
+		}
+		for (ki = 1; ki <= nk; ki++) {
+			k = K[ki]
+			nr = nf = ng = na = nb = 0
+			delete R; delete F; delete G; delete A; delete B
+			for (r = 1; r <= rounds; r++) {
+				x = v[r, "rxe", "-"]; f = v[r, "floor", "-"]; y = v[r, "goroce", k]
+				if (ok(x)) R[++nr] = x + 0
+				if (ok(f)) F[++nf] = f + 0
+				if (ok(y)) G[++ng] = y + 0
+				if (ok(x) && ok(f)) A[++na] = f / x
+				if (ok(f) && ok(y)) B[++nb] = y / f
+			}
+			if (fmt == "md")
+				printf "| goroce %s, %d round(s) | %s | %s | %s | %s | %s |\n", k, rounds, col(R, nr, ""), col(F, nf, ""), col(G, ng, ""), col(A, na, "×"), col(B, nb, "×")
+			else {
+				printf "%s{\"kind\":\"%s\",\"rxe_median\":%s,\"floor_median\":%s,\"goroce_median\":%s,\"floor_over_rxe_median\":%s,\"goroce_over_floor_median\":%s,\"rounds_paired\":%d}",
+					sep, k, jv(R, nr), jv(F, nf), jv(G, ng), jv(A, na), jv(B, nb), (na < nb ? na : nb)
+				sep = ","
+			}
+		}
+	}' "$results"
+}
+
 kind_note() {
 	local k out=()
 	for k in "${kind_list[@]}"; do
@@ -551,6 +610,15 @@ kind_note() {
 
 summary md
 echo
+if [ -n "$floor" ]; then
+	floor_summary md
+	echo
+	echo "The floor: \`udpfloor\` (bench/cmd/udpfloor) moves the same $bw_n messages of 64 KiB between the same VMs" \
+		"as 1024-byte datagrams (a WRITE's packets at path MTU 1024), UDP GSO out, UDP GRO in, each payload copied" \
+		"and CRC-32-checked on both sides and one ACK per message back, 8 messages (512 datagrams) in flight (perftest's" \
+		"128 overflow eth0's queue of 1,000 packets); nothing else a RoCE stack does. Ratios are of the same round."
+	echo
+fi
 echo "Packets the client sent on eth0 in a run, median [min–max], against the least the test needs" \
 	"(each message and each ACK of the peer's once, 64 packets per 64 KiB WRITE at MTU 1024; more is" \
 	"retransmission): $(summary pkts)."
@@ -572,7 +640,13 @@ if [ -n "$json" ]; then
 		{ printf "%s{\"round\":%d,\"stack\":\"%s\",\"kind\":\"%s\",\"test\":\"%s\",\"value\":%s,\"client_seconds\":%s,\"client_eth0_tx_packets\":%s,\"client_eth0_rx_packets\":%s,\"server_eth0_rx_packets\":%s,\"server_eth0_rx_dropped\":%s,\"server_udp_rcvbuf_errors\":%s}", (NR > 1 ? "," : ""), $1, $2, $3, $4, n($5), $6, n($7), n($8), n($9), n($10), n($11) }' "$results"
 		printf '],"summary":['
 		summary json
-		printf ']}\n'
+		printf ']'
+		if [ -n "$floor" ]; then
+			printf ',"floor":['
+			floor_summary json
+			printf ']'
+		fi
+		printf '}\n'
 	} >"$json"
 	log "every run in $json"
 fi

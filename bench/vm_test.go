@@ -30,6 +30,15 @@ type vmRun struct {
 	ClientTS float64  `json:"client_seconds"`
 }
 
+type vmFloor struct {
+	Kind            string   `json:"kind"`
+	RxeMedian       *float64 `json:"rxe_median"`
+	FloorMedian     *float64 `json:"floor_median"`
+	GoroceMedian    *float64 `json:"goroce_median"`
+	FloorOverRxe    *float64 `json:"floor_over_rxe_median"`
+	GoroceOverFloor *float64 `json:"goroce_over_floor_median"`
+}
+
 type vmSummary struct {
 	Test        string   `json:"test"`
 	Kind        string   `json:"kind"`
@@ -38,11 +47,12 @@ type vmSummary struct {
 	RatioMedian *float64 `json:"ratio_median"`
 }
 
-// TestLabVMScript runs bench/vm.sh --quick (one round, few iterations) on the
-// lab: it must boot or reuse the lab with this tree's roce in the VMs, run
-// every test on rxe and on goroce, print the table with a figure and a
-// ratio in every cell, write each run to its JSON with the ratio the
-// table's figures give, and leave the VMs as the lab's README has them —
+// TestLabVMScript runs bench/vm.sh --quick -f (one round, few iterations,
+// and the UDP floor under write_bw) on the lab: it must boot or reuse the
+// lab with this tree's roce and udpfloor in the VMs, run every test on rxe
+// and on goroce and the floor, print the tables with a figure and a ratio
+// in every cell, write each run to its JSON with the ratios the tables'
+// figures give, and leave the VMs as the lab's README has them —
 // rdma_rxe loaded, rxe0 on eth0 and working (an ibv_rc_pingpong between
 // the VMs), nothing of its own left behind. No figure is judged: the
 // lab's VMs are emulated, and only the side-by-side ratio means anything.
@@ -67,7 +77,7 @@ func TestLabVMScript(t *testing.T) {
 	defer cancel()
 	jsonPath := filepath.Join(t.TempDir(), "runs.json")
 	logs := t.TempDir()
-	cmd := exec.CommandContext(ctx, filepath.Join(testenv.RepoRoot(t), "bench", "vm.sh"), "--quick", "-j", jsonPath, "-l", logs)
+	cmd := exec.CommandContext(ctx, filepath.Join(testenv.RepoRoot(t), "bench", "vm.sh"), "--quick", "-f", "-j", jsonPath, "-l", logs)
 	cmd.Env = append(os.Environ(), "ROCE_LAB_DIR="+labDir,
 		"ROCE_LAB_LOCK_WAIT="+strconv.Itoa(int(time.Until(deadline).Seconds())-300))
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) } // the script restores the VMs on SIGINT
@@ -108,6 +118,7 @@ func TestLabVMScript(t *testing.T) {
 		Rounds  int         `json:"rounds"`
 		Runs    []vmRun     `json:"runs"`
 		Summary []vmSummary `json:"summary"`
+		Floor   []vmFloor   `json:"floor"`
 	}
 	if err := json.Unmarshal(b, &doc); err != nil {
 		t.Fatalf("the JSON: %v\n%s", err, b)
@@ -123,8 +134,8 @@ func TestLabVMScript(t *testing.T) {
 		}
 		values[r.Stack+"/"+r.Test] = *r.Value
 	}
-	if len(doc.Runs) != 6 || len(values) != 6 {
-		t.Errorf("want 6 runs (3 tests × rxe, goroce), got %d: %s", len(doc.Runs), b)
+	if len(doc.Runs) != 7 || len(values) != 7 || values["floor/write_bw"] == 0 {
+		t.Errorf("want 7 runs (3 tests × rxe, goroce, and the floor's write_bw), got %d: %s", len(doc.Runs), b)
 	}
 	if len(doc.Summary) != 3 {
 		t.Errorf("want 3 summary rows, got %d", len(doc.Summary))
@@ -134,6 +145,17 @@ func TestLabVMScript(t *testing.T) {
 		if s.Kind != "v2" || s.RatioMedian == nil || x == 0 || math.Abs(*s.RatioMedian-y/x) > 1e-3*y/x {
 			t.Errorf("summary %s (%s): ratio %v, the runs give %g/%g", s.Test, s.Kind, s.RatioMedian, y, x)
 		}
+	}
+
+	// The floor's table and JSON: its figure, and the ratios of the runs'.
+	frow := regexp.MustCompile(`(?m)^\| goroce v2, 1 round\(s\) \| ` + cell + ` \| ` + cell + ` \| ` + cell + ` \| \d+\.\d\d× \[[^]]+\] \| \d+\.\d\d× \[[^]]+\] \|$`)
+	if !strings.Contains(table, "| rxe | UDP floor | goroce | floor/rxe | goroce/floor |\n") || !frow.MatchString(table) {
+		t.Errorf("no floor table with figures in every cell")
+	}
+	x, f, y := values["rxe/write_bw"], values["floor/write_bw"], values["goroce/write_bw"]
+	if len(doc.Floor) != 1 || doc.Floor[0].FloorOverRxe == nil || doc.Floor[0].GoroceOverFloor == nil || x == 0 || f == 0 ||
+		math.Abs(*doc.Floor[0].FloorOverRxe-f/x) > 1e-3*f/x || math.Abs(*doc.Floor[0].GoroceOverFloor-y/f) > 1e-3*y/f {
+		t.Errorf("JSON floor %+v, the runs give rxe %g, floor %g, goroce %g", doc.Floor, x, f, y)
 	}
 
 	// The VMs as the README describes them, rxe working between them.

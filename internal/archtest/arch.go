@@ -134,6 +134,7 @@ var Table = map[string]rule{
 	"bench/cmd/benchtable": {9, "", ""},
 	"bench/cmd/ecnplot":    {9, "", ""},
 	"bench/cmd/qdiscstat":  {9, "", ""},
+	"bench/cmd/udpfloor":   {9, "", "internal/testenv"},
 }
 
 // stdOnly are the packages whose every dependency outside the module is
