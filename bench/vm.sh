@@ -469,6 +469,14 @@ echo PKTS \$p0 \$(cat $ETH0/tx_packets $ETH0/rx_packets); echo CPUC \$c0 \$(head
 	else
 		log "round $round: $stack${kind:+ ($kind)} $test FAILED: client exit $rc, server exit ${src:-none}${why:+, $why}; logs $logdir/$tag.*.log"
 		tail -n 5 "$logdir/$tag.client.log" "$logdir/$tag.server.log" >&2 || true
+		# What the VMs' kernels said of their clocks: a figure of 0, and
+		# perftest's failed clock measurement, are what a clock that jumped
+		# would give (a TCG guest's TSC can be found unstable).
+		local vm
+		for vm in vm1 vm2; do
+			echo "== $vm: dmesg, clocksource" >>"$logdir/$tag.client.log"
+			vmx "$vm" "dmesg | grep -iE 'clocksource|tsc' | tail -n 8; cat /sys/devices/system/clocksource/clocksource0/current_clocksource" >>"$logdir/$tag.client.log" 2>&1 || true
+		done
 		value=NA
 	fi
 	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$stack" "${kind:--}" "$test" "$value" "$secs" "$pkts" "$scnt" >>"$results"
