@@ -44,8 +44,9 @@
 #                 (static, beside roce in /opt/extra), the same 64 KiB messages
 #                 as 1024-byte datagrams with the copies, CRC-32s and one ACK per
 #                 message that any RoCE v2 over the kernel's UDP must do, and
-#                 nothing else, 8 messages in flight; a second table puts rxe, the floor and goroce
-#                 side by side (what the VMs allow a user-space stack at all)
+#                 nothing else, 8 messages in flight; a second table puts rxe,
+#                 the floor and goroce side by side (what the VMs allow a
+#                 user-space stack at all)
 #   --quick       -r 1 with few iterations (the Go test TestLabVMScript runs this)
 #
 # The lab's lock (/run/roce-lab.lock, internal/lab's) is held for the whole
