@@ -14,19 +14,37 @@ import (
 	"github.com/goroce/goroce/wire"
 )
 
-// emptyPort is a fabric port that says it never has packets waiting
-// (link.PendingReporter) and counts the TryRecv calls it gets: only the
-// device's receive goroutine (RecvLocked) then takes its packets.
-type emptyPort struct {
+// pendingPort is a fabric port whose Pending (link.PendingReporter) says
+// what ready holds: false, no packet waiting, unless a test sets it (a
+// true that TryRecv may then find nothing for, which Pending's contract
+// allows). It counts the TryRecv calls it gets: while it says false, only
+// the device's receive goroutine (RecvLocked) takes its packets.
+type pendingPort struct {
 	*fabric.Port
+	ready atomic.Bool
 	tries atomic.Int64
 }
 
-func (p *emptyPort) Pending() bool { return false }
+func (p *pendingPort) Pending() bool { return p.ready.Load() }
 
-func (p *emptyPort) TryRecv(pkts []link.Packet) (int, error) {
+func (p *pendingPort) TryRecv(pkts []link.Packet) (int, error) {
 	p.tries.Add(1)
 	return p.Port.TryRecv(pkts)
+}
+
+// wrapPendingPort makes the link of the first device the test's rcPair
+// opens a pendingPort, which it returns (its Port set once rcPair ran).
+func wrapPendingPort(t *testing.T) *pendingPort {
+	p := &pendingPort{}
+	wrapLink = func(i int, l link.Link) link.Link {
+		if i == 0 {
+			p.Port = l.(*fabric.Port)
+			return p
+		}
+		return l
+	}
+	t.Cleanup(func() { wrapLink = nil })
+	return p
 }
 
 // waitingForRxLock reports whether a goroutine waits for a device's
@@ -53,15 +71,7 @@ func waitingForRxLock(in string) bool {
 // thread was off the CPU. Before any such wait the look takes the lock
 // directly (one system call, not two).
 func TestEmptyPollTakesNoReceiveLock(t *testing.T) {
-	var ep *emptyPort
-	wrapLink = func(i int, l link.Link) link.Link {
-		if i == 0 {
-			ep = &emptyPort{Port: l.(*fabric.Port)}
-			return ep
-		}
-		return l
-	}
-	defer func() { wrapLink = nil }()
+	ep := wrapPendingPort(t)
 	a, b, _ := rcPair(t, RC, fabric.Faults{}, wire.RoCEv2)
 	if a.dev.pending == nil {
 		t.Fatal("the device did not take its link's link.PendingReporter")
@@ -247,36 +257,17 @@ func TestResponsesAfterRewindComplete(t *testing.T) {
 	}
 }
 
-// quietPort is a fabric port whose Pending (link.PendingReporter) says
-// false while quiet is set and true otherwise (a true that TryRecv may
-// then find nothing for, which Pending's contract allows).
-type quietPort struct {
-	*fabric.Port
-	quiet atomic.Bool
-}
-
-func (p *quietPort) Pending() bool { return !p.quiet.Load() }
-
 // TestGuardedEmptyLookReadsNoClock: while the receive guard is set, an
 // empty look asks the link and reads no clock (time.Now on every look was
 // 7% of a busy poll's samples in the lab's VMs); once the link says
 // packets wait, the clock is read and a guard whose time is up ends.
 func TestGuardedEmptyLookReadsNoClock(t *testing.T) {
-	var qp *quietPort
-	wrapLink = func(i int, l link.Link) link.Link {
-		if i == 0 {
-			qp = &quietPort{Port: l.(*fabric.Port)}
-			return qp
-		}
-		return l
-	}
-	defer func() { wrapLink = nil }()
+	qp := wrapPendingPort(t)
 	a, _, _ := rcPair(t, RC, fabric.Faults{}, wire.RoCEv2)
 	var reads atomic.Int64
 	defer func(c func() time.Time) { guardClock = c }(guardClock)
 	guardClock = func() time.Time { reads.Add(1); return time.Now() }
 
-	qp.quiet.Store(true)
 	a.dev.rxGuard.Store(time.Now().Add(time.Hour).UnixNano())
 	var wc [1]WC
 	for range 100 {
@@ -298,7 +289,7 @@ func TestGuardedEmptyLookReadsNoClock(t *testing.T) {
 	if n := reads.Load(); n != 0 {
 		t.Errorf("guarded empty looks read the clock %d times, want 0", n)
 	}
-	qp.quiet.Store(false)
+	qp.ready.Store(true)
 	a.cq.Poll(wc[:])
 	if g := a.dev.rxGuard.Load(); g != 0 {
 		t.Errorf("a guard past its time did not end when the link said packets waited (%d)", g)
