@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"regexp"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/nettest"
+	"github.com/goroce/goroce/internal/testenv"
 )
 
 // startIn runs roce ARGS... as a process in h's network namespace, as a
@@ -26,15 +26,10 @@ func startIn(t *testing.T, ctx context.Context, h *nettest.Host, exe, dir string
 	return runProc(t, cmd, os.Kill, nil, nil)
 }
 
-// freePort returns a TCP port nothing listens on now.
+// freePort returns a TCP port nothing listens on now, as a flag's value.
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	return strconv.Itoa(testenv.FreeTCPPort(t))
 }
 
 // wantLastLine checks that a process interrupted by a signal exited with

@@ -5,6 +5,7 @@
 package testenv
 
 import (
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -90,6 +91,17 @@ func Root(t testing.TB) {
 // compiles, emulated VMs): a wait polls for its condition, and gives up
 // only after Slow, a time no healthy run comes near.
 const Slow = 2 * time.Minute
+
+// FreeTCPPort returns a TCP port on 127.0.0.1 that nothing listens on now.
+func FreeTCPPort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
 
 // Poll calls cond every 50 ms until it returns true or within has passed,
 // and reports whether it returned true. For waits on a condition with no

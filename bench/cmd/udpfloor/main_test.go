@@ -13,17 +13,6 @@ import (
 	"github.com/goroce/goroce/internal/testenv"
 )
 
-// freePort is a TCP port nothing listens on now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // TestFloorOverLoopback: a server and a client over 127.0.0.1 move every
 // byte, the client's table reads as perftest's (bench/vm.sh's metric takes
 // the fourth column), and the server's count is what the report says.
@@ -37,8 +26,8 @@ func TestFloorOverLoopback(t *testing.T) {
 		{"odd size at 4096", params{n: 50, size: 10000, mtu: 4096, window: 4}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			ctl := freePort(t)
-			data := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(freePort(t)))
+			ctl := testenv.FreeTCPPort(t)
+			data := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(testenv.FreeTCPPort(t)))
 			done := make(chan error, 1)
 			go func() { done <- serve(data, ctl) }()
 			var out bytes.Buffer
