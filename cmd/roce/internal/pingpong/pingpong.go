@@ -505,10 +505,10 @@ func (s *session) iterate(ctx context.Context, w *watcher, prog *progress) error
 // polls and never waits for a receive goroutine to be scheduled, which on
 // a one-vCPU VM meant Go's 10 ms background netpoll. The loop yields the P
 // between polls (runtime.Gosched, never a sleep) so the device's other
-// goroutines and the watchers still run — every busypoll.OnePYield polls when
-// the process has one P, where a yield after every poll put a third of the
-// client's CPU in the scheduler (the lab's VMs) — and it looks at ctx every 1024 polls, so a cancelled run or a
-// dead device ends it.
+// goroutines and the watchers still run — every busypoll.OnePYield polls
+// when the process has one P, where a yield after every poll put a third
+// of the client's CPU in the scheduler (the lab's VMs) — and it looks at
+// ctx every 1024 polls, so a cancelled run or a dead device ends it.
 func (s *session) poll(ctx context.Context, wcs []verbs.WC) (n int, err error) {
 	st := s.c.stats
 	if s.c.Events {
