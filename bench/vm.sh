@@ -40,13 +40,16 @@
 #                 go tool pprof -top DIR/roce DIR/r1-goroce-v2-write_bw.client.prof
 #   -e VAR=VALUE  run goroce's commands with this in their environment (again
 #                 for more), e.g. -e GODEBUG=gctrace=1 (its lines in the logs, -l)
-#   -f            also run the floor under write_bw in each round: bench/cmd/udpfloor
-#                 (static, beside roce in /opt/extra), the same 64 KiB messages
-#                 as 1024-byte datagrams with the copies, CRC-32s and one ACK per
-#                 message that any RoCE v2 over the kernel's UDP must do, and
-#                 nothing else, 8 messages in flight; a second table puts rxe,
-#                 the floor and goroce side by side (what the VMs allow a
-#                 user-space stack at all)
+#   -f            also run the floors under the three tests in each round:
+#                 bench/cmd/udpfloor (static, beside roce in /opt/extra) does
+#                 the copies, CRC-32s and ACKs that any RoCE v2 over the
+#                 kernel's UDP must do, and nothing else: under write_bw the
+#                 same 64 KiB messages as 1024-byte datagrams, 8 in flight;
+#                 under pingpong and send_lat the same 64-byte round trips
+#                 (-lat: a SEND and its ACK each way, each side busy-polling
+#                 an AF_PACKET receive ring, as goroce's link); a second
+#                 table puts rxe, the floor and goroce side by side (what the
+#                 VMs allow a user-space stack at all)
 #   --quick       -r 1 with few iterations (the Go test TestLabVMScript runs this)
 #
 # The lab's lock (/run/roce-lab.lock, internal/lab's) is held for the whole
@@ -340,7 +343,13 @@ cmdline() {
 	goroce/write_bw) echo "$GROCE perf write -d g0 -x $3 -s 65536 -n $bw_n -m 1024 -F" ;;
 	# The floor's data goes to vm1's eth0 address (UDP 4792), its control
 	# to the address the client is given, as perftest's exchange.
-	floor/write_bw) if [ "$3" = server ]; then echo "$EXTRA/udpfloor -s -a 192.0.2.11"; else echo "$EXTRA/udpfloor -a 192.0.2.11 -size 65536 -n $bw_n -m 1024 -t 8"; fi ;;
+	floor/*) if [ "$3" = server ]; then echo "$EXTRA/udpfloor -s -a 192.0.2.11"; else
+		case $2 in
+		pingpong) echo "$EXTRA/udpfloor -a 192.0.2.11 -lat -size 64 -n $pp_n -m 1024" ;;
+		send_lat) echo "$EXTRA/udpfloor -a 192.0.2.11 -lat -size 64 -n $lat_n -m 1024" ;;
+		write_bw) echo "$EXTRA/udpfloor -a 192.0.2.11 -size 65536 -n $bw_n -m 1024 -t 8" ;;
+		esac
+	fi ;;
 	esac
 }
 
@@ -506,8 +515,10 @@ for r in $(seq 1 "$rounds"); do
 		for t in "${tests[@]}"; do
 			if [ "$b" = rxe ]; then run_one "$r" rxe "" "$t"; else run_one "$r" goroce "$b" "$t"; fi
 		done
-		# The floor once a round, after the first goroce block's tests.
-		if [ -n "$floor" ] && [ "$b" = "${kind_list[0]}" ]; then run_one "$r" floor "" write_bw; fi
+		# The floors once a round, after the first goroce block's tests.
+		if [ -n "$floor" ] && [ "$b" = "${kind_list[0]}" ]; then
+			for t in "${tests[@]}"; do run_one "$r" floor "" "$t"; done
+		fi
 	done
 done
 switch_to rxe
@@ -585,39 +596,50 @@ summary() {
 	}' "$results"
 }
 
-# floor_summary FMT: rxe, the floor and goroce's write_bw, paired by round.
+# floor_summary FMT: rxe, the floor and goroce, paired by round, a row per
+# test (and goroce kind).
 floor_summary() {
-	awk -F'\t' -v kinds="${kind_list[*]}" -v rounds="$rounds" -v fmt="$1" -v bw="$bw_n" '
+	awk -F'\t' -v kinds="${kind_list[*]}" -v rounds="$rounds" -v fmt="$1" \
+		-v pp="$pp_n" -v lat="$lat_n" -v bw="$bw_n" '
 	function sortn(a, n,   i, j, t) { for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t } }
 	function median(a, n) { sortn(a, n); return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
 	function ok(x) { return x != "" && x != "NA" && x + 0 > 0 }
-	function col(a, n, x) { return n ? sprintf("%.2f" x " [%.2f–%.2f]", median(a, n), a[1], a[n]) : "—" }
+	function col(a, n, f, x) { return n ? sprintf(f x " [" f "–" f "]", median(a, n), a[1], a[n]) : "—" }
 	function jv(a, n) { return n ? sprintf("%.4f", median(a, n)) : "null" }
-	$4 == "write_bw" { v[$1, $2, $3] = $5 }
+	{ v[$1, $2, $3, $4] = $5 }
 	END {
 		nk = split(kinds, K, " ")
+		split("pingpong send_lat write_bw", T, " ")
+		label["pingpong"] = "`pingpong` 64 B (-n " pp "), µs per iteration"
+		label["send_lat"] = "`send_lat` 64 B (-n " lat "), t_typical µs"
+		label["write_bw"] = "`write_bw` 64 KiB (-n " bw "), MB/s"
 		if (fmt == "md") {
-			print "| `write_bw` 64 KiB (-n " bw "), MB/s | rxe | UDP floor | goroce | floor/rxe | goroce/floor |"
+			print "| test | rxe | UDP floor | goroce | floor/rxe | goroce/floor |"
 			print "|---|---|---|---|---|---|"
 		}
-		for (ki = 1; ki <= nk; ki++) {
-			k = K[ki]
-			nr = nf = ng = na = nb = 0
-			delete R; delete F; delete G; delete A; delete B
-			for (r = 1; r <= rounds; r++) {
-				x = v[r, "rxe", "-"]; f = v[r, "floor", "-"]; y = v[r, "goroce", k]
-				if (ok(x)) R[++nr] = x + 0
-				if (ok(f)) F[++nf] = f + 0
-				if (ok(y)) G[++ng] = y + 0
-				if (ok(x) && ok(f)) A[++na] = f / x
-				if (ok(f) && ok(y)) B[++nb] = y / f
-			}
-			if (fmt == "md")
-				printf "| goroce %s, %d round(s) | %s | %s | %s | %s | %s |\n", k, rounds, col(R, nr, ""), col(F, nf, ""), col(G, ng, ""), col(A, na, "×"), col(B, nb, "×")
-			else {
-				printf "%s{\"kind\":\"%s\",\"rxe_median\":%s,\"floor_median\":%s,\"goroce_median\":%s,\"floor_over_rxe_median\":%s,\"goroce_over_floor_median\":%s,\"rounds_paired\":%d}",
-					sep, k, jv(R, nr), jv(F, nf), jv(G, ng), jv(A, na), jv(B, nb), (na < nb ? na : nb)
-				sep = ","
+		for (ti = 1; ti <= 3; ti++) {
+			t = T[ti]
+			f = t == "write_bw" ? "%.2f" : "%.1f"
+			for (ki = 1; ki <= nk; ki++) {
+				k = K[ki]
+				nr = nf = ng = na = nb = 0
+				delete R; delete F; delete G; delete A; delete B
+				for (r = 1; r <= rounds; r++) {
+					x = v[r, "rxe", "-", t]; y = v[r, "floor", "-", t]; z = v[r, "goroce", k, t]
+					if (ok(x)) R[++nr] = x + 0
+					if (ok(y)) F[++nf] = y + 0
+					if (ok(z)) G[++ng] = z + 0
+					if (ok(x) && ok(y)) A[++na] = y / x
+					if (ok(y) && ok(z)) B[++nb] = z / y
+				}
+				if (fmt == "md")
+					printf "| %s (goroce %s, %d round(s)) | %s | %s | %s | %s | %s |\n", label[t], k, rounds,
+						col(R, nr, f, ""), col(F, nf, f, ""), col(G, ng, f, ""), col(A, na, "%.2f", "×"), col(B, nb, "%.2f", "×")
+				else {
+					printf "%s{\"test\":\"%s\",\"kind\":\"%s\",\"rxe_median\":%s,\"floor_median\":%s,\"goroce_median\":%s,\"floor_over_rxe_median\":%s,\"goroce_over_floor_median\":%s,\"rounds_paired\":%d}",
+						sep, t, k, jv(R, nr), jv(F, nf), jv(G, ng), jv(A, na), jv(B, nb), (na < nb ? na : nb)
+					sep = ","
+				}
 			}
 		}
 	}' "$results"
@@ -640,10 +662,13 @@ echo
 if [ -n "$floor" ]; then
 	floor_summary md
 	echo
-	echo "The floor: \`udpfloor\` (bench/cmd/udpfloor) moves the same $bw_n messages of 64 KiB between the same VMs" \
-		"as 1024-byte datagrams (a WRITE's packets at path MTU 1024), UDP GSO out, UDP GRO in, each payload copied" \
-		"and CRC-32-checked on both sides and one ACK per message back, 8 messages (512 datagrams) in flight (perftest's" \
-		"128 overflow eth0's queue of 1,000 packets); nothing else a RoCE stack does. Ratios are of the same round."
+	echo "The floors: \`udpfloor\` (bench/cmd/udpfloor) between the same VMs, doing only what any RoCE v2 over the" \
+		"kernel's UDP must, each payload copied and CRC-32-checked on both sides. Under write_bw it moves the same" \
+		"$bw_n messages of 64 KiB as 1024-byte datagrams (a WRITE's packets at path MTU 1024), UDP GSO out, UDP GRO in," \
+		"one ACK per message back, 8 messages (512 datagrams) in flight (perftest's 128 overflow eth0's queue of" \
+		"1,000 packets). Under pingpong and send_lat (\`udpfloor -lat\`) it makes the same 64-byte round trips, four" \
+		"datagrams each (a SEND each way, each ACKed, the ACK in the same sendmmsg as the next SEND), both sides" \
+		"busy-polling an AF_PACKET receive ring (a load from memory per look, as goroce's link), and prints both tools' figures. Nothing else a RoCE stack does. Ratios are of the same round."
 	echo
 fi
 echo "Packets the client sent on eth0 in a run, median [min–max], against the least the test needs" \

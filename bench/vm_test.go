@@ -31,6 +31,7 @@ type vmRun struct {
 }
 
 type vmFloor struct {
+	Test            string   `json:"test"`
 	Kind            string   `json:"kind"`
 	RxeMedian       *float64 `json:"rxe_median"`
 	FloorMedian     *float64 `json:"floor_median"`
@@ -48,7 +49,7 @@ type vmSummary struct {
 }
 
 // TestLabVMScript runs bench/vm.sh --quick -f (one round, few iterations,
-// and the UDP floor under write_bw) on the lab: it must boot or reuse the
+// and the UDP floors under the three tests) on the lab: it must boot or reuse the
 // lab with this tree's roce and udpfloor in the VMs, run every test on rxe
 // and on goroce and the floor, print the tables with a figure and a ratio
 // in every cell, write each run to its JSON with the ratios the tables'
@@ -134,8 +135,8 @@ func TestLabVMScript(t *testing.T) {
 		}
 		values[r.Stack+"/"+r.Test] = *r.Value
 	}
-	if len(doc.Runs) != 7 || len(values) != 7 || values["floor/write_bw"] == 0 {
-		t.Errorf("want 7 runs (3 tests × rxe, goroce, and the floor's write_bw), got %d: %s", len(doc.Runs), b)
+	if len(doc.Runs) != 9 || len(values) != 9 {
+		t.Errorf("want 9 runs (3 tests × rxe, goroce and the floor), got %d: %s", len(doc.Runs), b)
 	}
 	if len(doc.Summary) != 3 {
 		t.Errorf("want 3 summary rows, got %d", len(doc.Summary))
@@ -147,15 +148,22 @@ func TestLabVMScript(t *testing.T) {
 		}
 	}
 
-	// The floor's table and JSON: its figure, and the ratios of the runs'.
-	frow := regexp.MustCompile(`(?m)^\| goroce v2, 1 round\(s\) \| ` + cell + ` \| ` + cell + ` \| ` + cell + ` \| \d+\.\d\d× \[[^]]+\] \| \d+\.\d\d× \[[^]]+\] \|$`)
-	if !strings.Contains(table, "| rxe | UDP floor | goroce | floor/rxe | goroce/floor |\n") || !frow.MatchString(table) {
-		t.Errorf("no floor table with figures in every cell")
+	// The floors' table and JSON: a row per test, its figures, and the
+	// ratios of the runs'.
+	frow := regexp.MustCompile(`(?m)^\| ` + "`" + `(pingpong|send_lat|write_bw)` + "`" + ` [^|]+ \(goroce v2, 1 round\(s\)\) \| ` + cell + ` \| ` + cell + ` \| ` + cell + ` \| \d+\.\d\d× \[[^]]+\] \| \d+\.\d\d× \[[^]]+\] \|$`)
+	if rows := frow.FindAllStringSubmatch(table, -1); !strings.Contains(table, "| test | rxe | UDP floor | goroce | floor/rxe | goroce/floor |\n") ||
+		len(rows) != 3 || rows[0][1] != "pingpong" || rows[1][1] != "send_lat" || rows[2][1] != "write_bw" {
+		t.Errorf("no floor table with the three tests' rows, figures in every cell")
 	}
-	x, f, y := values["rxe/write_bw"], values["floor/write_bw"], values["goroce/write_bw"]
-	if len(doc.Floor) != 1 || doc.Floor[0].FloorOverRxe == nil || doc.Floor[0].GoroceOverFloor == nil || x == 0 || f == 0 ||
-		math.Abs(*doc.Floor[0].FloorOverRxe-f/x) > 1e-3*f/x || math.Abs(*doc.Floor[0].GoroceOverFloor-y/f) > 1e-3*y/f {
-		t.Errorf("JSON floor %+v, the runs give rxe %g, floor %g, goroce %g", doc.Floor, x, f, y)
+	if len(doc.Floor) != 3 {
+		t.Errorf("JSON: want 3 floor rows, got %+v", doc.Floor)
+	}
+	for _, fl := range doc.Floor {
+		x, f, y := values["rxe/"+fl.Test], values["floor/"+fl.Test], values["goroce/"+fl.Test]
+		if fl.Kind != "v2" || fl.FloorOverRxe == nil || fl.GoroceOverFloor == nil || x == 0 || f == 0 ||
+			math.Abs(*fl.FloorOverRxe-f/x) > 1e-3*f/x || math.Abs(*fl.GoroceOverFloor-y/f) > 1e-3*y/f {
+			t.Errorf("JSON floor %s: %+v, the runs give rxe %g, floor %g, goroce %g", fl.Test, fl, x, f, y)
+		}
 	}
 
 	// The VMs as the README describes them, rxe working between them.

@@ -25,11 +25,17 @@
 // perftest's 128 messages in flight, 8,192 datagrams, overflow eth0's queue
 // of 1,000: bench/vm.sh -f runs it with -t 8.)
 //
+// With -lat it is the floor under `ib_send_lat -s 64` and `ibv_rc_pingpong
+// -s 64` instead (lat.go): a ping-pong of one SEND-sized datagram each way,
+// each ACKed, both sides busy-polling an AF_PACKET receive ring (ring.go).
+//
 // The server prints nothing until its client is done; the client prints
-// perftest's table, so that bench/vm.sh reads both tools alike:
+// perftest's table (and with -lat ibv_rc_pingpong's line too), so that
+// bench/vm.sh reads both tools alike:
 //
 //	udpfloor -s -a 192.0.2.11                  # vm1: data on 192.0.2.11:4792, control on TCP 18515
 //	udpfloor -a 192.0.2.11 -n 300 198.51.100.11   # vm2: to vm1, the control over the management link
+//	udpfloor -a 192.0.2.11 -lat -size 64 -n 1000 198.51.100.11   # vm2: the latency floor
 package main
 
 import (
@@ -64,6 +70,9 @@ const (
 
 type params struct {
 	n, size, mtu, window int
+	lat                  bool   // the latency floor (lat.go), not the throughput one
+	block                bool   // -lat's sides wait in recvfrom(2) instead of spinning
+	rx                   string // -lat's busy poll looks at: ring, socket
 }
 
 func (p params) dgramLen() int { return bthLen + p.mtu + icrcLen }
@@ -82,6 +91,9 @@ func main() {
 	flag.IntVar(&p.size, "size", 65536, "bytes per message (perftest's -s)")
 	flag.IntVar(&p.mtu, "m", 1024, "the path MTU: payload bytes per datagram")
 	flag.IntVar(&p.window, "t", 128, "messages in flight (perftest's -t)")
+	flag.BoolVar(&p.block, "block", false, "with -lat: both sides wait for each datagram in recvfrom(2) instead of busy-polling")
+	flag.StringVar(&p.rx, "rx", "ring", "with -lat: what each side's busy poll looks at, `ring|socket`: an AF_PACKET receive ring (a load from memory per look, as goroce's privileged link) or the UDP socket (a recvfrom(2) per look)")
+	flag.BoolVar(&p.lat, "lat", false, "the latency floor: a ping-pong of one -size message each way, each ACKed (ib_send_lat, ibv_rc_pingpong)")
 	flag.Parse()
 	a, err := netip.ParseAddr(*addr)
 	if err != nil {
@@ -116,6 +128,10 @@ func (p params) check() error {
 	switch {
 	case p.n < 1, p.size < 1, p.window < 1:
 		return errors.New("-n, -size and -t must be positive")
+	case p.rx != "ring" && p.rx != "socket":
+		return fmt.Errorf("-rx %q: ring or socket", p.rx)
+	case p.lat && (p.n < 5 || p.size > p.mtu):
+		return fmt.Errorf("-lat: at least 5 iterations (-n %d) of one packet each (-size %d, at most -m %d)", p.n, p.size, p.mtu)
 	case p.mtu < 256 || p.mtu > 4096:
 		return fmt.Errorf("-m %d: a path MTU from 256 to 4096", p.mtu)
 	}
@@ -137,7 +153,7 @@ func serve(data netip.AddrPort, ctlPort int) error {
 	defer c.Close()
 	rd := bufio.NewReader(c)
 	var p params
-	if _, err := fmt.Fscanln(rd, &p.n, &p.size, &p.mtu, &p.window); err != nil {
+	if _, err := fmt.Fscanln(rd, &p.n, &p.size, &p.mtu, &p.window, &p.lat, &p.block, &p.rx); err != nil {
 		return fmt.Errorf("the client's parameters: %w", err)
 	}
 	if err := p.check(); err != nil {
@@ -148,6 +164,9 @@ func serve(data netip.AddrPort, ctlPort int) error {
 		return err
 	}
 	defer unix.Close(fd)
+	if p.lat {
+		return serveLat(c, rd, fd, p)
+	}
 	if err := unix.SetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_GRO, 1); err != nil {
 		return fmt.Errorf("UDP_GRO: %w", err)
 	}
@@ -307,7 +326,7 @@ func client(p params, data netip.AddrPort, ctl string, ctlPort int, out io.Write
 	}
 	defer c.Close()
 	rd := bufio.NewReader(c)
-	if _, err := fmt.Fprintf(c, "%d %d %d %d\n", p.n, p.size, p.mtu, p.window); err != nil {
+	if _, err := fmt.Fprintf(c, "%d %d %d %d %t %t %s\n", p.n, p.size, p.mtu, p.window, p.lat, p.block, p.rx); err != nil {
 		return err
 	}
 	if l, err := rd.ReadString('\n'); err != nil || l != "go\n" {
@@ -322,6 +341,9 @@ func client(p params, data netip.AddrPort, ctl string, ctlPort int, out io.Write
 		return err
 	}
 	defer unix.Close(fd)
+	if p.lat {
+		return clientLat(c, rd, fd, p, out)
+	}
 	s := newSender(fd, p)
 	start := time.Now()
 	acked, lost, err := s.run()

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,8 +23,8 @@ func TestFloorOverLoopback(t *testing.T) {
 		name string
 		p    params
 	}{
-		{"64KiB at 1024", params{n: 200, size: 65536, mtu: 1024, window: 16}},
-		{"odd size at 4096", params{n: 50, size: 10000, mtu: 4096, window: 4}},
+		{"64KiB at 1024", params{n: 200, size: 65536, mtu: 1024, window: 16, rx: "ring"}},
+		{"odd size at 4096", params{n: 50, size: 10000, mtu: 4096, window: 4, rx: "ring"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctl := testenv.FreeTCPPort(t)
@@ -67,3 +68,67 @@ func isRefused(err error) bool {
 }
 
 func sleep() { time.Sleep(20 * time.Millisecond) }
+
+// TestLatFloorOverLoopback: -lat's ping-pong over 127.0.0.1 makes every
+// round trip, each message ACKed, and prints both tools' reports as
+// bench/vm.sh reads them (ib_send_lat's t_typical column, ibv_rc_pingpong's
+// usec/iter), with figures that agree with each other; both sides
+// busy-polling an AF_PACKET ring (the default) or the socket, and both
+// waiting in recvfrom(2) (-block).
+func TestLatFloorOverLoopback(t *testing.T) {
+	testenv.Root(t) // SO_RCVBUFFORCE
+	for _, c := range []struct {
+		name, addr, rx string
+		block          bool
+	}{
+		{"ring", "127.0.0.1", "ring", false},
+		{"ring IPv6", "::1", "ring", false},
+		{"socket", "127.0.0.1", "socket", false},
+		{"block", "127.0.0.1", "ring", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			testLatFloor(t, c.addr, params{n: 500, size: 64, mtu: 1024, window: 1, lat: true, block: c.block, rx: c.rx})
+		})
+	}
+}
+
+func testLatFloor(t *testing.T, addr string, p params) {
+	ctl := testenv.FreeTCPPort(t)
+	data := netip.AddrPortFrom(netip.MustParseAddr(addr), uint16(testenv.FreeTCPPort(t)))
+	done := make(chan error, 1)
+	go func() { done <- serve(data, ctl) }()
+	var out bytes.Buffer
+	var err error
+	for range 50 {
+		if err = client(p, data, addr, ctl, &out); err == nil || !isRefused(err) {
+			break
+		}
+		out.Reset()
+		sleep()
+	}
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("server: %v", err)
+	}
+	t.Logf("%s", out.String())
+	s := out.String()
+	lat := strings.Contains(s, " t_typical[usec] ")
+	row := regexp.MustCompile(`(?m)^ 64\s+500\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s`).FindStringSubmatch(s)
+	pp := regexp.MustCompile(`(?m)^500 iters in [0-9.]+ seconds = ([0-9.]+) usec/iter$`).FindStringSubmatch(s)
+	if !lat || row == nil || pp == nil {
+		t.Fatalf("want perftest's latency table (64 bytes, 500 iterations) and ibv_rc_pingpong's iters line:\n%s", s)
+	}
+	typical, _ := strconv.ParseFloat(row[3], 64)
+	avg, _ := strconv.ParseFloat(row[4], 64)
+	perIter, _ := strconv.ParseFloat(pp[1], 64)
+	// A round trip is two of perftest's (halved) latencies; the average
+	// leaves out the two slowest, which the whole run's time keeps.
+	if typical <= 0 || avg <= 0 || perIter < 1.9*avg || perIter > 10*avg {
+		t.Errorf("t_typical %g, t_avg %g µs against %g µs per iteration: want each iteration two latencies", typical, avg, perIter)
+	}
+	if !strings.Contains(s, "500 round trips of 64 bytes; the server answered 500; 500 ACKs received; 0 datagrams with a bad CRC-32") {
+		t.Errorf("want every round trip answered and ACKed:\n%s", s)
+	}
+}
