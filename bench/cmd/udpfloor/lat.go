@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
+	"net/netip"
 	"runtime"
 	"slices"
 	"sync/atomic"
@@ -68,7 +69,9 @@ type latPeer struct {
 	ring     *rxRing
 	raw4     unix.RawSockaddrInet4 // the server's peer, as sendmmsg takes it
 	raw6     unix.RawSockaddrInet6
-	acks     int64 // ACKs received
+	to       unix.Sockaddr // -pktinfo's client: the server, named in every datagram
+	cmsg     []byte        // -pktinfo: IP_PKTINFO or IPV6_PKTINFO with the source
+	acks     int64         // ACKs received
 	badCRC   int64
 }
 
@@ -103,6 +106,9 @@ func (l *latPeer) sendAckAndMsg(ack bool, to unix.Sockaddr) error {
 	binary.BigEndian.PutUint32(l.msg[8:], l.psn)
 	copy(l.msg[bthLen:], l.src)
 	binary.BigEndian.PutUint32(l.msg[bthLen+l.size:], crc32.ChecksumIEEE(l.msg[:bthLen+l.size]))
+	if to == nil {
+		to = l.to
+	}
 	if to != nil {
 		name, n, err := l.raw(to)
 		if err != nil {
@@ -201,17 +207,50 @@ var errStopped = errors.New("stopped")
 func newLatPeerFor(fd int, p params) (*latPeer, error) {
 	l := newLatPeer(fd, p.size)
 	l.block = p.block
+	local, err := localOf(fd)
+	if err != nil {
+		return nil, err
+	}
+	if p.pktinfo {
+		l.setPktinfo(local.Addr())
+	}
 	if p.block || p.rx == "socket" {
 		return l, nil
 	}
-	local, err := localOf(fd)
-	if err == nil {
-		l.ring, err = newRxRing(fd, local)
-	}
-	if err != nil {
+	if l.ring, err = newRxRing(fd, local); err != nil {
 		return nil, fmt.Errorf("-rx ring: %w", err)
 	}
 	return l, nil
+}
+
+// setPktinfo gives each datagram l sends a control message naming src as
+// its source, as goroce's UDP link does (link/udp txControl): the kernel
+// then routes each datagram by its own addresses.
+func (l *latPeer) setPktinfo(src netip.Addr) {
+	var lvl, typ, n int
+	if src.Unmap().Is4() {
+		lvl, typ, n = unix.IPPROTO_IP, unix.IP_PKTINFO, unix.SizeofInet4Pktinfo
+	} else {
+		lvl, typ, n = unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, unix.SizeofInet6Pktinfo
+	}
+	sp := unix.CmsgSpace(n)
+	l.cmsg = make([]byte, 2*sp)
+	for i := range l.hdrs {
+		c := l.cmsg[i*sp : (i+1)*sp]
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
+		h.Level, h.Type = int32(lvl), int32(typ)
+		h.SetLen(unix.CmsgLen(n))
+		d := c[unix.CmsgLen(0):]
+		if src.Unmap().Is4() {
+			a := src.Unmap().As4()
+			copy(d[4:8], a[:]) // in_pktinfo's ipi_spec_dst
+		} else {
+			a := src.As16()
+			copy(d[0:16], a[:])
+		}
+		l.hdrs[i].Hdr.Control = &c[0]
+		l.hdrs[i].Hdr.SetControllen(sp)
+	}
 }
 
 func (l *latPeer) close() {
@@ -265,7 +304,7 @@ func latServe(l *latPeer, stop *atomic.Bool) (answered int64, badCRC int64, err 
 
 // latClient makes p.n round trips on the connected socket fd and returns
 // the time of each post and of the end.
-func latClient(fd int, p params) (posted []time.Time, end time.Time, acks, badCRC int64, err error) {
+func latClient(fd int, p params, to unix.Sockaddr) (posted []time.Time, end time.Time, acks, badCRC int64, err error) {
 	if err := setWait(fd, p.block); err != nil {
 		return nil, end, 0, 0, err
 	}
@@ -274,6 +313,7 @@ func latClient(fd int, p params) (posted []time.Time, end time.Time, acks, badCR
 		return nil, end, 0, 0, err
 	}
 	defer l.close()
+	l.to = to
 	posted = make([]time.Time, 0, p.n)
 	for i := range p.n {
 		posted = append(posted, time.Now())
@@ -290,7 +330,11 @@ func latClient(fd int, p params) (posted []time.Time, end time.Time, acks, badCR
 	// The server's last message is ACKed, as an RC peer would.
 	binary.BigEndian.PutUint32(l.ack[8:], l.psn)
 	binary.BigEndian.PutUint32(l.ack[bthLen+aethLen:], crc32.ChecksumIEEE(l.ack[:bthLen+aethLen]))
-	unix.Write(fd, l.ack)
+	if l.to != nil {
+		unix.Sendto(fd, l.ack, 0, l.to)
+	} else {
+		unix.Write(fd, l.ack)
+	}
 	return posted, end, l.acks, l.badCRC, nil
 }
 
@@ -371,8 +415,12 @@ func serveLat(c io.Writer, rd *bufio.Reader, fd int, p params) error {
 
 // clientLat runs the ping-pong, tells the server it is over and prints the
 // reports.
-func clientLat(c io.Writer, rd *bufio.Reader, fd int, p params, out io.Writer) error {
-	posted, end, acks, bad, err := latClient(fd, p)
+func clientLat(c io.Writer, rd *bufio.Reader, fd int, p params, data netip.AddrPort, out io.Writer) error {
+	var to unix.Sockaddr
+	if p.pktinfo {
+		to = sockaddr(data)
+	}
+	posted, end, acks, bad, err := latClient(fd, p, to)
 	if err != nil {
 		return err
 	}

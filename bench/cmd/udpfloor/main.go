@@ -73,6 +73,7 @@ type params struct {
 	lat                  bool   // the latency floor (lat.go), not the throughput one
 	block                bool   // -lat's sides wait in recvfrom(2) instead of spinning
 	rx                   string // -lat's busy poll looks at: ring, socket
+	pktinfo              bool   // -lat: send as goroce's link does (unconnected, IP_PKTINFO)
 }
 
 func (p params) dgramLen() int { return bthLen + p.mtu + icrcLen }
@@ -93,6 +94,7 @@ func main() {
 	flag.IntVar(&p.window, "t", 128, "messages in flight (perftest's -t)")
 	flag.BoolVar(&p.block, "block", false, "with -lat: both sides wait for each datagram in recvfrom(2) instead of busy-polling")
 	flag.StringVar(&p.rx, "rx", "ring", "with -lat: what each side's busy poll looks at, `ring|socket`: an AF_PACKET receive ring (a load from memory per look, as goroce's privileged link) or the UDP socket (a recvfrom(2) per look)")
+	flag.BoolVar(&p.pktinfo, "pktinfo", false, "with -lat: send as goroce's UDP link does, every datagram with its destination and an IP_PKTINFO naming its source, on a socket not connected")
 	flag.BoolVar(&p.lat, "lat", false, "the latency floor: a ping-pong of one -size message each way, each ACKed (ib_send_lat, ibv_rc_pingpong)")
 	flag.Parse()
 	a, err := netip.ParseAddr(*addr)
@@ -153,7 +155,7 @@ func serve(data netip.AddrPort, ctlPort int) error {
 	defer c.Close()
 	rd := bufio.NewReader(c)
 	var p params
-	if _, err := fmt.Fscanln(rd, &p.n, &p.size, &p.mtu, &p.window, &p.lat, &p.block, &p.rx); err != nil {
+	if _, err := fmt.Fscanln(rd, &p.n, &p.size, &p.mtu, &p.window, &p.lat, &p.block, &p.rx, &p.pktinfo); err != nil {
 		return fmt.Errorf("the client's parameters: %w", err)
 	}
 	if err := p.check(); err != nil {
@@ -326,7 +328,7 @@ func client(p params, data netip.AddrPort, ctl string, ctlPort int, out io.Write
 	}
 	defer c.Close()
 	rd := bufio.NewReader(c)
-	if _, err := fmt.Fprintf(c, "%d %d %d %d %t %t %s\n", p.n, p.size, p.mtu, p.window, p.lat, p.block, p.rx); err != nil {
+	if _, err := fmt.Fprintf(c, "%d %d %d %d %t %t %s %t\n", p.n, p.size, p.mtu, p.window, p.lat, p.block, p.rx, p.pktinfo); err != nil {
 		return err
 	}
 	if l, err := rd.ReadString('\n'); err != nil || l != "go\n" {
@@ -336,13 +338,22 @@ func client(p params, data netip.AddrPort, ctl string, ctlPort int, out io.Write
 	if !data.Addr().Unmap().Is4() {
 		local = netip.AddrPortFrom(netip.IPv6Unspecified(), 0)
 	}
-	fd, err := udpSocket(local, data)
+	peer := data
+	if p.pktinfo {
+		// Bound to the source the route gives, not connected: each
+		// datagram names its destination, as goroce's link sends.
+		if local, err = sourceFor(data); err != nil {
+			return err
+		}
+		peer = netip.AddrPort{}
+	}
+	fd, err := udpSocket(local, peer)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(fd)
 	if p.lat {
-		return clientLat(c, rd, fd, p, out)
+		return clientLat(c, rd, fd, p, data, out)
 	}
 	s := newSender(fd, p)
 	start := time.Now()

@@ -79,15 +79,17 @@ func TestLatFloorOverLoopback(t *testing.T) {
 	testenv.Root(t) // SO_RCVBUFFORCE
 	for _, c := range []struct {
 		name, addr, rx string
-		block          bool
+		block, pktinfo bool
 	}{
-		{"ring", "127.0.0.1", "ring", false},
-		{"ring IPv6", "::1", "ring", false},
-		{"socket", "127.0.0.1", "socket", false},
-		{"block", "127.0.0.1", "ring", true},
+		{"ring", "127.0.0.1", "ring", false, false},
+		{"ring IPv6", "::1", "ring", false, false},
+		{"socket", "127.0.0.1", "socket", false, false},
+		{"block", "127.0.0.1", "ring", true, false},
+		{"pktinfo", "127.0.0.1", "ring", false, true},
+		{"pktinfo IPv6", "::1", "ring", false, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			testLatFloor(t, c.addr, params{n: 500, size: 64, mtu: 1024, window: 1, lat: true, block: c.block, rx: c.rx})
+			testLatFloor(t, c.addr, params{n: 500, size: 64, mtu: 1024, window: 1, lat: true, block: c.block, rx: c.rx, pktinfo: c.pktinfo})
 		})
 	}
 }

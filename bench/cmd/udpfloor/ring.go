@@ -195,3 +195,22 @@ func localOf(fd int) (netip.AddrPort, error) {
 	}
 	return netip.AddrPort{}, fmt.Errorf("socket address %v", sa)
 }
+
+// sourceFor is the source address the kernel's route to dst gives (a
+// connected socket's, read and closed), port 0.
+func sourceFor(dst netip.AddrPort) (netip.AddrPort, error) {
+	fam := unix.AF_INET
+	if !dst.Addr().Unmap().Is4() {
+		fam = unix.AF_INET6
+	}
+	fd, err := unix.Socket(fam, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	defer unix.Close(fd)
+	if err := unix.Connect(fd, sockaddr(dst)); err != nil {
+		return netip.AddrPort{}, err
+	}
+	a, err := localOf(fd)
+	return netip.AddrPortFrom(a.Addr(), 0), err
+}
