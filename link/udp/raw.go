@@ -10,12 +10,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"unsafe"
 
-	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/link"
+	"github.com/goroce/goroce/link/pktring"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -31,42 +30,6 @@ type rawRecv struct {
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
-// roceFilter accepts IPv4 and IPv6 UDP datagrams to port (and not IPv4
-// fragments after the first), so the socket copies nothing else.
-func roceFilter(port uint16) ([]bpf.RawInstruction, error) {
-	return bpf.Assemble(roceFilterProg(port))
-}
-
-// roceFilterProg is the filter over an Ethernet frame. The jumps are
-// counted by hand: raw_test.go runs the program in x/net/bpf's VM over real
-// frames.
-func roceFilterProg(port uint16) []bpf.Instruction {
-	const eth = wire.EthernetLen
-	return []bpf.Instruction{
-		/* 0 */ bpf.LoadAbsolute{Off: 12, Size: 2}, // Ethertype
-		/* 1 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: wire.EtherTypeIPv4, SkipFalse: 7}, // IPv4, else 9
-		/* 2 */ bpf.LoadAbsolute{Off: eth + 9, Size: 1}, // protocol
-		/* 3 */ bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.IPPROTO_UDP, SkipTrue: 11},
-		/* 4 */ bpf.LoadAbsolute{Off: eth + 6, Size: 2}, // flags + fragment offset
-		/* 5 */ bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: 0x1FFF, SkipTrue: 9}, // a later fragment
-		/* 6 */ bpf.LoadMemShift{Off: eth}, // X = IHL*4
-		/* 7 */ bpf.LoadIndirect{Off: eth + 2, Size: 2}, // UDP destination port
-		/* 8 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(port), SkipTrue: 5, SkipFalse: 6},
-		/* 9 */ bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: wire.EtherTypeIPv6, SkipTrue: 5},
-		/* 10 */ bpf.LoadAbsolute{Off: eth + 6, Size: 1}, // IPv6 next header
-		/* 11 */ bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.IPPROTO_UDP, SkipTrue: 3},
-		/* 12 */ bpf.LoadAbsolute{Off: eth + 42, Size: 2}, // UDP destination port
-		/* 13 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(port), SkipFalse: 1},
-		/* 14 */ bpf.RetConstant{Val: 0x40000},
-		/* 15 */ bpf.RetConstant{Val: 0},
-	}
-}
-
-func attachFilter(fd int, prog []bpf.RawInstruction) error {
-	p := unix.SockFprog{Len: uint16(len(prog)), Filter: (*unix.SockFilter)(unsafe.Pointer(&prog[0]))}
-	return unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &p)
-}
-
 func newRawRecv(ifindex int, port uint16) (*rawRecv, error) {
 	// Protocol 0: the socket sees no packet until bind names the
 	// protocol and the netdev, after its filter and ring are in place
@@ -80,10 +43,8 @@ func newRawRecv(ifindex int, port uint16) (*rawRecv, error) {
 		return nil, fmt.Errorf("AF_PACKET socket: %w", err)
 	}
 	var ring *rxRing
-	prog, err := roceFilter(port)
-	if err == nil {
-		err = attachFilter(fd, prog)
-	}
+	// Only the datagrams to port, so the socket copies nothing else.
+	err = pktring.Attach(fd, pktring.UDPPortFilter(port))
 	if err == nil {
 		err = unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VNET_HDR, 1)
 	}
@@ -139,16 +100,12 @@ func (r *rawRecv) close(rxMu *sync.Mutex) {
 // dropAll attaches a filter that drops every datagram to the UDP socket:
 // in privileged mode it only holds the port.
 func dropAll(c *net.UDPConn) error {
-	prog, err := bpf.Assemble([]bpf.Instruction{bpf.RetConstant{Val: 0}})
-	if err != nil {
-		return err
-	}
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return err
 	}
 	var ferr error
-	if err := rc.Control(func(fd uintptr) { ferr = attachFilter(int(fd), prog) }); err != nil {
+	if err := rc.Control(func(fd uintptr) { ferr = pktring.Attach(int(fd), pktring.DropAll()) }); err != nil {
 		return err
 	}
 	return ferr

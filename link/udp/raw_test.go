@@ -7,11 +7,12 @@ import (
 
 	"golang.org/x/net/bpf"
 
+	"github.com/goroce/goroce/link/pktring"
 	"github.com/goroce/goroce/wire"
 )
 
 func TestRoCEFilter(t *testing.T) {
-	vm, err := bpf.NewVM(roceFilterProg(4791))
+	vm, err := bpf.NewVM(pktring.UDPPortFilter(4791))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -97,8 +97,7 @@ func newLatPeer(fd, size int) *latPeer {
 func (l *latPeer) sendAckAndMsg(ack bool, to unix.Sockaddr) error {
 	first := 0
 	if ack {
-		binary.BigEndian.PutUint32(l.ack[8:], l.psn)
-		binary.BigEndian.PutUint32(l.ack[bthLen+aethLen:], crc32.ChecksumIEEE(l.ack[:bthLen+aethLen]))
+		l.sealAck()
 	} else {
 		first = 1
 	}
@@ -130,6 +129,13 @@ func (l *latPeer) sendAckAndMsg(ack bool, to unix.Sockaddr) error {
 		off += int(n)
 	}
 	return nil
+}
+
+// sealAck puts l's PSN count in its ACK (nothing checks it: the floor
+// checks no PSNs) and the ACK's CRC-32.
+func (l *latPeer) sealAck() {
+	binary.BigEndian.PutUint32(l.ack[8:], l.psn)
+	binary.BigEndian.PutUint32(l.ack[bthLen+aethLen:], crc32.ChecksumIEEE(l.ack[:bthLen+aethLen]))
 }
 
 // awaitMsg waits for the next message, counting and checking the ACKs on
@@ -328,8 +334,7 @@ func latClient(fd int, p params, to unix.Sockaddr) (posted []time.Time, end time
 	}
 	end = time.Now()
 	// The server's last message is ACKed, as an RC peer would.
-	binary.BigEndian.PutUint32(l.ack[8:], l.psn)
-	binary.BigEndian.PutUint32(l.ack[bthLen+aethLen:], crc32.ChecksumIEEE(l.ack[:bthLen+aethLen]))
+	l.sealAck()
 	if l.to != nil {
 		unix.Sendto(fd, l.ack, 0, l.to)
 	} else {

@@ -8,9 +8,7 @@ import (
 	"net/netip"
 	"runtime"
 	"sync/atomic"
-	"unsafe"
 
-	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/link/pktring"
@@ -48,7 +46,7 @@ func newRxRing(udp int, local netip.AddrPort) (*rxRing, error) {
 	}
 	r := &rxRing{fd: fd}
 	fail := func(err error) (*rxRing, error) { unix.Close(fd); return nil, err }
-	if err := attach(fd, portFilter(local.Port())); err != nil {
+	if err := pktring.Attach(fd, pktring.UDPPortFilter(local.Port())); err != nil {
 		return fail(fmt.Errorf("the ring's filter: %w", err))
 	}
 	_ = unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1)
@@ -56,11 +54,10 @@ func newRxRing(udp int, local netip.AddrPort) (*rxRing, error) {
 		return fail(fmt.Errorf("PACKET_RX_RING: %w", err))
 	}
 	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifindex}); err != nil {
-		unix.Close(fd)
-		r.ring.Unmap()
+		r.close()
 		return nil, err
 	}
-	if err := attach(udp, []bpf.Instruction{bpf.RetConstant{Val: 0}}); err != nil {
+	if err := pktring.Attach(udp, pktring.DropAll()); err != nil {
 		r.close()
 		return nil, fmt.Errorf("the UDP socket's filter: %w", err)
 	}
@@ -131,35 +128,6 @@ func (r *rxRing) udpPayload(b []byte) ([]byte, unix.Sockaddr) {
 		return nil, nil
 	}
 	return udp[8:n], from
-}
-
-// portFilter accepts UDP datagrams to port over IPv4 and IPv6, whole.
-func portFilter(port uint16) []bpf.Instruction {
-	return []bpf.Instruction{
-		/* 0 */ bpf.LoadAbsolute{Off: 12, Size: 2}, // EtherType
-		/* 1 */ bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.ETH_P_IP, SkipTrue: 5},
-		/* 2 */ bpf.LoadAbsolute{Off: 14 + 9, Size: 1}, // IPv4 protocol
-		/* 3 */ bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.IPPROTO_UDP, SkipTrue: 9},
-		/* 4 */ bpf.LoadMemShift{Off: 14}, // X = the IPv4 header's length
-		/* 5 */ bpf.LoadIndirect{Off: 14 + 2, Size: 2}, // UDP destination port
-		/* 6 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(port), SkipTrue: 5, SkipFalse: 6},
-		/* 7 */ bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.ETH_P_IPV6, SkipTrue: 5},
-		/* 8 */ bpf.LoadAbsolute{Off: 14 + 6, Size: 1}, // IPv6 next header
-		/* 9 */ bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.IPPROTO_UDP, SkipTrue: 3},
-		/* 10 */ bpf.LoadAbsolute{Off: 14 + 42, Size: 2}, // UDP destination port
-		/* 11 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(port), SkipFalse: 1},
-		/* 12 */ bpf.RetConstant{Val: 0x40000},
-		/* 13 */ bpf.RetConstant{Val: 0},
-	}
-}
-
-func attach(fd int, prog []bpf.Instruction) error {
-	raw, err := bpf.Assemble(prog)
-	if err != nil {
-		return err
-	}
-	return unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER,
-		&unix.SockFprog{Len: uint16(len(raw)), Filter: (*unix.SockFilter)(unsafe.Pointer(&raw[0]))})
 }
 
 // ifindexOf is the netdev with address a.
