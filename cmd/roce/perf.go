@@ -160,7 +160,7 @@ func newPerfVerbCmd(name string, verb perftest.Verb, bw, lat string) *cobra.Comm
 	f.IntVarP(&c.CQMod, "cq-mod", "Q", 0, "a CQE only every `n` completions (default 100)")
 	f.IntVarP(&c.OutReads, "outs", "o", 0, "outstanding reads/atomics, READ and atomic only (0: the device maximum)")
 	f.IntVarP(&c.QPTimeout, "qp-timeout", "u", 14, "QP timeout: 4.096 usec * 2^timeout (0: none)")
-	f.StringVarP(&c.Connection, "connection", "c", "RC", "connection type RC or UC (UC: write and send only; UD is not implemented)")
+	f.StringVarP(&c.Connection, "connection", "c", "RC", "connection type RC, UC (write and send only) or UD (send only, messages up to the path MTU)")
 	f.BoolVar(&c.ReportGbits, "report_gbits", false, "report BW in Gbit/sec instead of MiB/sec")
 	f.BoolVarP(&c.Histogram, "report-histogram", "H", false, "print out all results (default print summary only); latency tests only, with -D too")
 	f.BoolVarP(&c.Unsorted, "report-unsorted", "U", false, "(implies -H) print out unsorted results (default sorted); latency tests only, with -D too")

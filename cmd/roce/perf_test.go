@@ -119,6 +119,14 @@ func TestPerfOverVeth(t *testing.T) {
 		// -o above the maximum runs with it, saying so as perftest does.
 		{"read", "-u", "0", "-o", "0", "-m", "0", "-s", "4096", "-n", "50", "--disable_pcie_relaxed"},
 		{"read", "-o", "200", "-s", "4096", "-n", "50"},
+		// -c UD: SENDs through an address handle, at most the path MTU
+		// (1024 here: a larger -s is clamped, -a stops there), Q_Key
+		// 0x11111111 in every DETH (checked in the captures).
+		{"send", "-c", "UD", "-s", "1024", "-n", "50"},
+		{"send", "-c", "UD", "-s", "4096", "-n", "50", "-q", "2"},
+		{"send", "-c", "UD", "--lat", "-s", "64", "-n", "50", "--pcap", "{side}.pcap"},
+		{"send", "-c", "UD", "-a", "-n", "5"},
+		{"send", "-c", "UD", "-b", "-s", "512", "-n", "50"},
 	}
 	files := t.TempDir()
 	for i, args := range cases {
@@ -308,14 +316,16 @@ func checkPerfFlags(t *testing.T, args []string, sideArgs func(side string) []st
 			}
 		}
 	}
+	ud := flagValue(args, "-c") == "UD"
 	if slices.Contains(args, "-a") {
-		// A row for each size, 2 B to 8 MiB, on the client.
+		// A row for each size, 2 B to 8 MiB (UD: to the path MTU), on the
+		// client.
 		var sizes []string
 		for _, row := range tableRows(out["client"]) {
 			sizes = append(sizes, strings.Fields(row)[0])
 		}
 		var want []string
-		for n := 2; n <= 1<<23; n *= 2 {
+		for n := 2; n <= 1<<23 && !(ud && n > 1024); n *= 2 {
 			want = append(want, strconv.Itoa(n))
 		}
 		if !slices.Equal(sizes, want) {
@@ -334,6 +344,25 @@ func checkPerfFlags(t *testing.T, args []string, sideArgs func(side string) []st
 		}
 	}
 	mtu := 1024 // the port's, on a 1500-byte veth
+	if ud {
+		// A UD message is one packet: -s beyond the path MTU runs at it.
+		for side, o := range out {
+			for _, row := range tableRows(o) {
+				if n, _ := strconv.Atoi(strings.Fields(row)[0]); n > mtu {
+					t.Errorf("%s: -c UD: a row for %d bytes, over the %d-byte path MTU:\n%s", side, n, mtu, o)
+				}
+			}
+			if !strings.Contains(o, " Connection type : UD\t") {
+				t.Errorf("%s: the banner does not say Connection type : UD:\n%s", side, o)
+			}
+		}
+		if s := flagValue(args, "-s"); s != "" && !slices.Contains(args, "-b") {
+			want, _ := strconv.Atoi(s)
+			if rows := tableRows(out["client"]); len(rows) != 1 || strings.Fields(rows[0])[0] != strconv.Itoa(min(want, mtu)) {
+				t.Errorf("client: -c UD -s %s: rows %q, want one for %d bytes", s, rows, min(want, mtu))
+			}
+		}
+	}
 	if v := flagValue(args, "-m"); v != "" {
 		if v != "0" { // -m 0: the port's
 			mtu, _ = strconv.Atoi(v)
@@ -351,7 +380,7 @@ func checkPerfFlags(t *testing.T, args []string, sideArgs func(side string) []st
 	for _, side := range []string{"server", "client"} {
 		a := sideArgs(side)
 		if f := flagValue(a, "--pcap"); f != "" {
-			checkPerfCapture(t, side, f, tos, qpns, mtu, args[0])
+			checkPerfCapture(t, side, f, tos, qpns, mtu, args[0], ud)
 		}
 		if slices.Contains(a, "--out_json") {
 			checkPerfJSON(t, side, flagValue(a, "--out_json_file"), args)
@@ -380,7 +409,7 @@ func tableRows(out string) []string {
 // segmented to it. With tos >= 0 (-T, with -R), the connections of the
 // test QPs (qpns) carry tos both ways and the exchange's carries the
 // client device's default_roce_tos (clientDefaultTOS), as perftest's do.
-func checkPerfCapture(t *testing.T, side, file string, tos int, qpns map[uint32]bool, mtu int, verb string) {
+func checkPerfCapture(t *testing.T, side, file string, tos int, qpns map[uint32]bool, mtu int, verb string, ud bool) {
 	t.Helper()
 	from := map[netip.Addr]int{} // packets by source address
 	conns := map[string]int{}    // with -T: packets by connection and direction
@@ -415,6 +444,9 @@ func checkPerfCapture(t *testing.T, side, file string, tos int, qpns map[uint32]
 			t.Errorf("%s capture: frame %d (%v): %d-byte payload over the %d-byte path MTU", side, f.Number, p.Opcode(), n, mtu)
 		}
 		ops[p.Opcode().String()]++
+		if ud && p.Opcode() == wire.OpcodeUDSendOnly && p.BTH().DestQP() != 1 && p.DETH().QKey() != 0x11111111 { // QP1: the CM's MADs
+			t.Errorf("%s capture: frame %d: UD SEND with Q_Key %#x, want perftest's 0x11111111", side, f.Number, p.DETH().QKey())
+		}
 		return nil
 	})
 	if err != nil {
@@ -425,6 +457,9 @@ func checkPerfCapture(t *testing.T, side, file string, tos int, qpns map[uint32]
 	}
 	if verb == "write" && ops["RC_RDMA_WRITE_MIDDLE"] == 0 {
 		t.Errorf("%s capture: no RC_RDMA_WRITE_MIDDLE: %v", side, ops)
+	}
+	if ud && ops["UD_SEND_ONLY"] == 0 {
+		t.Errorf("%s capture: -c UD but no UD_SEND_ONLY: %v", side, ops)
 	}
 	if tos >= 0 {
 		for a := range from {

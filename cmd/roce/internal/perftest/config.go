@@ -55,6 +55,9 @@ const (
 	defTxBW       = 128
 	defTxLat      = 1
 	defRxSend     = 512
+	ucMaxRx       = 16000      // UC_MAX_RX: UC and UD receive depth, at most
+	defQKey       = 0x11111111 // DEF_QKEY: every UD QP's Q_Key, and what a UD SEND names
+	udAddition    = 40         // UD_ADDITION: the GRH before a UD receive's payload
 	defCQMod      = 100
 	cqModLimit    = 8192 // MSG_SIZE_CQ_MOD_LIMIT: above it, a CQE per message
 	minIters      = 5
@@ -100,8 +103,9 @@ type Config struct {
 	// perftest passes -u 0 to ibv_modify_qp.
 	QPTimeout    int
 	SetQPTimeout bool
-	// Connection is -c: "RC" (the default) or "UC" (SEND and RDMA WRITE
-	// only, and without -R). UD is not implemented.
+	// Connection is -c: "RC" (the default), "UC" (SEND and RDMA WRITE
+	// only) or "UD" (SEND only, messages of at most the path MTU, Q_Key
+	// 0x11111111 as perftest's DEF_QKEY); UC and UD without -R.
 	Connection  string
 	ReportGbits bool // --report_gbits: Gb/sec instead of MB/sec (MiB)
 	// Histogram is -H (--report-histogram) and Unsorted -U
@@ -308,9 +312,14 @@ func (p *params) resolveConnection() error {
 			return usage("-c UC with -R: goroce's perf connects UC QPs through the TCP exchange only; drop -R")
 		}
 	case "UD":
-		return usage("-c UD: not implemented by goroce's perf; connection types are RC and UC")
+		if p.Verb != Send {
+			return usage("-c UD: UD connection only possible in SEND verb (%s needs -c RC, or -c UC for WRITE)", p.Verb)
+		}
+		if p.RDMACM {
+			return usage("-c UD with -R: goroce's perf connects UD QPs through the TCP exchange only; drop -R")
+		}
 	default:
-		return usage("-c %s: connection type must be RC or UC (UD is not implemented)", p.Connection)
+		return usage("-c %s: connection type must be RC, UC or UD", p.Connection)
 	}
 	if p.SetTOS {
 		// perftest's parser checks the range, force_dependecies the -R.
@@ -370,13 +379,21 @@ func (p *params) resolveDepths() error {
 		if p.Verb == Send {
 			p.RxDepth = min(p.RxDepth, p.Iters)
 		}
+		// Unreliable receivers get a receive per message up front where
+		// they can (force_dependecies): nothing retransmits a SEND that
+		// found the receive queue empty.
+		if (p.Connection == "UC" || p.Connection == "UD") && p.RxDepth == defRxSend {
+			p.RxDepth = min(p.Iters, ucMaxRx)
+		}
 	} else {
 		p.margin = p.Duration / 4
 		p.noPeak = true
 	}
 	// perftest keeps -Q with events: "having a lot of processes with
 	// use_event leads to bugs" (force_dependecies).
-	if p.Size > cqModLimit && !p.All && !reqCQMod && !p.UseEvent {
+	// Nor for UD, whose messages are never that large (clamped to the
+	// path MTU once it is known).
+	if p.Size > cqModLimit && p.Connection != "UD" && !p.All && !reqCQMod && !p.UseEvent {
 		p.CQMod = 1
 	}
 	p.CQMod = min(p.CQMod, p.TxDepth)
@@ -408,7 +425,7 @@ func (p *params) sizes() []int {
 		return []int{p.Size}
 	}
 	var s []int
-	for i := 1; i < 24; i++ {
+	for i := 1; i < 24 && 1<<i <= p.Size; i++ { // p.Size: maxSize, or a UD run's path MTU
 		s = append(s, 1<<i)
 	}
 	return s

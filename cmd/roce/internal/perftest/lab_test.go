@@ -24,24 +24,28 @@ var labTools = []struct {
 	verb  perftest.Verb
 	lat   bool
 	size  int
-	uc    bool // -c UC
-	bidir bool // -b
+	conn  string // -c UC or UD; "": RC, perftest's default
+	bidir bool   // -b
 }{
-	{"ib_write_bw", perftest.Write, false, 4096, false, false},
-	{"ib_read_bw", perftest.Read, false, 4096, false, false},
-	{"ib_send_bw", perftest.Send, false, 2048, false, false},
-	{"ib_atomic_bw", perftest.Atomic, false, 0, false, false},
-	{"ib_write_lat", perftest.Write, true, 64, false, false},
-	{"ib_send_lat", perftest.Send, true, 64, false, false},
-	{"ib_read_lat", perftest.Read, true, 64, false, false},
-	{"ib_write_bw", perftest.Write, false, 4096, true, false},
-	{"ib_send_bw", perftest.Send, false, 2048, true, false},
-	{"ib_write_lat", perftest.Write, true, 64, true, false},
-	{"ib_send_lat", perftest.Send, true, 64, true, false},
-	{"ib_write_bw", perftest.Write, false, 4096, false, true},
-	{"ib_read_bw", perftest.Read, false, 4096, false, true},
-	{"ib_send_bw", perftest.Send, false, 2048, false, true},
-	{"ib_atomic_bw", perftest.Atomic, false, 0, false, true},
+	{"ib_write_bw", perftest.Write, false, 4096, "", false},
+	{"ib_read_bw", perftest.Read, false, 4096, "", false},
+	{"ib_send_bw", perftest.Send, false, 2048, "", false},
+	{"ib_atomic_bw", perftest.Atomic, false, 0, "", false},
+	{"ib_write_lat", perftest.Write, true, 64, "", false},
+	{"ib_send_lat", perftest.Send, true, 64, "", false},
+	{"ib_read_lat", perftest.Read, true, 64, "", false},
+	{"ib_write_bw", perftest.Write, false, 4096, "UC", false},
+	{"ib_send_bw", perftest.Send, false, 2048, "UC", false},
+	{"ib_write_lat", perftest.Write, true, 64, "UC", false},
+	{"ib_send_lat", perftest.Send, true, 64, "UC", false},
+	// UD: the lab's path MTU is 1024, so at most 1024-byte messages.
+	{"ib_send_bw", perftest.Send, false, 1024, "UD", false},
+	{"ib_send_lat", perftest.Send, true, 64, "UD", false},
+	{"ib_send_bw", perftest.Send, false, 512, "UD", true},
+	{"ib_write_bw", perftest.Write, false, 4096, "", true},
+	{"ib_read_bw", perftest.Read, false, 4096, "", true},
+	{"ib_send_bw", perftest.Send, false, 2048, "", true},
+	{"ib_atomic_bw", perftest.Atomic, false, 0, "", true},
 }
 
 // labFamilies are the RoCE v2 GIDs the lab tests run over: goroce's -x
@@ -89,8 +93,8 @@ func TestLabInterop(t *testing.T) {
 		for _, tc := range labTools {
 			for _, role := range []string{"client", "server"} {
 				name := fam.name + "/" + tc.tool
-				if tc.uc {
-					name += "-UC"
+				if tc.conn != "" {
+					name += "-" + tc.conn
 				}
 				if tc.bidir {
 					name += "-b"
@@ -99,9 +103,9 @@ func TestLabInterop(t *testing.T) {
 					r := &labRun{l: l, vm: vm, dev: d.Device, tool: tc.tool, out: &syncBuilder{},
 						args: fmt.Sprintf("-d rxe0 -x %d -n 5 -F", gTheirs)}
 					r.c = perftest.Config{Verb: tc.verb, Lat: tc.lat, Size: tc.size, Iters: 5, GIDIndex: gOurs}
-					if tc.uc {
-						r.c.Connection = "UC"
-						r.args += " -c UC"
+					if tc.conn != "" {
+						r.c.Connection = tc.conn
+						r.args += " -c " + tc.conn
 					}
 					if tc.bidir {
 						r.c.Bidirectional = true
@@ -111,8 +115,8 @@ func TestLabInterop(t *testing.T) {
 						r.args += fmt.Sprintf(" -s %d", tc.size)
 					}
 					ours, theirs := r.run(t, role)
-					if tc.uc && (!strings.Contains(theirs, " Connection type : UC") || !strings.Contains(ours, " Connection type : UC")) {
-						t.Errorf("a banner does not say Connection type : UC:\n%s\n%s", ours, theirs)
+					if c := tc.conn; c != "" && (!strings.Contains(theirs, " Connection type : "+c) || !strings.Contains(ours, " Connection type : "+c)) {
+						t.Errorf("a banner does not say Connection type : %s:\n%s\n%s", c, ours, theirs)
 					}
 					if !strings.Contains(ours, perftestGID(theirIP)) || !strings.Contains(theirs, perftestGID(ourIP)) {
 						t.Errorf("the address lines do not name %s and %s:\n%s\n%s", ourIP, theirIP, ours, theirs)

@@ -106,6 +106,7 @@ type modeCase struct {
 	qps    int
 	all    bool
 	uc     bool // -c UC
+	ud     bool // -c UD
 	bidir  bool // -b
 	tos    int  // -T (with -R); 0: not given, unless tos0
 	tos0   bool // -T 0
@@ -137,6 +138,9 @@ func (m modeCase) name() string {
 	}
 	if m.uc {
 		s += "/uc"
+	}
+	if m.ud {
+		s += "/ud"
 	}
 	if m.bidir {
 		s += "/bidir"
@@ -185,6 +189,16 @@ var modes = []modeCase{
 	{verb: Send, all: true, bidir: true},
 	{verb: Write, size: 4096, uc: true, bidir: true},
 	{verb: Send, size: 2048, uc: true, bidir: true},
+	// -c UD: SENDs of at most the path MTU through an AH, Q_Key 0x11111111;
+	// larger sizes are clamped to the MTU, -a stops there.
+	{verb: Send, size: 1024, ud: true},
+	{verb: Send, size: 1024, qps: 2, ud: true},
+	{verb: Send, size: 65536, ud: true},
+	{verb: Send, lat: true, size: 64, ud: true},
+	{verb: Send, lat: true, all: true, ud: true},
+	{verb: Send, all: true, ud: true},
+	{verb: Send, size: 2048, ud: true, bidir: true},
+	{verb: Send, lat: true, size: 64, ud: true, event: true},
 	// -e: both sides sleep on CQ events instead of busy-polling.
 	{verb: Send, lat: true, size: 64, event: true},
 	{verb: Read, lat: true, size: 64, event: true},
@@ -261,6 +275,9 @@ func runFabric(t *testing.T, m modeCase, rdmaCM bool) {
 	if m.uc {
 		cfg.Connection = "UC"
 	}
+	if m.ud {
+		cfg.Connection = "UD"
+	}
 	if setTOS {
 		cfg.TOS, cfg.SetTOS = tos, true
 	}
@@ -325,6 +342,9 @@ func runFabric(t *testing.T, m modeCase, rdmaCM bool) {
 	if m.uc {
 		conn = "UC"
 	}
+	if m.ud {
+		conn = "UD"
+	}
 	for who, out := range map[string]string{"server": sout.String(), "client": cout.String()} {
 		if !strings.Contains(out, " Connection type : "+conn+"\t") {
 			t.Errorf("the %s's banner does not say Connection type : %s", who, conn)
@@ -334,9 +354,19 @@ func runFabric(t *testing.T, m modeCase, rdmaCM bool) {
 	if m.verb == Atomic {
 		sizes = []int{8}
 	}
+	limit := 1 << 23
+	if m.ud {
+		// A UD message is at most the path MTU the banner names.
+		mm := regexp.MustCompile(`(?m)^ Mtu             : (\d+)\[B\]$`).FindStringSubmatch(cout.String())
+		if mm == nil {
+			t.Fatalf("no Mtu line in the client's banner:\n%s", cout.String())
+		}
+		limit, _ = strconv.Atoi(mm[1])
+		sizes = []int{min(m.size, limit)}
+	}
 	if m.all {
 		sizes = nil
-		for i := 1; i < 24; i++ {
+		for i := 1; i < 24 && 1<<i <= limit; i++ {
 			sizes = append(sizes, 1<<i)
 		}
 	}
@@ -692,8 +722,8 @@ func runDurationPair(t *testing.T, cfg Config) (cr, sr *Result) {
 	return cr, s.r
 }
 
-// -c: RC (default) and UC for SEND and WRITE; everything else is refused
-// with ErrUsage and a message naming what is valid.
+// -c: RC (default), UC for SEND and WRITE, UD for SEND; everything else
+// is refused with ErrUsage and a message naming what is valid.
 func TestConnectionValidate(t *testing.T) {
 	for _, c := range []struct {
 		cfg  Config
@@ -706,8 +736,12 @@ func TestConnectionValidate(t *testing.T) {
 		{Config{Verb: Read, Connection: "UC"}, "UC carries SEND and RDMA WRITE only"},
 		{Config{Verb: Atomic, Connection: "UC"}, "use -c RC"},
 		{Config{Verb: Write, Connection: "UC", RDMACM: true}, "drop -R"},
-		{Config{Verb: Send, Connection: "UD"}, "connection types are RC and UC"},
-		{Config{Verb: Send, Connection: "XRC"}, "must be RC or UC"},
+		{Config{Verb: Send, Connection: "UD"}, ""},
+		{Config{Verb: Send, Lat: true, Connection: "UD", Bidirectional: false}, ""},
+		{Config{Verb: Write, Connection: "UD"}, "UD connection only possible in SEND verb"},
+		{Config{Verb: Read, Lat: true, Connection: "UD"}, "only possible in SEND verb"},
+		{Config{Verb: Send, Connection: "UD", RDMACM: true}, "drop -R"},
+		{Config{Verb: Send, Connection: "XRC"}, "must be RC, UC or UD"},
 	} {
 		err := c.cfg.Validate()
 		switch {
@@ -947,5 +981,37 @@ func TestProgressOneWriterAtATime(t *testing.T) {
 	wg.Wait()
 	if n := strings.Count(out.String(), "\n"); n != 400 {
 		t.Errorf("%d lines, want 400", n)
+	}
+}
+
+// -c UC and UD: with the default receive depth (512) an iterations run
+// posts a receive for every message up front, up to UC_MAX_RX (16,000),
+// as perftest's force_dependecies does (nothing resends a SEND that found
+// no receive); a given -r, other depths and RC keep theirs. UD keeps -Q at
+// a large -s (its messages are clamped to the path MTU).
+func TestUnreliableRxDepth(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want int
+	}{
+		{Config{Verb: Send, Connection: "UD"}, 1000},
+		{Config{Verb: Send, Connection: "UD", Iters: 100000}, 16000},
+		{Config{Verb: Send, Connection: "UD", Iters: 100}, 100},
+		{Config{Verb: Send, Connection: "UC", Iters: 5000}, 5000},
+		{Config{Verb: Send, Connection: "UD", Iters: 5000, RxDepth: 64}, 64},
+		{Config{Verb: Send, Iters: 5000}, 512},
+		{Config{Verb: Send, Connection: "UD", Duration: 2 * time.Second}, 512},
+	} {
+		p, err := c.cfg.resolve()
+		if err != nil {
+			t.Fatalf("%+v: %v", c.cfg, err)
+		}
+		if p.RxDepth != c.want {
+			t.Errorf("-c %s -n %d -r %d -D %v: RX depth %d, want %d", p.Connection, c.cfg.Iters, c.cfg.RxDepth, c.cfg.Duration, p.RxDepth, c.want)
+		}
+	}
+	p, err := Config{Verb: Send, Connection: "UD", Size: 65536}.resolve()
+	if err != nil || p.CQMod != defCQMod {
+		t.Errorf("-c UD -s 65536: CQ moderation %d, %v; want %d (perftest keeps it for UD)", p.CQMod, err, defCQMod)
 	}
 }

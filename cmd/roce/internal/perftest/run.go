@@ -29,9 +29,15 @@ type Result struct {
 // qpRes is one QP with its buffer: the first half is what this side sends
 // from (and where READ and atomic results land), the second half is what
 // the peer writes, reads, adds to or sends into (the VAddr it is told).
+// With -c UD a cache line more follows, and a received SEND's payload
+// lands there (rOff), after the 40 bytes of GRH before it, as perftest
+// lays out its UD receives.
 type qpRes struct {
 	buf    []byte
 	half   int
+	rOff   int       // where a received message's payload starts
+	grh    int       // bytes a receive holds before the payload: the GRH with UD
+	ah     *verbs.AH // UD: the peer's address
 	mr     *verbs.MR
 	scq    *verbs.CQ
 	rcq    *verbs.CQ
@@ -42,7 +48,7 @@ type qpRes struct {
 }
 
 func (q *qpRes) sendRegion(n int) []byte { return q.buf[:n] }
-func (q *qpRes) recvRegion(n int) []byte { return q.buf[q.half : q.half+n] }
+func (q *qpRes) recvRegion(n int) []byte { return q.buf[q.rOff : q.rOff+n] }
 
 // run is one test's state.
 type run struct {
@@ -223,6 +229,13 @@ func runTest(ctx context.Context, dev *verbs.Device, c Config, t *tracker) (*Res
 		return nil, err
 	}
 	r.mtu = verbs.MTU(m)
+	if r.Connection == "UD" && r.Size > r.mtu.Bytes() {
+		// A UD message is one packet (check_link); -a's sizes stop there.
+		if r.All && p.Progress != nil {
+			fmt.Fprintf(p.Progress, " Max msg size in UD is MTU %d\n Changing to this MTU\n", r.mtu.Bytes())
+		}
+		r.Size = r.mtu.Bytes()
+	}
 	if err := r.create(cycle, line); err != nil {
 		return nil, err
 	}
@@ -359,8 +372,12 @@ func (r *run) create(cycle, line int) error {
 		Read: verbs.AccessRemoteRead, Atomic: verbs.AccessRemoteAtomic}[r.Verb]
 	n := r.NumQPs
 	for i := 0; i < n; i++ {
-		q := &qpRes{half: half}
-		q.buf = alignedBuf(2*half, pageSize)
+		q := &qpRes{half: half, rOff: half}
+		extra := 0
+		if r.Connection == "UD" {
+			extra, q.rOff, q.grh = line, half+line, udAddition
+		}
+		q.buf = alignedBuf(2*half+extra, pageSize)
 		for j := range half {
 			q.buf[j] = patternA(j)
 			q.buf[half+j] = patternB(j)
@@ -385,8 +402,12 @@ func (r *run) create(cycle, line int) error {
 		if q.qp, err = r.pd.CreateQP(r.qpInit(q)); err != nil {
 			return fmt.Errorf("Couldn't create QP: %w", err)
 		}
-		err = q.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, PortNum: uint8(r.IBPort), AccessFlags: qpAccess},
-			verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags)
+		init, mask := &verbs.QPAttr{State: verbs.QPSInit, PortNum: uint8(r.IBPort), AccessFlags: qpAccess},
+			verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags
+		if r.Connection == "UD" { // a Q_Key, no access flags
+			init.QKey, mask = defQKey, mask&^verbs.AttrAccessFlags|verbs.AttrQKey
+		}
+		err = q.qp.Modify(init, mask)
 		if err != nil {
 			return fmt.Errorf("Failed to modify QP to INIT: %w", err)
 		}
@@ -399,8 +420,11 @@ func (r *run) create(cycle, line int) error {
 
 func (r *run) qpInit(q *qpRes) verbs.QPInitAttr {
 	typ := verbs.RC
-	if r.Connection == "UC" {
+	switch r.Connection {
+	case "UC":
 		typ = verbs.UC
+	case "UD":
+		typ = verbs.UD
 	}
 	return verbs.QPInitAttr{Type: typ, SendCQ: q.scq, RecvCQ: q.rcq,
 		Cap: verbs.QPCap{MaxSendWR: r.TxDepth, MaxRecvWR: r.RxDepth, MaxSendSGE: 1, MaxRecvSGE: 1}}
@@ -514,9 +538,16 @@ func (r *run) connect(q *qpRes) error {
 	rts := &verbs.QPAttr{State: verbs.QPSRTS, SQPSN: wire.PSN(q.my.PSN), Timeout: uint8(r.QPTimeout), RetryCnt: 7, RNRRetry: 7,
 		MaxRdAtomic: uint8(min(q.rem.OutReads, 255))}
 	rtsMask := verbs.AttrState | verbs.AttrSQPSN
-	if r.Connection == "RC" { // UC has no responder resources, RNR timer, timeout or retries
+	switch r.Connection {
+	case "RC": // UC has no responder resources, RNR timer, timeout or retries
 		rtrMask |= verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer
 		rtsMask |= verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic
+	case "UD": // no path or peer in the QP: each SEND names them (the AH)
+		rtrMask = verbs.AttrState
+		var err error
+		if q.ah, err = r.pd.CreateAH(ah); err != nil {
+			return fmt.Errorf("Failed to create AH: %w", err)
+		}
 	}
 	if err := q.qp.Modify(rtr, rtrMask); err != nil {
 		return fmt.Errorf("Failed to modify QP %d to RTR: %w", q.qp.Num(), err)
@@ -533,6 +564,10 @@ func (r *run) sendWR(q *qpRes, size int) verbs.SendWR {
 	switch r.Verb {
 	case Send:
 		wr.Opcode = verbs.WRSend
+		if r.Connection == "UD" {
+			wr.AH, wr.RemoteQPN, wr.RemoteQKey = q.ah, q.rem.QPN, defQKey
+			wr.RemoteAddr, wr.RKey = 0, 0
+		}
 	case Write:
 		wr.Opcode = verbs.WRRDMAWrite
 	case Read:
@@ -551,7 +586,7 @@ func (r *run) sendWR(q *qpRes, size int) verbs.SendWR {
 // are outstanding for this size (ctx_set_recv_wqes).
 func (r *run) postRecvs(q *qpRes, size, n int) error {
 	for range n {
-		if err := q.qp.PostRecv(verbs.RecvWR{WRID: 0, SGList: []verbs.SGE{q.mr.SGE(q.half, size)}}); err != nil {
+		if err := q.qp.PostRecv(verbs.RecvWR{WRID: 0, SGList: []verbs.SGE{q.mr.SGE(q.rOff-q.grh, size+q.grh)}}); err != nil {
 			return fmt.Errorf("Couldn't post recv: %w", err)
 		}
 		q.posted++
