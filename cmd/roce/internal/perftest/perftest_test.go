@@ -1015,3 +1015,23 @@ func TestUnreliableRxDepth(t *testing.T) {
 		t.Errorf("-c UD -s 65536: CQ moderation %d, %v; want %d (perftest keeps it for UD)", p.CQMod, err, defCQMod)
 	}
 }
+
+// -c UD with -D over the fabric: the bandwidth and latency tests run for
+// their duration and report, as with RC (a UD SEND that finds no receive
+// is dropped, not retried, and nothing waits for it).
+func TestPerfUDDuration(t *testing.T) {
+	for _, lat := range []bool{false, true} {
+		t.Run(fmt.Sprint("lat=", lat), func(t *testing.T) {
+			cr, sr := runDurationPair(t, Config{Verb: Send, Lat: lat, Connection: "UD", Size: 1024, Duration: time.Second, GIDIndex: -1})
+			if lat {
+				if len(cr.Lat) != 1 || cr.Lat[0].Iters == 0 {
+					t.Errorf("client latency report %+v", cr.Lat)
+				}
+				return
+			}
+			if len(cr.BW) != 1 || cr.BW[0].Iters == 0 || !(cr.BW[0].BWAvg > 0) || len(sr.BW) != 1 {
+				t.Errorf("reports: client %+v, server %+v", cr.BW, sr.BW)
+			}
+		})
+	}
+}
