@@ -45,6 +45,9 @@ import (
 //   - Stream64K: an rsocket stream fed with 64 KiB Writes, read on the
 //     other side (rstream's buffers: SO_SNDBUF and SO_RCVBUF 512 KiB, rings
 //     of 1 MiB); MB/s of payload;
+//   - Stream64KBuf1M: the same with SO_SNDBUF and SO_RCVBUF 1 MiB, rings
+//     of 2 MiB: per-half-ring costs (an RS_OP_SGL and its ACK, the
+//     writer's wait for the freed half) over twice the bytes;
 //   - TCPStream64K: the same over a TCP connection on the veth;
 //   - RCSendRecvRTT64: goroce's 64-byte SEND/RECV round trip (as
 //     BenchmarkRCSendRecvRTT64/privileged/wait), the reference for
@@ -95,7 +98,15 @@ func BenchmarkRsocket(b *testing.B) {
 	})
 	b.Run("Stream64K", func(b *testing.B) {
 		label("Stream64K")
-		ca, cb, p := rsocketPair(b, ha, hb)
+		ca, cb, p := rsocketPair(b, ha, hb, rstreamBuf)
+		r := benchStream(b, ca, cb, p)
+		if rcWrite > 0 {
+			b.ReportMetric(r.mbps/rcWrite, "x-rc-write")
+		}
+	})
+	b.Run("Stream64KBuf1M", func(b *testing.B) {
+		label("Stream64KBuf1M")
+		ca, cb, p := rsocketPair(b, ha, hb, 1<<20)
 		r := benchStream(b, ca, cb, p)
 		if rcWrite > 0 {
 			b.ReportMetric(r.mbps/rcWrite, "x-rc-write")
@@ -115,7 +126,7 @@ func BenchmarkRsocket(b *testing.B) {
 		rcRTT = lastResult(b).ns
 	})
 	b.Run("RequestResponse64", func(b *testing.B) {
-		ca, cb, _ := rsocketPair(b, ha, hb)
+		ca, cb, _ := rsocketPair(b, ha, hb, rstreamBuf)
 		r := benchReqResp(b, ca, cb)
 		if rcRTT > 0 {
 			b.ReportMetric(r.ns/rcRTT, "x-rc-rtt")
@@ -149,10 +160,14 @@ func lastResult(b *testing.B) result {
 	return rs[len(rs)-1]
 }
 
+// rstreamBuf is what rstream sets SO_SNDBUF and SO_RCVBUF to unless told
+// (-B): 512 KiB.
+const rstreamBuf = 1 << 19
+
 // rsocketPair connects an rsocket from a device on ha to one on hb, each
-// with its own CM, with rstream's buffer sizes; p has the devices, for
-// their counters.
-func rsocketPair(b *testing.B, ha, hb *nettest.Host) (ca, cb net.Conn, p *rocePair) {
+// with its own CM, SO_SNDBUF and SO_RCVBUF buf bytes (rings of twice
+// that); p has the devices, for their counters.
+func rsocketPair(b *testing.B, ha, hb *nettest.Host, buf int) (ca, cb net.Conn, p *rocePair) {
 	b.Helper()
 	p = openDevices(b, ha, hb, "privileged", 0)
 	var cms [2]*rdmacm.CM
@@ -163,7 +178,7 @@ func rsocketPair(b *testing.B, ha, hb *nettest.Host) (ca, cb net.Conn, p *rocePa
 		}
 		b.Cleanup(func() { cms[i].Close() })
 	}
-	o := rsocket.Options{ReadBuffer: 1 << 19, WriteBuffer: 1 << 19}
+	o := rsocket.Options{ReadBuffer: buf, WriteBuffer: buf}
 	lc := rsocket.ListenConfig{CM: cms[1], Options: o}
 	l, err := lc.Listen(context.Background(), "rsocket", netip.AddrPortFrom(hb.IPv4, 7471).String())
 	if err != nil {

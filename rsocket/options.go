@@ -14,6 +14,12 @@ type Options struct {
 	// ReadBuffer is SO_RCVBUF: the receive ring holds twice this many
 	// bytes, as rsocket (and Linux) double it. 0: a ring of 128 KiB
 	// (mem_default). Valid: 2048 to 1 GiB.
+	//
+	// The writer may run a whole ring ahead of the reader, and each half
+	// the reader frees costs a control message and, when the ring is
+	// full, a wait: for bulk transfers set ReadBuffer and WriteBuffer to
+	// 1 MiB (measured: about twice the default's throughput; BENCHMARKS.md,
+	// "The rings' size").
 	ReadBuffer int
 	// WriteBuffer is SO_SNDBUF: the send ring holds twice this many bytes.
 	// 0: a ring of 128 KiB (wmem_default). Valid: 2048 to 1 GiB.
