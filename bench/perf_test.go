@@ -39,10 +39,13 @@ const perfIters = 5000
 // this process opens the same two devices (host.Open, the privileged link
 // the CLI gets as root) and runs RCWrite64K's loop (16 WRs in flight,
 // every one signaled, PollWait) for the same 5000 messages at the same
-// path MTU: the engine's own figure. The halves alternate which goes
-// first. x-engine is the median over the rounds of perf's MB/s over the
-// engine's of the same round (the goal is ≥ 0.9); every round's figures
-// are logged. cpu-ns/op is CPU per 64 KiB: perf's is both processes'
+// path MTU: the engine's own figure. A third part runs the same loop
+// busy-polling the CQ as perftest does (spinPoll), to tell the polling
+// apart from everything else two processes do. The round's order flips
+// from round to round. x-engine is the median over the rounds of perf's
+// MB/s over the engine's of the same round (the goal is ≥ 0.9),
+// x-engine-spin the same over the busy-polling engine's; every round's
+// figures are logged. cpu-ns/op is CPU per 64 KiB: perf's is both processes'
 // (user + system, from start to exit, the TCP exchange and setup
 // included), engine-cpu-ns/op this process's during the engine's loop.
 //
@@ -80,20 +83,20 @@ func BenchmarkPerfWrite64K(b *testing.B) {
 					b.Fatalf("roce link add %s: %v\n%s", pr.dev[i], err, out)
 				}
 			}
-			var ratios, perfMB, engMB, perfCPU, engCPU []float64
+			var ratios, spinRatios, perfMB, engMB, spinMB, perfCPU, engCPU []float64
 			b.ResetTimer()
 			for round := range b.N {
-				var p, e perfFigure
+				var p, e, s perfFigure
 				if round%2 == 0 {
-					p, e = pr.perf(b), pr.engine(b)
+					p, e, s = pr.perf(b), pr.engine(b, false), pr.engine(b, true)
 				} else {
-					e, p = pr.engine(b), pr.perf(b)
+					s, e, p = pr.engine(b, true), pr.engine(b, false), pr.perf(b)
 				}
-				ratios = append(ratios, p.mbps/e.mbps)
-				perfMB, engMB = append(perfMB, p.mbps), append(engMB, e.mbps)
+				ratios, spinRatios = append(ratios, p.mbps/e.mbps), append(spinRatios, p.mbps/s.mbps)
+				perfMB, engMB, spinMB = append(perfMB, p.mbps), append(engMB, e.mbps), append(spinMB, s.mbps)
 				perfCPU, engCPU = append(perfCPU, p.cpuNs), append(engCPU, e.cpuNs)
-				b.Logf("round %d (%s first): roce perf %.0f MB/s, %.0f µs CPU per op; engine %.0f MB/s, %.0f µs CPU per op; perf/engine %.2f",
-					round+1, map[bool]string{true: "perf", false: "engine"}[round%2 == 0], p.mbps, p.cpuNs/1e3, e.mbps, e.cpuNs/1e3, p.mbps/e.mbps)
+				b.Logf("round %d (%s first): roce perf %.0f MB/s, %.0f µs CPU per op; engine %.0f MB/s, %.0f µs CPU per op; engine busy-polling %.0f MB/s, %.0f µs CPU per op; perf/engine %.2f, perf/busy-polling engine %.2f",
+					round+1, map[bool]string{true: "perf", false: "engine"}[round%2 == 0], p.mbps, p.cpuNs/1e3, e.mbps, e.cpuNs/1e3, s.mbps, s.cpuNs/1e3, p.mbps/e.mbps, p.mbps/s.mbps)
 			}
 			b.StopTimer()
 			med := func(v []float64) float64 {
@@ -109,6 +112,8 @@ func BenchmarkPerfWrite64K(b *testing.B) {
 			b.ReportMetric(med(engMB), "engine-MB/s")
 			b.ReportMetric(med(perfCPU), "cpu-ns/op")
 			b.ReportMetric(med(engCPU), "engine-cpu-ns/op")
+			b.ReportMetric(med(spinRatios), "x-engine-spin")
+			b.ReportMetric(med(spinMB), "engine-spin-MB/s")
 			b.ReportMetric(0, "ns/op") // a round's wall time says nothing
 		})
 	}
@@ -214,7 +219,7 @@ func listening(pid, port int) bool {
 // engine opens the two devices in this process and runs RCWrite64K's
 // loop for perfIters messages, then closes them (so that the next perf
 // round's processes can open them).
-func (pr *perfRounds) engine(b *testing.B) perfFigure {
+func (pr *perfRounds) engine(b *testing.B, spin bool) perfFigure {
 	b.Helper()
 	var devs [2]*host.Device
 	defer func() {
@@ -245,6 +250,7 @@ func (pr *perfRounds) engine(b *testing.B) perfFigure {
 		}
 	}
 	w := newWriteLoop(b, p)
+	w.spin = spin
 	cpu0 := cpuTime()
 	t0 := time.Now()
 	if err := w.run(perfIters); err != nil {

@@ -282,11 +282,12 @@ func benchRCWrite(b *testing.B, p *rocePair, ha, hb *nettest.Host) {
 // to B's memory, window WRs in flight, every one signaled, the window
 // refilled as PollWait returns completions.
 type writeLoop struct {
-	ctx context.Context
-	qp  *verbs.QP
-	cq  *verbs.CQ
-	wrs []verbs.SendWR
-	wcs []verbs.WC
+	ctx  context.Context
+	qp   *verbs.QP
+	cq   *verbs.CQ
+	wrs  []verbs.SendWR
+	wcs  []verbs.WC
+	spin bool // busy-poll the CQ (spinPoll), as perftest does, not PollWait
 }
 
 // newWriteLoop registers the memory on both sides and sends one write
@@ -341,7 +342,13 @@ func (w *writeLoop) run(n int) error {
 			}
 			posted += k
 		}
-		k, err := w.cq.PollWait(w.ctx, w.wcs)
+		var k int
+		var err error
+		if w.spin {
+			k, err = spinPoll(w.ctx, w.cq, w.wcs)
+		} else {
+			k, err = w.cq.PollWait(w.ctx, w.wcs)
+		}
 		if err != nil {
 			return err
 		}
