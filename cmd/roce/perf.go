@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/goroce/goroce/cmd/roce/internal/busypoll"
 	"github.com/goroce/goroce/cmd/roce/internal/perftest"
 )
 
@@ -37,7 +38,12 @@ Give -D to both sides, as perftest wants: perftest does not exchange it, and
 with -D on one side only ib_send_bw's two sides wait for each other forever.
 Two goroce sides agree: the one without -D (the server, when both have one)
 takes the other's and says so on stderr. A side whose peer exits mid-test
-ends with an error saying so.`,
+ends with an error saying so.
+
+Like perftest's one thread, the test runs on one P (GOMAXPROCS 1) unless
+the environment sets GOMAXPROCS: its CQ poll drives the link itself, and
+more Ps only compete with the peer and the kernel for the CPUs (two
+processes on two CPUs ran twice as fast on one P each).`,
 		Example: `  roce perf write -d rxe0 -x 1                      # server (ib_write_bw)
   roce perf write -d rxe0 -x 1 198.51.100.11        # client
   roce perf send --lat -d rxe0 -a 198.51.100.11     # ib_send_lat, all sizes
@@ -103,6 +109,7 @@ func newPerfVerbCmd(name string, verb perftest.Verb, bw, lat string) *cobra.Comm
 			if err := c.Validate(); err != nil {
 				return usageError{err}
 			}
+			busypoll.OneP()
 			ctx := commandContext(cmd)
 			c.Out, c.Progress = cmd.OutOrStdout(), cmd.ErrOrStderr()
 			if rdmaCM {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/goroce/goroce/cmd/roce/internal/busypoll"
 	"github.com/goroce/goroce/cmd/roce/internal/pingpong"
 	"github.com/goroce/goroce/host"
 	"github.com/goroce/goroce/link"
@@ -115,7 +116,10 @@ side can be goroce or rdma-core. With a server address it is the client;
 without, the server. The server address may be on another network than the
 GID (-g): the exchange only carries the QP data.
 
-RoCE needs a GID: give -g with the index 'roce gids' suggests.`,
+RoCE needs a GID: give -g with the index 'roce gids' suggests.
+
+Like ibv_rc_pingpong's one thread, it runs on one P (GOMAXPROCS 1) unless
+the environment sets GOMAXPROCS.`,
 		Example: `  roce pingpong -d rxe0 -g 1                 # server
   roce pingpong -d rxe0 -g 1 198.51.100.11   # client
   roce pingpong --ud -d rxe0 -g 1 -s 512 198.51.100.11`,
@@ -151,6 +155,7 @@ RoCE needs a GID: give -g with the index 'roce gids' suggests.`,
 			if len(args) == 1 {
 				c.Server = args[0]
 			}
+			busypoll.OneP()
 			d, closeDev, err := openDevice(cmd, dev, pcapFile)
 			if err != nil {
 				return err

@@ -116,7 +116,7 @@ var Table = map[string]rule{
 		"host verbs/verbstest link/fabric link/pcap internal/lab internal/testenv"},
 	"cmd/roce/internal/rping": {7, "rdmacm verbs", "host verbs/verbstest internal/lab"},
 	"cmd/roce/internal/mckey": {7, "rdmacm verbs", "host verbs/verbstest link/fabric internal/lab internal/testenv"},
-	"cmd/roce": {8, "cmd/roce/internal/demo cmd/roce/internal/dissect cmd/roce/internal/perftest " +
+	"cmd/roce": {8, "cmd/roce/internal/busypoll cmd/roce/internal/demo cmd/roce/internal/dissect cmd/roce/internal/perftest " +
 		"cmd/roce/internal/pingpong cmd/roce/internal/rping cmd/roce/internal/mckey rsocket rdmacm host kernel config config/configfs " +
 		"verbs link link/afpacket link/pcap wire internal/rundir",
 		"cmd/roce/internal/perftest/perftestcheck kernel/kerneltest wire/mad internal/lab internal/nettest internal/testenv"},

@@ -3,7 +3,10 @@
 // P when the process has only one.
 package busypoll
 
-import "runtime"
+import (
+	"os"
+	"runtime"
+)
 
 // OnePYield is how many empty polls a busy-polling loop makes between
 // yields when the process has one P (GOMAXPROCS 1: a one-vCPU machine, as
@@ -23,4 +26,25 @@ func Every(other int) int {
 		return OnePYield
 	}
 	return other
+}
+
+// OneP runs the process on one P (GOMAXPROCS 1), as perftest and
+// ibv_*_pingpong run on one thread, unless the environment sets GOMAXPROCS
+// (the user's choice stands). Call it before the device is opened: the
+// links and the loops read GOMAXPROCS when they start.
+//
+// A busy-polling tool needs one P: its loop drives the link itself (a CQ
+// poll receives, answers and completes), so the device's background
+// receive goroutine has nothing to do while it spins. A second P only
+// lets the runtime wake threads that look for work, steal the poller
+// back and forth and run the receive goroutine against it, on CPUs the
+// peer and the kernel's packet processing need. Between two namespaces
+// on the 2-vCPU test host (BENCHMARKS.md, "One P per tool"), one P per
+// process ran `roce perf write -s 65536` 1.5–1.9x as fast, `-s 4096`
+// 2x, `roce pingpong -s 64` in 0.6–0.85x the time, and `roce perf send
+// --lat` with half the 99th percentile.
+func OneP() {
+	if _, set := os.LookupEnv("GOMAXPROCS"); !set {
+		runtime.GOMAXPROCS(1)
+	}
 }
