@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/goroce/goroce/cmd/roce/internal/busypoll"
 	"github.com/goroce/goroce/rdmacm"
 	"github.com/goroce/goroce/rsocket"
 )
@@ -80,6 +81,7 @@ rcopy.`,
 			if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
 				return usageError{fmt.Errorf("-p %q: a port number 1-65535: %w", port, syscall.EINVAL)}
 			}
+			busypoll.OneP()
 			ctx := commandContext(cmd)
 			var want, fam netip.Addr
 			var dst, src, dstFile string

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/goroce/goroce/cmd/roce/internal/busypoll"
 	"github.com/goroce/goroce/rdmacm"
 	"github.com/goroce/goroce/rsocket"
 )
@@ -74,7 +75,10 @@ wire is the same; s uses TCP sockets instead of rsockets, for reference. f
 (fork) is not supported.
 
 The devices are found by address, as librdmacm does (--dev picks one). Unlike
-rstream, a failed transfer or verification makes the exit status 1.`,
+rstream, a failed transfer or verification makes the exit status 1.
+
+Like rstream's one thread, it runs on one P (GOMAXPROCS 1) unless the
+environment sets GOMAXPROCS.`,
 		Example: `  roce rstream                                  # server
   roce rstream -s 192.0.2.11 -S all -T v        # client: every size, data checked
   roce rstream -s fd00:c0:2::11 -S 65536 -C 1000 # one size`,
@@ -82,6 +86,7 @@ rstream, a failed transfer or verification makes the exit status 1.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f := cmd.Flags()
 			c.custom = f.Changed("iterations") || f.Changed("transfer-count")
+			busypoll.OneP()
 			switch {
 			case strings.HasPrefix(strings.ToLower(sizeArg), "all"):
 				c.sizeOption = 1

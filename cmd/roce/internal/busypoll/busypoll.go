@@ -1,6 +1,7 @@
 // Package busypoll is what the busy-polling loops of goroce's tools
 // (`roce perf`, `roce pingpong`) share: how often such a loop yields its
-// P when the process has only one.
+// P when the process has only one, and OneP, which gives the tools that
+// mirror one-threaded C tools their one P.
 package busypoll
 
 import (
@@ -28,21 +29,23 @@ func Every(other int) int {
 	return other
 }
 
-// OneP runs the process on one P (GOMAXPROCS 1), as perftest and
-// ibv_*_pingpong run on one thread, unless the environment sets GOMAXPROCS
-// (the user's choice stands). Call it before the device is opened: the
-// links and the loops read GOMAXPROCS when they start.
+// OneP runs the process on one P (GOMAXPROCS 1), as perftest,
+// ibv_*_pingpong, rstream and rcopy run on one thread, unless the
+// environment sets GOMAXPROCS (the user's choice stands). Call it before
+// the device is opened: the links and the loops read GOMAXPROCS when they
+// start.
 //
-// A busy-polling tool needs one P: its loop drives the link itself (a CQ
-// poll receives, answers and completes), so the device's background
-// receive goroutine has nothing to do while it spins. A second P only
-// lets the runtime wake threads that look for work, steal the poller
+// Such a tool needs one P: its CQ poll, spinning or waiting, drives the
+// link itself (it receives, answers and completes), so the device's
+// background receive goroutine has nothing to do meanwhile. A second P
+// only lets the runtime wake threads that look for work, steal the loop
 // back and forth and run the receive goroutine against it, on CPUs the
 // peer and the kernel's packet processing need. Between two namespaces
 // on the 2-vCPU test host (BENCHMARKS.md, "One P per tool"), one P per
-// process ran `roce perf write -s 65536` 1.5–1.9x as fast, `-s 4096`
-// 2x, `roce pingpong -s 64` in 0.6–0.85x the time, and `roce perf send
-// --lat` with half the 99th percentile.
+// process ran `roce perf write -s 65536` 1.5–1.9x as fast, `-s 4096` 2x,
+// `roce pingpong -s 64` in 0.6–0.85x the time, `roce perf send --lat`
+// with half the 99th percentile, `roce rstream` 1.6–2x as fast (64 KiB)
+// in half the time per transfer (64 B), and `roce rcopy` 1.3–1.9x.
 func OneP() {
 	if _, set := os.LookupEnv("GOMAXPROCS"); !set {
 		runtime.GOMAXPROCS(1)
