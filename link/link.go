@@ -17,6 +17,7 @@ package link
 
 import (
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -212,4 +213,32 @@ func (s *Stats) Snapshot() map[string]uint64 {
 		m[i.Name] = i.Get(s)
 	}
 	return m
+}
+
+// AddrSet is a link's local addresses in the form a GID has (IPv4 as
+// IPv4-mapped IPv6), which every received packet's destination is checked
+// against. A netdev has a handful, so it is a slice, not a map: comparing
+// two addresses takes a tenth of the time of hashing one
+// (link/udp's BenchmarkIsLocal: 1.6 against 20 ns for two addresses).
+type AddrSet []netip.Addr
+
+// NewAddrSet returns the set of addrs, each once, in GID form.
+func NewAddrSet(addrs []netip.Addr) AddrSet {
+	s := make(AddrSet, 0, len(addrs))
+	for _, a := range addrs {
+		if g := netip.AddrFrom16(a.As16()); !slices.Contains(s, g) {
+			s = append(s, g)
+		}
+	}
+	return s
+}
+
+// Contains reports whether a, in GID form, is in the set.
+func (s AddrSet) Contains(a netip.Addr) bool {
+	for _, b := range s {
+		if a == b {
+			return true
+		}
+	}
+	return false
 }

@@ -82,7 +82,7 @@ type Link struct {
 	f      *os.File
 	rc     syscall.RawConn
 	fd     int
-	local  atomic.Pointer[map[netip.Addr]bool]
+	local  atomic.Pointer[link.AddrSet]
 	stats  link.Stats
 	res    *neigh.Resolver
 	ownRes bool
@@ -241,11 +241,8 @@ var _ link.Link = (*Link)(nil)
 
 // SetGIDs replaces the set of local GIDs (as the netdev's addresses change).
 func (l *Link) SetGIDs(gids []netip.Addr) {
-	m := make(map[netip.Addr]bool, len(gids))
-	for _, g := range gids {
-		m[netip.AddrFrom16(g.As16())] = true
-	}
-	l.local.Store(&m)
+	set := link.NewAddrSet(gids)
+	l.local.Store(&set)
 }
 
 func (l *Link) BatchSize() int     { return l.cfg.BatchSize }

@@ -376,7 +376,7 @@ func (l *Link) accept(frame []byte, pk *link.Packet, size, seg int) bool {
 		}
 		return false
 	}
-	if !(*l.local.Load())[pk.Addr.DstGID] && !l.joined(pk.Addr.DstGID) {
+	if !l.local.Load().Contains(pk.Addr.DstGID) && !l.joined(pk.Addr.DstGID) {
 		l.stats.RxNotForUs.Add(1)
 		return false
 	}

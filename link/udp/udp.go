@@ -135,7 +135,7 @@ type Link struct {
 	// AF_PACKET socket and UDP_GRO was turned off (see Recv).
 	groOff atomic.Bool
 	raw    *rawRecv // nil in unprivileged mode
-	local  atomic.Pointer[map[netip.Addr]bool]
+	local  atomic.Pointer[link.AddrSet]
 	mc     mcastState // multicast groups joined (mcast.go)
 	stats  link.Stats
 	ids    idSolver
@@ -315,14 +315,18 @@ var _ link.Link = (*Link)(nil)
 
 // SetAddrs replaces the set of local addresses (as the netdev's change).
 func (l *Link) SetAddrs(addrs []netip.Addr) {
-	m := make(map[netip.Addr]bool, len(addrs))
-	for _, a := range addrs {
-		m[netip.AddrFrom16(a.As16())] = true
-	}
-	l.local.Store(&m)
+	set := link.NewAddrSet(addrs)
+	l.local.Store(&set)
 }
 
-func (l *Link) isLocal(a netip.Addr) bool { return (*l.local.Load())[a] || l.joined(a) }
+// isLocal reports whether a packet to a is for this link: one of its
+// addresses or a group it joined.
+func (l *Link) isLocal(a netip.Addr) bool {
+	if p := l.local.Load(); p != nil && p.Contains(a) {
+		return true
+	}
+	return l.joined(a)
+}
 
 // SetBusyPoll changes Config.BusyPoll (d ≤ 0: off); it takes effect at
 // the next Recv.
