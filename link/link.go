@@ -234,11 +234,4 @@ func NewAddrSet(addrs []netip.Addr) AddrSet {
 }
 
 // Contains reports whether a, in GID form, is in the set.
-func (s AddrSet) Contains(a netip.Addr) bool {
-	for _, b := range s {
-		if a == b {
-			return true
-		}
-	}
-	return false
-}
+func (s AddrSet) Contains(a netip.Addr) bool { return slices.Contains(s, a) }

@@ -20,7 +20,8 @@ func TestIsLocal(t *testing.T) {
 		{"fd00::2", false},
 		{"fd00::1%eth0", false},
 	} {
-		if got := l.isLocal(netip.AddrFrom16(netip.MustParseAddr(c.a).As16()).WithZone(netip.MustParseAddr(c.a).Zone())); got != c.want {
+		a := netip.MustParseAddr(c.a)
+		if got := l.isLocal(netip.AddrFrom16(a.As16()).WithZone(a.Zone())); got != c.want {
 			t.Errorf("isLocal(%s) = %v, want %v", c.a, got, c.want)
 		}
 	}

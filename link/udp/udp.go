@@ -321,12 +321,7 @@ func (l *Link) SetAddrs(addrs []netip.Addr) {
 
 // isLocal reports whether a packet to a is for this link: one of its
 // addresses or a group it joined.
-func (l *Link) isLocal(a netip.Addr) bool {
-	if p := l.local.Load(); p != nil && p.Contains(a) {
-		return true
-	}
-	return l.joined(a)
-}
+func (l *Link) isLocal(a netip.Addr) bool { return l.local.Load().Contains(a) || l.joined(a) }
 
 // SetBusyPoll changes Config.BusyPoll (d ≤ 0: off); it takes effect at
 // the next Recv.
