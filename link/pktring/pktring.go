@@ -120,6 +120,17 @@ func (g *Ring) After(i int32) int32 {
 // Ready reports whether the head frame holds a packet.
 func (g *Ring) Ready() bool { return g.Status(g.Head())&unix.TP_STATUS_USER != 0 }
 
+// ReadyUpTo counts the frames from the head on that hold packets, up to
+// limit: a read that takes a message per frame has no use for more.
+func (g *Ring) ReadyUpTo(limit int) int {
+	limit = min(limit, int(g.frames))
+	n := 0
+	for i := g.Head(); n < limit && g.Status(i)&unix.TP_STATUS_USER != 0; i = g.After(i) {
+		n++
+	}
+	return n
+}
+
 // Release gives frame i, the head, back to the kernel and moves the head
 // on.
 func (g *Ring) Release(i int32) {

@@ -248,13 +248,13 @@ func TestRecvLayoutCounts(t *testing.T) {
 		r.record(14)
 		r.record(1)
 	}
-	m := r.counts(64)
+	m := r.counts(64, 64)
 	want := slices.Repeat([]int{1, 14, 1}, 4)
 	if !slices.Equal(r.want[:m], want) {
 		t.Errorf("after 1, 14, 1 ×4: plan %v, want %v", r.want[:m], want)
 	}
 	r.record(1) // the next read starts at the MIDDLEs
-	m = r.counts(64)
+	m = r.counts(64, 64)
 	want = slices.Repeat([]int{14, 1, 1}, 4)
 	if !slices.Equal(r.want[:m], want) {
 		t.Errorf("one message on: plan %v, want %v", r.want[:m], want)
@@ -262,11 +262,11 @@ func TestRecvLayoutCounts(t *testing.T) {
 	for _, c := range []int{3, 9, 1, 7, 2, 15, 5, 6, 4, 11, 8, 13} {
 		r.record(c)
 	}
-	if m = r.counts(64); m != 4 || !slices.Equal(r.want[:m], []int{16, 16, 16, 16}) {
+	if m = r.counts(64, 64); m != 4 || !slices.Equal(r.want[:m], []int{16, 16, 16, 16}) {
 		t.Errorf("no pattern: plan %v, want 16 ×4", r.want[:m])
 	}
 	r.g = 0
-	if m = r.counts(64); m != 64 || r.want[0] != 1 {
+	if m = r.counts(64, 64); m != 64 || r.want[0] != 1 {
 		t.Errorf("single datagrams: %d messages of %d, want 64 of 1", m, r.want[0])
 	}
 }

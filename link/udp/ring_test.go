@@ -348,3 +348,52 @@ func TestRingPendingTakesNoFileRef(t *testing.T) {
 		t.Error("Pending of a closed link said false: TryRecv would return net.ErrClosed")
 	}
 }
+
+// TestPlanFollowsReadyFrames: a look that finds k frames in the ring lays
+// out k messages, not as many as its buffers allow (64): planning 64 for
+// the one packet a ping-pong brings cost as much as the engine's handling
+// of it. Such a read is no full one, so it asks the kernel for no drop
+// count (a system call) on the look after it; a look that finds more
+// frames than buffers still lays out every buffer, in order.
+func TestPlanFollowsReadyFrames(t *testing.T) {
+	a, b, addr, _ := ringPair(t)
+	bufs := linktest.NewBuffers(64)
+	samples := b.rx.drops.Samples
+	psn := 0
+	for _, k := range []int{1, 3, 1, 7} {
+		for range k {
+			send(t, a, writeBatch(a.Headroom(), addr, wire.PSN(psn), 0, 1))
+			psn++
+		}
+		inRing(t, b, int32(k))
+		got := recvPSNs(t, b, k)
+		checkPSNs(t, got, psnRange(psn-k, psn-1)...)
+		if b.rx.m != k {
+			t.Errorf("a look at %d frames laid out %d messages", k, b.rx.m)
+		}
+		if n, err := b.TryRecv(bufs); n != 0 || err != nil {
+			t.Fatalf("TryRecv after: %d, %v", n, err)
+		}
+	}
+	if got := b.rx.drops.Samples - samples; got != 0 {
+		t.Errorf("reads of every ready frame took %d drop samples, want 0", got)
+	}
+	// More frames than buffers: the read takes as many as it has buffers
+	// for, and the next the rest.
+	small := linktest.NewBuffers(4)
+	for i := range 6 {
+		send(t, a, writeBatch(a.Headroom(), addr, wire.PSN(psn+i), 0, 1))
+	}
+	inRing(t, b, 6)
+	var got []wire.PSN
+	for len(got) < 6 {
+		n, err := b.TryRecv(small)
+		if err != nil || n == 0 {
+			t.Fatalf("TryRecv with %d of 6 taken: %d, %v", len(got), n, err)
+		}
+		for _, p := range small[:n] {
+			got = append(got, wire.BTH(p.Buf[p.Off:p.Off+p.Len]).PSN())
+		}
+	}
+	checkPSNs(t, got, psnRange(psn, psn+5)...)
+}
