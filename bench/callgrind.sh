@@ -1,0 +1,174 @@
+#!/bin/bash
+# callgrind.sh: instructions per 64-byte round trip on one side of `roce perf
+# send --lat`, stage by stage, and on one side of the UDP floor making the same
+# round trips (`udpfloor -lat`): what issue 15's send_lat goal in the lab's VMs
+# depends on, since under QEMU's TCG each instruction of the receive-to-answer
+# path costs some 4.5 ns (BENCHMARKS.md, "Instructions per round trip").
+# Instruction counts do not drift with the machine's load, as times do.
+#
+#   bench/callgrind.sh [-n ROUND_TRIPS] [-b ROCE_BINARY] [-k DIR]
+#
+# Two network namespaces joined by a veth pair (MTU 1500), a RoCE v2 device in
+# each (`roce link add ... roce-versions v2`: link/udp, privileged, its receive
+# ring). The server runs under valgrind's callgrind, the client natively; then
+# the same for udpfloor. Each row is a stage's instructions over the run (a
+# function with what it calls) divided by the round trips; around the system
+# call, where Go's stack switches now and then confuse callgrind's call graph,
+# the functions' own instructions. The busy poll's empty looks are in no row.
+# Needs root, valgrind and Go; -k keeps the callgrind files in DIR. The
+# namespaces are always deleted.
+set -euo pipefail
+n=3000 bin= keep=
+while getopts n:b:k: o; do
+	case $o in
+	n) n=$OPTARG ;;
+	b) bin=$OPTARG ;;
+	k) keep=$OPTARG ;;
+	*) sed -n '2,17s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
+	esac
+done
+command -v valgrind >/dev/null || { echo "callgrind.sh: needs valgrind (apt-get install valgrind)" >&2; exit 1; }
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+D=$(mktemp -d)
+A=cg-a-$$ B=cg-b-$$
+cleanup() { ip netns del $A 2>/dev/null || true; ip netns del $B 2>/dev/null || true; rm -rf "$D"; }
+trap cleanup EXIT
+if [ -z "$bin" ]; then
+	(cd "$REPO" && go build -o "$D/roce" ./cmd/roce)
+	bin=$D/roce
+fi
+(cd "$REPO" && go build -o "$D/udpfloor" ./bench/cmd/udpfloor)
+ip netns add $A
+ip netns add $B
+ip link add cgv0 netns $A mtu 1500 type veth peer name cgv1 netns $B mtu 1500
+ip -n $A addr add 10.79.0.1/24 dev cgv0
+ip -n $B addr add 10.79.0.2/24 dev cgv1
+for ns in $A $B; do ip -n $ns link set lo up; done
+ip -n $A link set cgv0 up
+ip -n $B link set cgv1 up
+mkdir -p "$D/a" "$D/b"
+ip netns exec $A "$bin" --rundir "$D/a" link add cgrxe0 type rxe netdev cgv0 roce-versions v2 >/dev/null
+ip netns exec $B "$bin" --rundir "$D/b" link add cgrxe1 type rxe netdev cgv1 roce-versions v2 >/dev/null
+
+# Valgrind 3.19 does not know RDTSCP, which Go's runtime uses when the CPU
+# has it; asynchronous preemption's signals only add noise.
+VG=(env GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off valgrind --tool=callgrind)
+
+# listening NS PORT: wait (up to 60 s under valgrind) for a TCP listener.
+listening() {
+	for _ in $(seq 300); do
+		ip netns exec "$1" ss -tln | grep -q ":$2 " && return 0
+		sleep 0.2
+	done
+	echo "callgrind.sh: nothing listens on $2 in $1" >&2
+	return 1
+}
+
+echo "callgrind.sh: roce perf send --lat -s 64 -n $n, the server under callgrind" >&2
+ip netns exec $A "${VG[@]}" --callgrind-out-file="$D/roce.cg" "$bin" --rundir "$D/a" perf send --lat -d cgrxe0 -s 64 -n "$n" -p 18711 >"$D/roce.srv" 2>&1 &
+sp=$!
+listening $A 18711
+ip netns exec $B "$bin" --rundir "$D/b" perf send --lat -d cgrxe1 -s 64 -n "$n" -p 18711 10.79.0.1 >"$D/roce.cli" 2>&1
+wait $sp
+
+echo "callgrind.sh: udpfloor -lat -size 64 -n $n, the server under callgrind" >&2
+ip netns exec $A "${VG[@]}" --callgrind-out-file="$D/floor.cg" "$D/udpfloor" -s -a 10.79.0.1 -P 18712 >"$D/floor.srv" 2>&1 &
+sp=$!
+listening $A 18712
+ip netns exec $B "$D/udpfloor" -a 10.79.0.1 -P 18712 -lat -size 64 -n "$n" -m 1024 10.79.0.1 >"$D/floor.cli" 2>&1
+# The floor's server serves until it is stopped.
+sleep 1
+kill -INT $sp 2>/dev/null || true
+wait $sp || true
+
+for f in roce floor; do
+	callgrind_annotate --threshold=100 --inclusive=yes --tree=calling "$D/$f.cg" >"$D/$f.tree" 2>/dev/null
+	callgrind_annotate --threshold=100 "$D/$f.cg" >"$D/$f.self" 2>/dev/null
+done
+[ -n "$keep" ] && mkdir -p "$keep" && cp "$D"/*.cg "$D"/*.srv "$D"/*.cli "$keep"/
+
+python3 - "$D/roce.tree" "$D/floor.tree" "$D/roce.self" "$D/floor.self" "$n" <<'EOF'
+import re, sys
+
+# Go's stack switches confuse callgrind's call graph once in a while (an
+# edge from the system call's wrapper to main.run), so no row is the
+# inclusive count of a function that reaches a system call: the send is
+# its callees' counts and the wrapper's own instructions.
+
+def load(path):
+    """Each caller->callee edge's inclusive instructions and calls, from
+    callgrind_annotate --inclusive=yes --tree=calling."""
+    edges, cur = {}, None
+    for line in open(path):
+        m = re.match(r'\s*([\d,]+) \(\s*[\d.]+%\)\s+\*\s+\S+?:(\S+)', line)
+        if m:
+            cur = m.group(2)
+            continue
+        m = re.match(r'\s*([\d,]+) \(\s*[\d.]+%\)\s+>\s+\S+?:(\S+) \(([\d,]+)x\)', line)
+        if m and cur:
+            k = (cur, m.group(2))
+            v, c = edges.get(k, (0, 0))
+            edges[k] = (v + int(m.group(1).replace(',', '')), c + int(m.group(3).replace(',', '')))
+    return edges
+
+def load_self(path):
+    """Each function's own instructions (callgrind_annotate's default)."""
+    own = {}
+    for line in open(path):
+        m = re.match(r'\s*([\d,]+) \(\s*[\d.]+%\)\s+\S+?:(\S+) \[', line)
+        if m:
+            own[m.group(2)] = own.get(m.group(2), 0) + int(m.group(1).replace(',', ''))
+    return own
+
+def edge(edges, caller, callee):
+    """Instructions through calls from a function whose name contains
+    caller to one whose name contains callee, summed over the edges
+    (recursive entries, name'2, too)."""
+    v = c = 0
+    for (a, b), (x, y) in edges.items():
+        if caller in a and callee in b:
+            v, c = v + x, c + y
+    return v
+
+def own(o, *names):
+    return sum(v for k, v in o.items() if any(k.endswith(n) for n in names))
+
+rt, fl, rts, fls, n = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+e, o = load(rt), load_self(rts)
+U = 'udp.(*Link).Send'
+rows = [
+    ('the ring read of a look that found packets (plan, frames)', edge(e, 'udp.(*Link).TryRecv', 'os.(*rawConn).Control')),
+    ('their headers rebuilt and checked, ICRC (process)', edge(e, 'udp.(*Link).TryRecv', 'udp.(*Link).process')),
+    ('the engine: the SEND and the ACK (handleBatch)', edge(e, 'verbs.(*Device).tryReceive', 'verbs.(*Device).handleBatch')),
+    ('the ACK held for the answer (holdACKs)', edge(e, 'verbs.(*Device).tryReceive', 'verbs.(*Device).holdACKs')),
+    ('the receive reposted (postRecvs)', edge(e, 'perftest.(*run).latSend', 'perftest.(*run).postRecvs')),
+    ('PostSend: the WR queued (postOne)', edge(e, 'verbs.(*QP).PostSend', 'verbs.(*QP).postOne')),
+    ('PostSend: the requester builds the packet (reqRun)', edge(e, 'verbs.(*QP).PostSend', 'verbs.(*QP).reqRun')),
+    ('PostSend: the send recorded (onSent)', edge(e, 'verbs.(*txBatch).release', 'verbs.(*QP).onSent')),
+    ('PostSend: the batch, its buffers, the held ACK merged', own(o, 'verbs.(*txBatch).flush', 'verbs.(*txBatch).send', 'verbs.(*txBatch).release', 'verbs.putTxBatch')
+        + sum(edge(e, 'verbs.(*txBatch).flush', c) for c in ('sentHeld', 'recycle', 'takeHeld', 'typedslicecopy', 'memclrHasPointers', 'BatchSize'))),
+    ('link/udp Send before the system call (ICRCs, headers, cmsgs)', own(o, U)
+        + sum(edge(e, U, c) for c in ('wire.ICRC', 'prepareMsg', 'pseudoHeaders', 'tally', 'sendable'))),
+    ('the system call\'s Go wrapper (RawConn.Write, sendmmsg)', own(o, 'udp.(*Link).sendMsgs', 'net.(*rawConn).Write', 'poll.(*FD).RawWrite',
+        'udp.(*Link).write', 'udp.(*Link).write-fm', 'udp.mmsg', 'syscall.RawSyscall6', 'linux.Syscall6')
+        + edge(e, 'poll.(*FD).RawWrite', 'RawWrite.deferwrap1')),
+]
+print(f'roce perf send --lat -s 64, one side, instructions per round trip ({n} round trips):')
+for name, v in rows:
+    print(f'  {name:62s} {v / n:7,.0f}')
+print(f'  {"total":62s} {sum(v for _, v in rows) / n:7,.0f}')
+missing = [name for name, v in rows if v == 0]
+f = load(fl)
+rows = [
+    ('the ACK and the message built and sent (sendAckAndMsg)', edge(f, 'main.latServe', 'main.(*latPeer).sendAckAndMsg')),
+    ('what arrived checked (CRC-32) and copied', edge(f, 'main.(*latPeer).awaitMsg', 'crc32.ChecksumIEEE') + edge(f, 'main.(*latPeer).awaitMsg', 'runtime.memmove')),
+]
+print('udpfloor -lat -size 64, one side, instructions per round trip:')
+for name, v in rows:
+    print(f'  {name:62s} {v / n:7,.0f}')
+print(f'  {"total":62s} {sum(v for _, v in rows) / n:7,.0f}')
+missing += [name for name, v in rows if v == 0]
+if missing:
+    sys.exit('callgrind.sh: no instructions found for: ' + '; '.join(missing) +
+             ' (a function renamed? the call graph is read by name)')
+EOF
