@@ -2,7 +2,6 @@ package bench_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/xml"
 	"errors"
 	"io"
@@ -12,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/goroce/goroce/internal/testenv"
 )
@@ -35,32 +33,11 @@ func TestECNScript(t *testing.T) {
 		_, err := exec.LookPath(c.cmd)
 		testenv.Require(t, err == nil, c.cmd+" (apt-get install "+c.pkg+")")
 	}
-	root := testenv.RepoRoot(t)
 	out := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*testenv.Slow)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "bench", "ecn.sh"), "-q", "-o", out)
-	cmd.Dir = root
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.WaitDelay = 30 * time.Second
-	err := cmd.Run()
-	pid := cmd.Process.Pid
-	if err != nil {
-		t.Fatalf("bench/ecn.sh -q: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
-	}
-	t.Logf("bench/ecn.sh -q:\n%s", stdout.String())
-
-	ns, err := exec.Command("ip", "netns", "list").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if prefix := "goroce-ecn-" + strconv.Itoa(pid) + "-"; strings.Contains(string(ns), prefix) {
-		t.Errorf("namespaces %s* left behind:\n%s", prefix, ns)
-	}
+	stdout := runScript(t, "ecn.sh", "goroce-ecn-", "-q", "-o", out)
 
 	rows := map[string][]string{}
-	for _, l := range strings.Split(stdout.String(), "\n") {
+	for _, l := range strings.Split(stdout, "\n") {
 		f := strings.Split(l, "|")
 		if len(f) > 14 && strings.TrimSpace(f[1]) == "2" {
 			for i := range f {
@@ -72,7 +49,7 @@ func TestECNScript(t *testing.T) {
 	num := func(mode string, col int) float64 {
 		f := rows[mode]
 		if f == nil {
-			t.Fatalf("no row for 2 senders, DCQCN %s in:\n%s", mode, stdout.String())
+			t.Fatalf("no row for 2 senders, DCQCN %s in:\n%s", mode, stdout)
 		}
 		v, err := strconv.ParseFloat(f[col], 64)
 		if err != nil {
@@ -90,7 +67,7 @@ func TestECNScript(t *testing.T) {
 
 	const queueCol, floorCol = 11, 14
 	if _, ok := rows["on, floor"]; !ok {
-		t.Errorf("no floor row (2 senders, DCQCN on, probe beside the queue) in:\n%s", stdout.String())
+		t.Errorf("no floor row (2 senders, DCQCN on, probe beside the queue) in:\n%s", stdout)
 	}
 	if q := rows["off"]; q != nil {
 		_, p99, _ := strings.Cut(q[queueCol], " / ")
