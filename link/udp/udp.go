@@ -169,6 +169,10 @@ type Link struct {
 
 	dstMu sync.Mutex
 	dsts  map[netip.Addr]*dstTally // guarded by dstMu: how packets left, per destination
+	// The last destination tallied and its entry in dsts (guarded by
+	// dstMu): a run of sends to one peer looks the map up once.
+	lastDst   netip.Addr
+	lastTally *dstTally
 
 	rxMu sync.Mutex
 	rx   rxState // guarded by rxMu
@@ -512,14 +516,16 @@ type dstTally struct {
 // tally records a message of segs packets to dst.
 func (l *Link) tally(dst netip.Addr, segs int) {
 	l.dstMu.Lock()
-	defer l.dstMu.Unlock()
-	if l.dsts == nil || len(l.dsts) >= 1024 {
-		l.dsts = map[netip.Addr]*dstTally{} // a bound; what is in use comes back
-	}
-	t := l.dsts[dst]
-	if t == nil {
-		t = &dstTally{}
-		l.dsts[dst] = t
+	t := l.lastTally
+	if t == nil || l.lastDst != dst {
+		if l.dsts == nil || len(l.dsts) >= 1024 {
+			l.dsts = map[netip.Addr]*dstTally{} // a bound; what is in use comes back
+		}
+		if t = l.dsts[dst]; t == nil {
+			t = &dstTally{}
+			l.dsts[dst] = t
+		}
+		l.lastDst, l.lastTally = dst, t
 	}
 	if segs > 1 {
 		t.gsoPkts += uint64(segs)
@@ -527,6 +533,7 @@ func (l *Link) tally(dst netip.Addr, segs int) {
 	} else {
 		t.single++
 	}
+	l.dstMu.Unlock()
 }
 
 // PathError (link.PathReporter) explains a destination that never
