@@ -11,10 +11,12 @@
 # Two network namespaces joined by a veth pair (MTU 1500), a RoCE v2 device in
 # each (`roce link add ... roce-versions v2`: link/udp, privileged, its receive
 # ring). The server runs under valgrind's callgrind, the client natively; then
-# the same for udpfloor. Each row is a stage's instructions over the run (a
-# function with what it calls) divided by the round trips; around the system
-# call, where Go's stack switches now and then confuse callgrind's call graph,
-# the functions' own instructions. The busy poll's empty looks are in no row.
+# the same for udpfloor. goroce's server counts only while a stage of the
+# path runs (--toggle-collect), so its total is the path's alone; each row is
+# a stage's instructions over the run (a function with what it calls, whoever
+# called it) divided by the round trips, and around the system call, where
+# Go's stack switches now and then confuse callgrind's call graph, the
+# functions' own instructions. The busy poll's empty looks are in no row.
 # Needs root, valgrind and Go; -k keeps the callgrind files in DIR. The
 # namespaces are always deleted.
 set -euo pipefail
@@ -24,7 +26,7 @@ while getopts n:b:k: o; do
 	n) n=$OPTARG ;;
 	b) bin=$OPTARG ;;
 	k) keep=$OPTARG ;;
-	*) sed -n '2,17s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
+	*) sed -n '2,21s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
 	esac
 done
 command -v valgrind >/dev/null || { echo "callgrind.sh: needs valgrind (apt-get install valgrind)" >&2; exit 1; }
@@ -53,6 +55,14 @@ ip netns exec $B "$bin" --rundir "$D/b" link add cgrxe1 type rxe netdev cgv1 roc
 # Valgrind 3.19 does not know RDTSCP, which Go's runtime uses when the CPU
 # has it; asynchronous preemption's signals only add noise.
 VG=(env GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off valgrind --tool=callgrind)
+# goroce's server counts only while a stage of the receive-to-answer path
+# runs: the busy poll's empty looks, the setup and the runtime's own work
+# between are not counted, so the run's total is the path's.
+STAGES=(--collect-atstart=no)
+for f in 'udp.(*rxState).try' 'udp.(*Link).process' 'verbs.(*Device).handleBatch' \
+	'verbs.(*Device).holdACKs' 'perftest.(*run).postRecvs' 'verbs.(*QP).PostSend'; do
+	STAGES+=("--toggle-collect=*$f")
+done
 
 # listening NS PORT: wait (up to 60 s under valgrind) for a TCP listener.
 listening() {
@@ -65,7 +75,7 @@ listening() {
 }
 
 echo "callgrind.sh: roce perf send --lat -s 64 -n $n, the server under callgrind" >&2
-ip netns exec $A "${VG[@]}" --callgrind-out-file="$D/roce.cg" "$bin" --rundir "$D/a" perf send --lat -d cgrxe0 -s 64 -n "$n" -p 18711 >"$D/roce.srv" 2>&1 &
+ip netns exec $A "${VG[@]}" "${STAGES[@]}" --callgrind-out-file="$D/roce.cg" "$bin" --rundir "$D/a" perf send --lat -d cgrxe0 -s 64 -n "$n" -p 18711 >"$D/roce.srv" 2>&1 &
 sp=$!
 listening $A 18711
 ip netns exec $B "$bin" --rundir "$D/b" perf send --lat -d cgrxe1 -s 64 -n "$n" -p 18711 10.79.0.1 >"$D/roce.cli" 2>&1
@@ -90,31 +100,42 @@ done
 python3 - "$D/roce.tree" "$D/floor.tree" "$D/roce.self" "$D/floor.self" "$n" <<'EOF'
 import re, sys
 
-# Go's stack switches confuse callgrind's call graph once in a while (an
-# edge from the system call's wrapper to main.run), so no row is the
-# inclusive count of a function that reaches a system call: the send is
-# its callees' counts and the wrapper's own instructions.
+# Go's stack switches confuse callgrind's call graph now and then: a
+# goroutine that resumes after a yield may be charged to another caller,
+# and once in a while an edge runs from the system call's wrapper to
+# main.run. So the rows are functions' inclusive counts whoever called
+# them, none of a function that reaches a system call: the send is its
+# callees' counts and the wrapper's own instructions.
 
 def load(path):
-    """Each caller->callee edge's inclusive instructions and calls, from
-    callgrind_annotate --inclusive=yes --tree=calling."""
-    edges, cur = {}, None
+    """Each function's inclusive instructions and each caller->callee
+    edge's, from callgrind_annotate --inclusive=yes --tree=calling."""
+    total, edges, cur = {}, {}, None
     for line in open(path):
         m = re.match(r'\s*([\d,]+) \(\s*[\d.]+%\)\s+\*\s+\S+?:(\S+)', line)
         if m:
             cur = m.group(2)
+            # name'2 is a recursive entry, inside name's count; a function
+            # listed once per source file of code inlined into it has its
+            # whole count on each line.
+            if "'" not in cur:
+                total[cur] = max(total.get(cur, 0), int(m.group(1).replace(',', '')))
             continue
         m = re.match(r'\s*([\d,]+) \(\s*[\d.]+%\)\s+>\s+\S+?:(\S+) \(([\d,]+)x\)', line)
         if m and cur:
             k = (cur, m.group(2))
             v, c = edges.get(k, (0, 0))
             edges[k] = (v + int(m.group(1).replace(',', '')), c + int(m.group(3).replace(',', '')))
-    return edges
+    return total, edges
 
 def load_self(path):
-    """Each function's own instructions (callgrind_annotate's default)."""
+    """Each function's own instructions (callgrind_annotate's default), and
+    the run's total under the key ''."""
     own = {}
     for line in open(path):
+        m = re.match(r'\s*([\d,]+) \(\s*[\d.]+%\)\s+PROGRAM TOTALS', line)
+        if m:
+            own[''] = int(m.group(1).replace(',', ''))
         m = re.match(r'\s*([\d,]+) \(\s*[\d.]+%\)\s+\S+?:(\S+) \[', line)
         if m:
             own[m.group(2)] = own.get(m.group(2), 0) + int(m.group(1).replace(',', ''))
@@ -130,21 +151,27 @@ def edge(edges, caller, callee):
             v, c = v + x, c + y
     return v
 
+def incl(t, name):
+    """A function's inclusive instructions, whoever called it: a goroutine
+    that resumes after a yield confuses callgrind about its callers, not
+    about which function runs."""
+    return sum(v for k, v in t.items() if k.endswith(name))
+
 def own(o, *names):
     return sum(v for k, v in o.items() if any(k.endswith(n) for n in names))
 
 rt, fl, rts, fls, n = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
-e, o = load(rt), load_self(rts)
+(t, e), o = load(rt), load_self(rts)
 U = 'udp.(*Link).Send'
 rows = [
-    ('the ring read of a look that found packets (plan, frames)', edge(e, 'udp.(*Link).TryRecv', 'os.(*rawConn).Control')),
-    ('their headers rebuilt and checked, ICRC (process)', edge(e, 'udp.(*Link).TryRecv', 'udp.(*Link).process')),
-    ('the engine: the SEND and the ACK (handleBatch)', edge(e, 'verbs.(*Device).tryReceive', 'verbs.(*Device).handleBatch')),
-    ('the ACK held for the answer (holdACKs)', edge(e, 'verbs.(*Device).tryReceive', 'verbs.(*Device).holdACKs')),
-    ('the receive reposted (postRecvs)', edge(e, 'perftest.(*run).latSend', 'perftest.(*run).postRecvs')),
-    ('PostSend: the WR queued (postOne)', edge(e, 'verbs.(*QP).PostSend', 'verbs.(*QP).postOne')),
-    ('PostSend: the requester builds the packet (reqRun)', edge(e, 'verbs.(*QP).PostSend', 'verbs.(*QP).reqRun')),
-    ('PostSend: the send recorded (onSent)', edge(e, 'verbs.(*txBatch).release', 'verbs.(*QP).onSent')),
+    ('the ring read of a look that found packets (plan, frames)', incl(t, 'udp.(*rxState).try')),
+    ('their headers rebuilt and checked, ICRC (process)', incl(t, 'udp.(*Link).process')),
+    ('the engine: the SEND and the ACK (handleBatch)', incl(t, 'verbs.(*Device).handleBatch')),
+    ('the ACK held for the answer (holdACKs)', incl(t, 'verbs.(*Device).holdACKs')),
+    ('the receive reposted (postRecvs)', incl(t, 'perftest.(*run).postRecvs')),
+    ('PostSend: the WR queued (postOne)', incl(t, 'verbs.(*QP).postOne')),
+    ('PostSend: the requester builds the packet (reqRun)', incl(t, 'verbs.(*QP).reqRun')),
+    ('PostSend: the send recorded (onSent)', incl(t, 'verbs.(*QP).onSent')),
     ('PostSend: the batch, its buffers, the held ACK merged', own(o, 'verbs.(*txBatch).flush', 'verbs.(*txBatch).send', 'verbs.(*txBatch).release', 'verbs.putTxBatch')
         + sum(edge(e, 'verbs.(*txBatch).flush', c) for c in ('sentHeld', 'recycle', 'takeHeld', 'typedslicecopy', 'memclrHasPointers', 'BatchSize'))),
     ('link/udp Send before the system call (ICRCs, headers, cmsgs)', own(o, U)
@@ -156,18 +183,18 @@ rows = [
 print(f'roce perf send --lat -s 64, one side, instructions per round trip ({n} round trips):')
 for name, v in rows:
     print(f'  {name:62s} {v / n:7,.0f}')
-print(f'  {"total":62s} {sum(v for _, v in rows) / n:7,.0f}')
-missing = [name for name, v in rows if v == 0]
-f = load(fl)
+print(f'  {"total (every instruction while a stage ran)":62s} {o.get("", 0) / n:7,.0f}')
+missing = [name for name, v in rows + [('the total', o.get('', 0))] if v == 0]
+ft, f = load(fl)
 rows = [
-    ('the ACK and the message built and sent (sendAckAndMsg)', edge(f, 'main.latServe', 'main.(*latPeer).sendAckAndMsg')),
+    ('the ACK and the message built and sent (sendAckAndMsg)', incl(ft, 'main.(*latPeer).sendAckAndMsg')),
     ('what arrived checked (CRC-32) and copied', edge(f, 'main.(*latPeer).awaitMsg', 'crc32.ChecksumIEEE') + edge(f, 'main.(*latPeer).awaitMsg', 'runtime.memmove')),
 ]
 print('udpfloor -lat -size 64, one side, instructions per round trip:')
 for name, v in rows:
     print(f'  {name:62s} {v / n:7,.0f}')
 print(f'  {"total":62s} {sum(v for _, v in rows) / n:7,.0f}')
-missing += [name for name, v in rows if v == 0]
+missing += [name for name, v in rows[:1] if v == 0]
 if missing:
     sys.exit('callgrind.sh: no instructions found for: ' + '; '.join(missing) +
              ' (a function renamed? the call graph is read by name)')
