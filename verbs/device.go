@@ -36,10 +36,11 @@ type Device struct {
 	activeMTU MTU
 	mem       *mem.Table
 	events    eventQueue
-	counters  Counters                  // port 1's
-	ecn       atomic.Pointer[ECNConfig] // port 1's congestion control; nil: the defaults (off)
-	atomicMu  sync.Mutex                // makes responder atomics atomic across QPs (rxe: atomic_ops_lock)
-	txPool    sync.Pool                 // of *[]byte, link.MaxFrameSize each
+	counters  Counters                              // port 1's
+	ecn       atomic.Pointer[ECNConfig]             // port 1's congestion control; nil: the defaults (off)
+	atomicMu  sync.Mutex                            // makes responder atomics atomic across QPs (rxe: atomic_ops_lock)
+	txPool    sync.Pool                             // of *[]byte, link.MaxFrameSize each
+	spare     [spareBatches]atomic.Pointer[txBatch] // getTxBatch's first choice
 
 	mu      sync.RWMutex
 	gids    []GIDEntry     // guarded by mu
