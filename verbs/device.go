@@ -93,6 +93,10 @@ type Device struct {
 	held      atomic.Pointer[txBatch]
 	heldMu    sync.Mutex
 	heldTimer *time.Timer
+	// heldDue is when the held ACKs go at the latest (monoNow);
+	// heldTimerOn: heldTimer is set (onHeldTimer).
+	heldDue     atomic.Int64
+	heldTimerOn atomic.Bool
 }
 
 // Open starts a device on cfg.Link. Close it to stop its receive
@@ -138,7 +142,7 @@ func openDevice(cfg DeviceConfig, sched bool) (*Device, error) {
 		d.pending, _ = cfg.Link.(link.PendingReporter)
 	}
 	d.rx.init(d)
-	d.heldTimer = time.AfterFunc(time.Hour, d.flushHeld)
+	d.heldTimer = time.AfterFunc(time.Hour, d.onHeldTimer)
 	d.heldTimer.Stop()
 	d.events.init(&d.counters[AsyncEventsDropped])
 	d.sched.init()

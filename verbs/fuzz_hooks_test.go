@@ -2,7 +2,6 @@ package verbs
 
 import (
 	"fmt"
-	"time"
 )
 
 // The fuzzer's hooks into the engine's internals (fuzz_test.go), apart so
@@ -85,7 +84,7 @@ func fuzzFireRetrans(q *QP) {
 	if fire {
 		q.comp.timerArmed = true
 		q.comp.armedAt = q.comp.progress
-		q.comp.due = time.Now().Add(-time.Nanosecond)
+		q.comp.due = monoNow() - 1
 	}
 	q.mu.Unlock()
 	if fire {

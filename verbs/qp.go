@@ -305,9 +305,7 @@ func (q *QP) Destroy() error {
 }
 
 func (q *QP) stopTimers() {
-	if q.retrans != nil {
-		q.retrans.Stop()
-	}
+	q.stopRetrans()
 	if q.rnrTimer != nil {
 		q.rnrTimer.Stop()
 	}
