@@ -51,6 +51,13 @@ func icrc(pkt []byte, nlen int, ipVer uint8, v Version) uint32 {
 	var buf [maxMaskedPrefix + 15]byte
 	n := copy(buf[:hdrs+(len(pkt)-hdrs)&15], pkt)
 	b := buf[:n]
+	maskPrefix(b, nlen, hdrs-BTHLen, ipVer, v)
+	return crc32.Update(updateSlicing8(icrcLRH, b), crc32.IEEETable, pkt[n:])
+}
+
+// maskPrefix sets the variant fields of b, a copy of a packet's network,
+// UDP (RoCE v2) and base transport headers, to ones; the BTH starts at bth.
+func maskPrefix(b []byte, nlen, bth int, ipVer uint8, v Version) {
 	if ipVer == 4 {
 		b[1] = 0xFF               // TOS
 		b[8] = 0xFF               // TTL
@@ -63,8 +70,36 @@ func icrc(pkt []byte, nlen int, ipVer uint8, v Version) uint32 {
 	if v == RoCEv2 {
 		b[nlen+6], b[nlen+7] = 0xFF, 0xFF // UDP checksum
 	}
-	b[hdrs-BTHLen+4] = 0xFF // BTH byte 4: FECN, BECN, resv6a
-	return crc32.Update(updateSlicing8(icrcLRH, b), crc32.IEEETable, pkt[n:])
+	b[bth+4] = 0xFF // BTH byte 4: FECN, BECN, resv6a
+}
+
+// ICRCv2 computes the ICRC of a RoCE v2 packet from its headers apart: hdrs
+// is the IP header (netLen bytes, IPv4 or IPv6) and the UDP header, t the
+// transport packet from the BTH up to, not including, the ICRC. It is ICRC
+// of the two laid end to end, for a link that has the headers elsewhere
+// than before the transport packet (link/udp's receive ring), and writes
+// neither. len(hdrs) is at most 68 (an IPv4 header with options and UDP).
+func ICRCv2(hdrs []byte, netLen int, t []byte) uint32 {
+	if len(hdrs) != netLen+UDPLen || len(hdrs) > maxMaskedPrefix-BTHLen || len(t) < BTHLen {
+		panic("wire.ICRCv2: bad header lengths")
+	}
+	ipVer := uint8(6)
+	if hdrs[0]>>4 == 4 {
+		ipVer = 4
+	}
+	// As icrc: the headers, the BTH and as many bytes more as leave the
+	// rest a multiple of 16 long go through the stack copy.
+	var buf [maxMaskedPrefix + 15]byte
+	h := copy(buf[:], hdrs)
+	k := BTHLen + (len(t)-BTHLen)&15
+	copy(buf[h:h+k], t)
+	b := buf[:h+k]
+	maskPrefix(b, netLen, h, ipVer, RoCEv2)
+	crc := updateSlicing8(icrcLRH, b)
+	if len(t) == k {
+		return crc
+	}
+	return crc32.Update(crc, crc32.IEEETable, t[k:])
 }
 
 // icrcInPlace computes the same ICRC as icrc, for callers that own pkt: it

@@ -79,8 +79,20 @@ func TestICRCPrefixLengths(t *testing.T) {
 				nh[tc.nlen+6], nh[tc.nlen+7] = 0xFF, 0xFF
 			}
 			nh[tc.nlen+udp+4] = 0xFF
-			if got, want := icrc(pkt, tc.nlen, tc.ipVer, tc.v), crc32.ChecksumIEEE(m); got != want {
+			want := crc32.ChecksumIEEE(m)
+			if got := icrc(pkt, tc.nlen, tc.ipVer, tc.v); got != want {
 				t.Errorf("nlen %d IPv%d %v, %d bytes after the BTH: %#08x, want %#08x", tc.nlen, tc.ipVer, tc.v, rest, got, want)
+			}
+			if tc.v == RoCEv2 {
+				pkt[0] = tc.ipVer<<4 | pkt[0]&0x0F // ICRCv2 reads the version
+				m[8] = pkt[0] | 0x0F*uint8(tc.ipVer&2>>1)
+				want = crc32.ChecksumIEEE(m)
+				before := string(pkt)
+				h := tc.nlen + UDPLen
+				if got := ICRCv2(pkt[:h], tc.nlen, pkt[h:]); got != want || string(pkt) != before {
+					t.Errorf("ICRCv2, nlen %d IPv%d, %d bytes after the BTH: %#08x, want %#08x (bytes kept: %v)",
+						tc.nlen, tc.ipVer, rest, got, want, string(pkt) == before)
+				}
 			}
 		}
 	}

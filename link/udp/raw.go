@@ -159,6 +159,13 @@ func (l *Link) parseFrame(j, n int) (p, plen, segSize int, ok bool) {
 		l.stats.RxMalformed.Add(1)
 		return 0, 0, 0, false
 	}
+	segs := 1
+	if gsoType == vnetGSOUDPL4 && gsoSize > 0 && gsoSize < plen {
+		segs = (plen + gsoSize - 1) / gsoSize
+	}
+	if !l.frameAddr(m, segs) {
+		return 0, 0, 0, false
+	}
 	r.hguess = m.hlen
 	switch gsoType {
 	case vnetGSONone:
@@ -170,23 +177,63 @@ func (l *Link) parseFrame(j, n int) (p, plen, segSize int, ok bool) {
 	return 0, 0, 0, false
 }
 
-// acceptFrame rebuilds the IP and UDP headers of segment s of the message
-// r.meta describes in the headroom before pk's transport packet, as the
-// kernel would have sent them on their own, and checks its ICRC over them.
-func (l *Link) acceptFrame(pk *link.Packet, s int) bool {
-	m := &l.rx.meta
-	if m.hlen > pk.Off {
-		// IPv4 options: the headers need more room than the headroom.
-		if m.hlen+pk.Len > cap(pk.Buf) {
-			l.stats.RxMalformed.Add(1)
+// frameAddr reads, once per message, what its IP and UDP headers (r.meta's
+// hdr) say of all its segments: that they are RoCE v2 (UDP to the link's
+// port, not a fragment) to one of the host's addresses, and their
+// addressing, into m.addr. segs is how many segments the message holds,
+// for the counters.
+func (l *Link) frameAddr(m *rxMeta, segs int) bool {
+	ipLen := m.hlen - wire.UDPLen
+	u := wire.UDP(m.hdr[ipLen:m.hlen])
+	a := link.Addr{Version: wire.RoCEv2, UDPSrcPort: u.SrcPort()}
+	if m.v4 {
+		ip := wire.IPv4(m.hdr[:ipLen])
+		if ip.Protocol() != wire.IPProtocolUDP || ip.FragOffset() != 0 {
+			return false // not RoCE; a later fragment's port is unknown
+		}
+		if ip.Flags()&1 != 0 {
+			// A first fragment (more fragments set).
+			if u.DstPort() == l.cfg.Port {
+				l.stats.RxMalformed.Add(uint64(segs))
+			}
 			return false
 		}
-		pk.Buf = pk.Buf[:m.hlen+pk.Len]
-		copy(pk.Buf[m.hlen:], pk.Buf[pk.Off:pk.Off+pk.Len])
-		pk.Off = m.hlen
+		a.SrcGID, a.DstGID = netip.AddrFrom16(ip.Src().As16()), netip.AddrFrom16(ip.Dst().As16())
+		a.TrafficClass, a.HopLimit = ip.TOS(), ip.TTL()
+	} else {
+		ip := wire.IPv6(m.hdr[:ipLen])
+		if ip.NextHeader() != wire.IPProtocolUDP {
+			return false
+		}
+		a.SrcGID, a.DstGID = ip.Src(), ip.Dst()
+		a.TrafficClass, a.FlowLabel, a.HopLimit = ip.TrafficClass(), ip.FlowLabel(), ip.HopLimit()
 	}
-	start := pk.Off - m.hlen
-	h := pk.Buf[start:pk.Off]
+	if u.DstPort() != l.cfg.Port {
+		return false
+	}
+	if !l.isLocal(a.DstGID) {
+		l.stats.RxNotForUs.Add(uint64(segs))
+		return false
+	}
+	m.addr = a
+	return true
+}
+
+// acceptFrame checks segment s of the message r.meta describes, whose
+// transport packet pk holds: its transport headers (parsed into
+// pk.Parsed), and its ICRC over the IP and UDP headers the kernel would
+// have sent it with on its own (r.meta's, with this segment's lengths and
+// IPv4 ID), which are not written anywhere: the message's headers were
+// read and checked once (parseFrame, frameAddr).
+func (l *Link) acceptFrame(pk *link.Packet, s int) bool {
+	m := &l.rx.meta
+	t := pk.Transport()
+	if err := pk.Parsed.ParseTransport(t, wire.RoCEv2); err != nil {
+		l.stats.RxMalformed.Add(1)
+		return false
+	}
+	var hb [60 + wire.UDPLen]byte
+	h := hb[:m.hlen]
 	copy(h, m.hdr[:m.hlen])
 	ipLen := m.hlen - wire.UDPLen
 	id := m.id0 + uint16(s)
@@ -197,48 +244,23 @@ func (l *Link) acceptFrame(pk *link.Packet, s int) bool {
 		binary.BigEndian.PutUint16(h[4:], uint16(wire.UDPLen+pk.Len))
 	}
 	binary.BigEndian.PutUint16(h[ipLen+4:], uint16(wire.UDPLen+pk.Len))
-	ip := pk.Buf[start : pk.Off+pk.Len]
-	p := &pk.Parsed // handed to the engine with the packet
-	if err := p.ParseIP(ip, l.cfg.Port); err != nil {
-		if !errors.Is(err, wire.ErrNotRoCE) {
-			l.stats.RxMalformed.Add(1)
-		}
-		return false
-	}
-	a := link.Addr{Version: wire.RoCEv2, UDPSrcPort: p.UDP().SrcPort()}
-	if h := p.IPv4(); h != nil {
-		a.SrcGID, a.DstGID = netip.AddrFrom16(h.Src().As16()), netip.AddrFrom16(h.Dst().As16())
-		a.TrafficClass, a.HopLimit = h.TOS(), h.TTL()
-	} else {
-		h := p.IPv6()
-		a.SrcGID, a.DstGID = h.Src(), h.Dst()
-		a.TrafficClass, a.FlowLabel, a.HopLimit = h.TrafficClass(), h.FlowLabel(), h.HopLimit()
-	}
-	if !l.isLocal(a.DstGID) {
-		l.stats.RxNotForUs.Add(1)
-		return false
-	}
-	end := len(ip) - wire.ICRCLen
-	rx := binary.LittleEndian.Uint32(ip[end:])
-	if c := wire.ICRC(ip[:end], ipLen, wire.RoCEv2); c != rx {
+	end := len(t) - wire.ICRCLen
+	rx := binary.LittleEndian.Uint32(t[end:])
+	if c := wire.ICRCv2(h, ipLen, t[:end]); c != rx {
 		// A superpacket GRO built from a sender that kept the ID fixed: its
 		// segments all carried the first one's ID. Accept exactly that ID.
 		d, ok := uint16(0), false
 		if m.v4 && s > 0 {
-			d, ok = l.ids.basis(end - 6).solve(c ^ rx)
+			d, ok = l.ids.basis(m.hlen + end - 6).solve(c ^ rx)
 		}
 		if !ok || id^d != m.id0 {
 			l.stats.RxBadICRC.Add(1)
 			return false
 		}
 	}
-	t := p.Transport()
-	pk.Off = cap(pk.Buf[:0]) - cap(t)
-	pk.Len = len(t)
-	pk.Buf = pk.Buf[:pk.Off+pk.Len]
-	pk.Addr = a
+	pk.Addr = m.addr
 	l.stats.RxPackets.Add(1)
-	l.stats.RxBytes.Add(uint64(len(ip)))
+	l.stats.RxBytes.Add(uint64(m.hlen + pk.Len))
 	return true
 }
 
