@@ -2,6 +2,7 @@ package udp
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"testing"
@@ -268,5 +269,42 @@ func TestRecvLayoutCounts(t *testing.T) {
 	r.g = 0
 	if m = r.counts(64, 64); m != 64 || r.want[0] != 1 {
 		t.Errorf("single datagrams: %d messages of %d, want 64 of 1", m, r.want[0])
+	}
+}
+
+// TestPeriodRun checks period's shortcut for a repeated count (rxState.same)
+// against its search, over runs of counts that repeat, alternate and
+// change, across the history ring's wrap.
+func TestPeriodRun(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	var r rxState
+	shortcuts := 0
+	for i := range 5000 {
+		var c int
+		switch (i / 40) % 4 {
+		case 0:
+			c = 2 // one count repeated
+		case 1:
+			c = 1 + i%2 // period 2
+		case 2:
+			c = 1 + rng.IntN(3) // no pattern
+		default:
+			c = 300 // above 255: recorded as 255
+		}
+		r.record(c)
+		got := r.period()
+		same := r.same
+		r.same = 0 // the search alone
+		want := r.period()
+		r.same = same
+		if got != want {
+			t.Fatalf("after %d counts (last %d, same %d): period %d, the search says %d", i+1, c, same, got, want)
+		}
+		if same >= 1+minRepeat {
+			shortcuts++
+		}
+	}
+	if shortcuts == 0 {
+		t.Fatal("the shortcut never applied")
 	}
 }
