@@ -1,6 +1,9 @@
 package wire
 
-import "fmt"
+import (
+	"fmt"
+	"math/bits"
+)
 
 // ExtFields holds the extended transport headers of a packet for encoding.
 // Only the headers the opcode carries (OpInfo.Headers) are written, in
@@ -114,11 +117,9 @@ func (f *PacketFields) AppendTransport(b []byte) []byte {
 	bth.PadCount = pad
 	b = bth.Append(b)
 	x := &f.Ext
-	for h := Header(0); h < numHeaders; h++ {
-		if !info.Headers.Has(h) {
-			continue
-		}
-		switch h {
+	// The opcode's headers, lowest first (their order in the packet).
+	for hs := info.Headers; hs != 0; hs &= hs - 1 {
+		switch h := Header(bits.TrailingZeros16(uint16(hs))); h {
 		case HdrRDETH:
 			b = AppendWord24(b, 0, x.RDETH)
 		case HdrDETH:
