@@ -116,16 +116,27 @@ func dropAll(c *net.UDPConn) error {
 // its length and its segment size (0: one datagram).
 func (l *Link) parseFrame(j, n int) (p, plen, segSize int, ok bool) {
 	r := &l.rx
+	var hb [frameHdrMax]byte
+	h := hb[:min(n, len(hb))]
+	r.gather(j, 0, len(h), h)
+	return l.parseHeaders(h, n, r.names[j*nameLen:])
+}
+
+// frameHdrMax bounds the headers parseHeaders reads: virtio-net, Ethernet,
+// IPv4 with options, UDP.
+const frameHdrMax = vnetLen + wire.EthernetLen + 60 + wire.UDPLen
+
+// parseHeaders is parseFrame's, for a message of n bytes whose first
+// bytes (up to frameHdrMax) are h and whose sockaddr_ll is name.
+func (l *Link) parseHeaders(h []byte, n int, name []byte) (p, plen, segSize int, ok bool) {
+	r := &l.rx
 	// struct sockaddr_ll: family, protocol, ifindex, hatype, pkttype, …
 	// PACKET_MULTICAST: a group's packets (JoinGroup; the group check is
 	// isLocal's, after the headers are read).
-	if t := r.names[j*nameLen+10]; t != unix.PACKET_HOST && t != unix.PACKET_MULTICAST {
+	if t := name[10]; t != unix.PACKET_HOST && t != unix.PACKET_MULTICAST {
 		return 0, 0, 0, false // another host's traffic (a promiscuous bridge), or our own
 	}
 	const l2 = vnetLen + wire.EthernetLen
-	var hb [l2 + 60 + wire.UDPLen]byte
-	h := hb[:min(n, len(hb))]
-	r.gather(j, 0, len(h), h)
 	if len(h) < l2+wire.IPv4MinLen+wire.UDPLen {
 		l.stats.RxMalformed.Add(1)
 		return 0, 0, 0, false

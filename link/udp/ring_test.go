@@ -235,7 +235,8 @@ func TestRingHostile(t *testing.T) {
 
 // TestEmptyLookPlansNothing: a TryRecv that finds the ring empty does not
 // lay out its read (plan), which in the lab's VMs cost a busy-polling
-// client a sixth of its CPU; one that finds a frame does, and delivers it.
+// client a sixth of its CPU; one that finds a frame delivers it, and takes
+// it as it lies in the ring (ringDirect), without a plan either.
 func TestEmptyLookPlansNothing(t *testing.T) {
 	a, b, addr, _ := ringPair(t)
 	bufs := linktest.NewBuffers(64)
@@ -257,13 +258,14 @@ func TestEmptyLookPlansNothing(t *testing.T) {
 	if psn := wire.BTH(bufs[0].Buf[bufs[0].Off : bufs[0].Off+bufs[0].Len]).PSN(); psn != 5 {
 		t.Errorf("PSN %d, want 5", psn)
 	}
-	if got := b.rx.plans - plans; got != 1 {
-		t.Errorf("a look that found a frame planned %d reads, want 1", got)
+	if got := b.rx.plans - plans; got != 0 {
+		t.Errorf("a look that found a frame planned %d reads, want 0", got)
 	}
 }
 
-// A busy poller's empty look at a ring takes no file reference: TryRecv
-// answers from the ring's head under rxMu, without RawConn.Control.
+// A busy poller's look at a ring takes no file reference: TryRecv answers
+// from the ring's head under rxMu, without RawConn.Control, whether it
+// finds nothing or a frame it takes as it lies (ringDirect).
 func TestEmptyLookTakesNoFileRef(t *testing.T) {
 	a, b, addr, _ := ringPair(t)
 	bufs := linktest.NewBuffers(64)
@@ -281,8 +283,8 @@ func TestEmptyLookTakesNoFileRef(t *testing.T) {
 	if n, err := b.TryRecv(bufs); n != 1 || err != nil {
 		t.Fatalf("TryRecv of a ring holding a SEND: %d, %v", n, err)
 	}
-	if got := b.rx.tries - tries; got != 1 {
-		t.Errorf("a look that found a frame went into Control %d times, want 1", got)
+	if got := b.rx.tries - tries; got != 0 {
+		t.Errorf("a look that found a frame went into Control %d times, want 0", got)
 	}
 }
 
@@ -349,16 +351,18 @@ func TestRingPendingTakesNoFileRef(t *testing.T) {
 	}
 }
 
-// TestPlanFollowsReadyFrames: a look that finds k frames in the ring lays
-// out k messages, not as many as its buffers allow (64): planning 64 for
-// the one packet a ping-pong brings cost as much as the engine's handling
-// of it. Such a read is no full one, so it asks the kernel for no drop
-// count (a system call) on the look after it; a look that finds more
-// frames than buffers still lays out every buffer, in order.
+// TestPlanFollowsReadyFrames: a TryRecv that finds k frames in the ring
+// (fewer than a read's 64 messages) takes them as they lie (ringDirect),
+// laying out no read; a RecvLocked (the receive goroutine's read) lays out
+// k messages, not 64: planning 64 for the one packet a ping-pong brings
+// cost as much as the engine's handling of it. Neither read is a full
+// one, so neither asks the kernel for a drop count (a system call) on the
+// look after it; a look that finds more frames than buffers takes as
+// many as it has buffers for, in order.
 func TestPlanFollowsReadyFrames(t *testing.T) {
 	a, b, addr, _ := ringPair(t)
 	bufs := linktest.NewBuffers(64)
-	samples := b.rx.drops.Samples
+	samples, plans := b.rx.drops.Samples, b.rx.plans
 	psn := 0
 	for _, k := range []int{1, 3, 1, 7} {
 		for range k {
@@ -368,11 +372,27 @@ func TestPlanFollowsReadyFrames(t *testing.T) {
 		inRing(t, b, int32(k))
 		got := recvPSNs(t, b, k)
 		checkPSNs(t, got, psnRange(psn-k, psn-1)...)
-		if b.rx.m != k {
-			t.Errorf("a look at %d frames laid out %d messages", k, b.rx.m)
+		if b.rx.plans != plans {
+			t.Errorf("looks at %d ready frames laid out a read (%d plans), want none: they take them from the ring as they lie", k, b.rx.plans-plans)
 		}
 		if n, err := b.TryRecv(bufs); n != 0 || err != nil {
 			t.Fatalf("TryRecv after: %d, %v", n, err)
+		}
+	}
+	for _, k := range []int{1, 3} {
+		for range k {
+			send(t, a, writeBatch(a.Headroom(), addr, wire.PSN(psn), 0, 1))
+			psn++
+		}
+		inRing(t, b, int32(k))
+		var mu sync.Mutex
+		n, err := b.RecvLocked(bufs, &mu)
+		if err != nil || n != k {
+			t.Fatalf("RecvLocked of %d ready frames: %d, %v", k, n, err)
+		}
+		mu.Unlock()
+		if b.rx.m != k {
+			t.Errorf("RecvLocked's read of %d frames laid out %d messages", k, b.rx.m)
 		}
 	}
 	if got := b.rx.drops.Samples - samples; got != 0 {

@@ -638,6 +638,21 @@ func (l *Link) TryRecv(pkts []link.Packet) (int, error) {
 	if l.emptyRing() {
 		return 0, nil
 	}
+	for r.ring != nil {
+		got, ok := l.ringDirect(pkts)
+		if !ok {
+			break // the general read below
+		}
+		if got > 0 {
+			if l.busyPoll.Load() > 0 {
+				r.lastRx.Store(nanotime())
+			}
+			return got, nil
+		}
+		if l.emptyRing() {
+			return 0, nil
+		}
+	}
 	for {
 		// Control, not Read: Read holds the socket's read lock while
 		// WaitRecv sleeps in it.
@@ -887,10 +902,17 @@ func (l *Link) process(pkts []link.Packet, m int) int {
 			}
 		}
 	}
-	// Follow the largest segment size: a smaller one (or none) takes over
-	// only after 8 reads without the larger, for a read may fall between two
-	// superpackets of a stream, and a segment smaller than the layout's costs
-	// a small copy while a larger one costs a large copy.
+	r.follow(g)
+	return out
+}
+
+// follow updates the layout's segment size after a read whose largest
+// coalesced message had segments of g bytes (0: none). It follows the
+// largest segment size: a smaller one (or none) takes over only after 8
+// reads without the larger, for a read may fall between two superpackets
+// of a stream, and a segment smaller than the layout's costs a small copy
+// while a larger one costs a large copy.
+func (r *rxState) follow(g int) {
 	switch {
 	case g >= r.g:
 		r.g, r.gIdle = g, 0
@@ -899,7 +921,6 @@ func (l *Link) process(pkts []link.Packet, m int) int {
 	default:
 		r.g, r.gIdle = g, 0
 	}
-	return out
 }
 
 // borrow moves up to e free buffers to just after message j's, so that
