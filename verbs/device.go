@@ -41,6 +41,7 @@ type Device struct {
 	atomicMu  sync.Mutex                            // makes responder atomics atomic across QPs (rxe: atomic_ops_lock)
 	txPool    sync.Pool                             // of *[]byte, link.MaxFrameSize each
 	spare     [spareBatches]atomic.Pointer[txBatch] // getTxBatch's first choice
+	headroom  int                                   // the link's, for each packet sent
 
 	mu      sync.RWMutex
 	gids    []GIDEntry     // guarded by mu
@@ -136,6 +137,7 @@ func openDevice(cfg DeviceConfig, sched bool) (*Device, error) {
 		}
 	}
 	d.txPool.New = func() any { b := make([]byte, link.MaxFrameSize); return &b }
+	d.headroom = cfg.Link.Headroom()
 	d.poller, _ = cfg.Link.(link.Poller)
 	d.rxWait.d = d
 	if d.poller != nil {

@@ -340,9 +340,19 @@ func (b *txBatch) next() *link.Packet {
 		bp = b.dev.txPool.Get().(*[]byte)
 	}
 	b.bufs = append(b.bufs, bp)
-	h := b.dev.link.Headroom()
-	b.pkts = append(b.pkts, link.Packet{Buf: (*bp)[:h], Off: h})
-	return &b.pkts[len(b.pkts)-1]
+	h := b.dev.headroom
+	n := len(b.pkts)
+	if n == cap(b.pkts) {
+		b.pkts = append(b.pkts, link.Packet{})
+	}
+	// The slot is set field by field, not from a composite literal (a
+	// 250-byte copy): Parsed may be an earlier packet's, which a link
+	// ignores on Send (link.Packet), and a receiver given these very
+	// bytes trusts only when it describes them (wire.Packet.Holds).
+	b.pkts = b.pkts[:n+1]
+	pk := &b.pkts[n]
+	pk.Buf, pk.Off, pk.Len, pk.Addr = (*bp)[:h], h, 0, link.Addr{}
+	return pk
 }
 
 // finish completes the packet next returned: it sets Len from the bytes
