@@ -249,6 +249,7 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 		q.sport = wire.UDSport(q.num)
 	}
 	d.qps[q.num] = q
+	d.qpGen.Add(1)
 	return q, nil
 }
 
@@ -299,6 +300,7 @@ func (q *QP) Destroy() error {
 	d.mu.Lock()
 	if d.qps[q.num] == q {
 		delete(d.qps, q.num)
+		d.qpGen.Add(1)
 	}
 	d.mu.Unlock()
 	return nil

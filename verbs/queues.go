@@ -197,6 +197,15 @@ type txBatch struct {
 	// its own; the budget does not apply.
 	budget    int
 	unlimited bool
+	// qpCache is dispatch's last QP lookup (lookupQPFor).
+	qpCache qpCacheEntry
+}
+
+// qpCacheEntry is a QP lookup: qpn's QP, while qpGen is gen.
+type qpCacheEntry struct {
+	num uint32
+	q   *QP
+	gen uint64
 }
 
 // txFlushBytes: next ends the batch (cuts: one link.Send each) once it
@@ -263,7 +272,7 @@ func putTxBatch(b *txBatch) {
 		b.kept[i] = nil
 	}
 	b.kept = b.kept[:0]
-	b.dev = nil
+	b.dev, b.qpCache = nil, qpCacheEntry{}
 	txBatchPool.Put(b)
 }
 

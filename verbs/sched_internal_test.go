@@ -240,3 +240,25 @@ func TestRecentlyBulkQPIsNotActive(t *testing.T) {
 		t.Fatalf("%d turns in the time, want ≥ 8", turns)
 	}
 }
+
+// TestQPCacheFollowsDestroy: dispatch's cached QP lookup (lookupQPFor)
+// serves a QP only while no QP has come or gone since it looked: a QP
+// destroyed is not found again through the cache, and a QP created anew
+// under a number the cache missed is.
+func TestQPCacheFollowsDestroy(t *testing.T) {
+	e := newShareEnv(t)
+	for range 2 { // the second from the cache
+		if q := e.d.lookupQPFor(&e.out, e.inter.num); q != e.inter {
+			t.Fatalf("QP %#x: %p, want %p", e.inter.num, q, e.inter)
+		}
+	}
+	if err := e.inter.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if q := e.d.lookupQPFor(&e.out, e.inter.num); q != nil {
+		t.Fatalf("the destroyed QP %#x is still found: %p", e.inter.num, q)
+	}
+	if q := e.d.lookupQPFor(&e.out, e.bulk.num); q != e.bulk {
+		t.Fatalf("QP %#x: %p, want %p", e.bulk.num, q, e.bulk)
+	}
+}
