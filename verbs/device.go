@@ -42,6 +42,7 @@ type Device struct {
 	txPool    sync.Pool                             // of *[]byte, link.MaxFrameSize each
 	spare     [spareBatches]atomic.Pointer[txBatch] // getTxBatch's first choice
 	headroom  int                                   // the link's, for each packet sent
+	batchSize int                                   // the link's
 
 	mu      sync.RWMutex
 	gids    []GIDEntry     // guarded by mu
@@ -139,7 +140,7 @@ func openDevice(cfg DeviceConfig, sched bool) (*Device, error) {
 		}
 	}
 	d.txPool.New = func() any { b := make([]byte, link.MaxFrameSize); return &b }
-	d.headroom = cfg.Link.Headroom()
+	d.headroom, d.batchSize = cfg.Link.Headroom(), cfg.Link.BatchSize()
 	d.poller, _ = cfg.Link.(link.Poller)
 	d.rxWait.d = d
 	if d.poller != nil {
