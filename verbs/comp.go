@@ -162,11 +162,14 @@ func (q *QP) stopRetrans() {
 }
 
 // monoEpoch and monoNow are the engine's clock for its timers' deadlines,
-// in nanoseconds, never 0: time.Since of a monotonic time reads only the
-// monotonic clock, where time.Now reads the wall clock too.
+// in nanoseconds: time.Since of a monotonic time reads only the monotonic
+// clock, where time.Now reads the wall clock too. Inside a
+// testing/synctest bubble, whose clock starts in 2000, Since counts from
+// monoEpoch's wall time instead, some -8e17 ns: the offset keeps every
+// reading positive, so 0 stays "never" (fireAt) all the same.
 var monoEpoch = time.Now()
 
-func monoNow() int64 { return int64(time.Since(monoEpoch)) + 1 }
+func monoNow() int64 { return int64(time.Since(monoEpoch)) + 1<<62 }
 
 // timerRxBatches bounds the batches the retransmit timer takes from the
 // link before it decides (onRetransTimer): enough for what queued while the

@@ -246,3 +246,19 @@ func TestRetransTimeoutVariance(t *testing.T) {
 		}
 	})
 }
+
+// TestMonoNowInBubble: the engine's clock (monoNow) stays positive inside
+// a testing/synctest bubble, whose fake clock starts in 2000, before the
+// process's epoch, and moves with it: the retransmit timer's fireAt of 0
+// means "not set".
+func TestMonoNowInBubble(t *testing.T) {
+	outside := monoNow()
+	synctest.Test(t, func(t *testing.T) {
+		a := monoNow()
+		time.Sleep(time.Second)
+		b := monoNow()
+		if a <= 0 || time.Duration(b-a) != time.Second {
+			t.Errorf("in a bubble: %d, then %d a second later (outside: %d)", a, b, outside)
+		}
+	})
+}
