@@ -252,7 +252,11 @@ func (q *QP) retransDue() bool {
 	}
 	if q.comp.fireAt == 0 || q.comp.fireAt > q.comp.due {
 		q.comp.fireAt = q.comp.due
-		q.retrans.Reset(time.Duration(wait))
+		if q.retrans == nil { // a callback not the timer's (the fuzzer's fuzzFireRetrans)
+			q.retrans = time.AfterFunc(time.Duration(wait), q.onRetransTimer)
+		} else {
+			q.retrans.Reset(time.Duration(wait))
+		}
 	}
 	return false
 }
