@@ -171,8 +171,8 @@ func (l *Link) parseHeaders(h []byte, n int, name []byte) (p, plen, segSize int,
 		return 0, 0, 0, false
 	}
 	segs := 1
-	if gsoType == vnetGSOUDPL4 && gsoSize > 0 && gsoSize < plen {
-		segs = (plen + gsoSize - 1) / gsoSize
+	if gsoType == vnetGSOUDPL4 {
+		segs, _ = segments(plen, gsoSize)
 	}
 	if !l.frameAddr(m, segs) {
 		return 0, 0, 0, false

@@ -256,21 +256,14 @@ func (l *Link) ringDirect(pkts []link.Packet) (int, bool) {
 			taken++
 			continue
 		}
-		nseg := 1
-		if segSize > 0 && segSize < plen {
-			nseg = (plen + segSize - 1) / segSize
-		} else {
-			segSize = plen
-		}
+		nseg, segSize := segments(plen, segSize)
 		if nseg > len(pkts)-out {
 			break // for the next look, or the general read's queue
 		}
 		taken++
 		g.framed.Add(1)
 		r.record(nseg)
-		if nseg > 1 && segSize <= link.MaxFrameSize-fh {
-			gmax = max(gmax, segSize)
-		}
+		gmax = max(gmax, layoutSize(nseg, segSize))
 		r.meta.gso = nseg > 1
 		for s := range nseg {
 			seg := b[p+s*segSize : p+min(plen, (s+1)*segSize)]

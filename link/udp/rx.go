@@ -817,15 +817,9 @@ func (l *Link) process(pkts []link.Packet, m int) int {
 			r.record(1)
 			continue
 		}
-		nseg := 1
-		if segSize > 0 && segSize < plen {
-			nseg = (plen + segSize - 1) / segSize
-			if segSize <= link.MaxFrameSize-fh { // else it cannot be a layout's
-				g = max(g, segSize)
-			}
-		} else {
-			segSize = plen
-		}
+		var nseg int
+		nseg, segSize = segments(plen, segSize)
+		g = max(g, layoutSize(nseg, segSize))
 		r.record(nseg)
 		r.meta.gso = nseg > 1
 		if queue {
@@ -904,6 +898,26 @@ func (l *Link) process(pkts []link.Packet, m int) int {
 	}
 	r.follow(g)
 	return out
+}
+
+// segments returns how many segments a message of plen bytes with segment
+// size segSize (0: not coalesced) holds, and the size of all but the last
+// (plen when there is one).
+func segments(plen, segSize int) (n, size int) {
+	if segSize > 0 && segSize < plen {
+		return (plen + segSize - 1) / segSize, segSize
+	}
+	return 1, plen
+}
+
+// layoutSize is the segment size a message of n segments of size bytes
+// asks the layout to follow (follow), 0 for none: a single datagram, or
+// segments larger than a caller buffer holds, which cannot be a layout's.
+func layoutSize(n, size int) int {
+	if n > 1 && size <= link.MaxFrameSize-fh {
+		return size
+	}
+	return 0
 }
 
 // follow updates the layout's segment size after a read whose largest
