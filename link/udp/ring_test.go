@@ -233,6 +233,36 @@ func TestRingHostile(t *testing.T) {
 	}
 }
 
+// TestRingFragmented: an IPv4 datagram to the RoCE port that the sender's
+// kernel fragmented (a peer's RoCE v2 packet larger than the path MTU)
+// reaches the ring as a first fragment (more fragments set), which the
+// link counts malformed and does not deliver (frameAddr, read once per
+// message); its later fragments carry no UDP header and the socket's
+// filter drops them. A packet after it is delivered.
+func TestRingFragmented(t *testing.T) {
+	a, b, addr, ha := ringPair(t)
+	dst := &net.UDPAddr{IP: addr.DstGID.Unmap().AsSlice(), Port: wire.RoCEv2Port}
+	if err := ha.Do(func() error {
+		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: ha.IPv4.AsSlice()})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.WriteToUDP(make([]byte, 12000), dst) // over the veth's 9000: fragmented
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	send(t, a, writeBatch(a.Headroom(), addr, 3, 0, 1))
+	checkPSNs(t, recvPSNs(t, b, 1), 3)
+	if n := b.Stats().RxMalformed.Load(); n != 1 {
+		t.Errorf("rx_drop_malformed %d, want 1 (the first fragment)", n)
+	}
+	if n := b.Stats().RxPackets.Load(); n != 1 {
+		t.Errorf("%d packets delivered, want 1", n)
+	}
+}
+
 // TestEmptyLookPlansNothing: a TryRecv that finds the ring empty does not
 // lay out its read (plan), which in the lab's VMs cost a busy-polling
 // client a sixth of its CPU; one that finds a frame delivers it, and takes
