@@ -655,7 +655,7 @@ func (q *QP) onReadResponse(p *wire.Packet, psn wire.PSN, out *txBatch) {
 		return
 	}
 	if len(data) > 0 {
-		if err := q.scatter(w.sge, off, data); err != nil {
+		if err := q.scatter(&q.keySend, w.sge, off, data); err != nil {
 			q.failOldest(WCLocProtErr, fmt.Sprintf("RDMA READ target of wr_id %d: %v", w.wr.WRID, err))
 			return
 		}

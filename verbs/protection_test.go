@@ -231,6 +231,66 @@ func TestRemoteProtection(t *testing.T) {
 	}
 }
 
+// TestDeregisterAfterUse: a QP remembers the region each of its keys last
+// named (the send queue's lkey, the receive queue's, a peer's rkey), and a
+// deregistration ends that at once: the same key, used again after
+// MR.Dereg, fails as a key never registered does, and no byte moves.
+func TestDeregisterAfterUse(t *testing.T) {
+	t.Run("rkey", func(t *testing.T) {
+		p := verbstest.NewPair(t, verbstest.Options{})
+		data := randBytes(regionLen, 5)
+		src := source(t, p.A.PD, data)
+		remote := newCanary(t, p.B.PD, regionLen, allRemote)
+		mustPostSend(t, p.A.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGList: sgl(src, 100), RemoteAddr: remote.addr(0), RKey: remote.mr.RKey()})
+		wantOK(t, p.A.CQ, 1, verbs.WCRDMAWrite)
+		if err := remote.mr.Dereg(); err != nil {
+			t.Fatal(err)
+		}
+		mustPostSend(t, p.A.QP, verbs.SendWR{WRID: 2, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGList: []verbs.SGE{src.SGE(100, 100)}, RemoteAddr: remote.addr(100), RKey: remote.mr.RKey()})
+		want(t, poll(t, p.A.CQ), verbs.WCRemAccessErr, 2)
+		remote.check(t, piece{0, data[:100]})
+	})
+	t.Run("send-lkey", func(t *testing.T) {
+		p := verbstest.NewPair(t, verbstest.Options{})
+		src := source(t, p.A.PD, randBytes(regionLen, 6))
+		dst := newCanary(t, p.B.PD, 256, verbs.AccessLocalWrite)
+		mustPostRecv(t, p.B.QP, verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{dst.mr.SGE(0, 256)}},
+			verbs.RecvWR{WRID: 2, SGList: []verbs.SGE{dst.mr.SGE(0, 256)}})
+		mustPostSend(t, p.A.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: sgl(src, 100)})
+		wantOK(t, p.A.CQ, 1, verbs.WCSend)
+		wantOK(t, p.B.RCQ, 1, verbs.WCRecv)
+		first := dst.region()[:100:100]
+		got := append([]byte(nil), first...)
+		if err := src.Dereg(); err != nil {
+			t.Fatal(err)
+		}
+		mustPostSend(t, p.A.QP, verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: sgl(src, 100)})
+		want(t, poll(t, p.A.CQ), verbs.WCLocProtErr, 2)
+		wantEmpty(t, p.B.RCQ)
+		dst.check(t, piece{0, got})
+	})
+	t.Run("recv-lkey", func(t *testing.T) {
+		p := verbstest.NewPair(t, verbstest.Options{})
+		data := randBytes(regionLen, 7)
+		src := source(t, p.A.PD, data)
+		dst := newCanary(t, p.B.PD, 256, verbs.AccessLocalWrite)
+		mustPostRecv(t, p.B.QP, verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{dst.mr.SGE(0, 100)}})
+		mustPostSend(t, p.A.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: sgl(src, 100)})
+		wantOK(t, p.B.RCQ, 1, verbs.WCRecv)
+		wantOK(t, p.A.CQ, 1, verbs.WCSend)
+		if err := dst.mr.Dereg(); err != nil {
+			t.Fatal(err)
+		}
+		mustPostRecv(t, p.B.QP, verbs.RecvWR{WRID: 2, SGList: []verbs.SGE{dst.mr.SGE(100, 100)}})
+		mustPostSend(t, p.A.QP, verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{src.SGE(100, 100)}})
+		want(t, poll(t, p.B.RCQ), verbs.WCLocProtErr, 2)
+		want(t, poll(t, p.A.CQ), verbs.WCRemOpErr, 2)
+		dst.check(t, piece{0, data[:100]})
+	})
+}
+
 // TestZeroLengthNoKeyCheck: a zero-length RDMA WRITE or READ checks no
 // rkey (IBTA §9.4.1.1, §9.4.3; rxe's check_rkey) and touches nothing.
 func TestZeroLengthNoKeyCheck(t *testing.T) {

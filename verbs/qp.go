@@ -139,6 +139,11 @@ type QP struct {
 	rnrTimer  *time.Timer // guarded by mu
 	pacer     Pacer       // guarded by mu: nil, or the rate limit's (or SetPacer's)
 	paceTimer *time.Timer // guarded by mu
+	// keySend, keyRecv and keyRemote remember the region each side's last
+	// key named (mem.Cache; guarded by mu): the send queue's lkeys
+	// (gather, a READ's or atomic's local target), the receive queue's,
+	// and the rkeys peers send.
+	keySend, keyRecv, keyRemote mem.Cache
 	// cc is the QP's DCQCN reaction point, made at its first packet or CNP
 	// while the port's RP is enabled, under configuration ccCfg; npLast is when the
 	// notification point last sent the peer a CNP, if npSent (all guarded

@@ -260,7 +260,7 @@ func (q *QP) gather(dst []byte, w *sendWQE, off uint64, n int) ([]byte, error) {
 			continue
 		}
 		k := min(uint64(n), l-off)
-		b, err := q.dev.mem.Slice(q.pd.pd, s.LKey, true, s.Addr+off, k, 0)
+		b, err := q.dev.mem.SliceCached(&q.keySend, q.pd.pd, s.LKey, true, s.Addr+off, k, 0)
 		if err != nil {
 			return dst, err
 		}
@@ -659,8 +659,9 @@ func (q *QP) window() int { return q.req.win.size() }
 func (q *QP) rnrWaiting() bool { return q.comp.rnrWait }
 
 // scatter copies data into a receive or READ/atomic target described by
-// sges at offset off, checking local keys for LOCAL_WRITE.
-func (q *QP) scatter(sges []SGE, off uint64, data []byte) error {
+// sges at offset off, checking local keys for LOCAL_WRITE; c is the side's
+// key cache (q.keyRecv, q.keySend).
+func (q *QP) scatter(c *mem.Cache, sges []SGE, off uint64, data []byte) error {
 	for _, s := range sges {
 		if len(data) == 0 {
 			return nil
@@ -671,7 +672,7 @@ func (q *QP) scatter(sges []SGE, off uint64, data []byte) error {
 			continue
 		}
 		k := min(uint64(len(data)), l-off)
-		b, err := q.dev.mem.Slice(q.pd.pd, s.LKey, true, s.Addr+off, k, mem.LocalWrite)
+		b, err := q.dev.mem.SliceCached(c, q.pd.pd, s.LKey, true, s.Addr+off, k, mem.LocalWrite)
 		if err != nil {
 			return err
 		}
@@ -699,5 +700,5 @@ func sgeLen(sges []SGE) uint64 {
 func (q *QP) putU64(sges []SGE, v uint64) error {
 	var b [8]byte
 	binary.NativeEndian.PutUint64(b[:], v)
-	return q.scatter(sges, 0, b[:])
+	return q.scatter(&q.keySend, sges, 0, b[:])
 }

@@ -387,7 +387,7 @@ func (q *QP) emitRead(out *txBatch, it *respItem) bool {
 		var b []byte
 		if n > 0 {
 			var err error
-			b, err = q.dev.mem.SliceRemote(q.pd.pd, q, it.rkey, it.va, n, mem.RemoteRead)
+			b, err = q.dev.mem.SliceRemoteCached(&q.keyRemote, q.pd.pd, q, it.rkey, it.va, n, mem.RemoteRead)
 			if err != nil {
 				q.count(RcvdBadRKey)
 				if it.replay {
@@ -591,7 +591,7 @@ func (q *QP) sendStep(p *wire.Packet, start, last bool) *fault {
 		*m = msgState{kind: msgSend}
 	}
 	data := p.Payload()
-	if err := q.scatter(q.resp.wqe.sge, m.off, data); err != nil {
+	if err := q.scatter(&q.keyRecv, q.resp.wqe.sge, m.off, data); err != nil {
 		if err == errTooLong {
 			return &fault{faultTooLong, fmt.Sprintf("SEND of more than the %d bytes posted in receive wr_id %d", sgeLen(q.resp.wqe.sge), q.resp.wqe.wrID)}
 		}
@@ -679,7 +679,7 @@ func (q *QP) remoteRange(rkey uint32, va, n uint64, need mem.Access) ([]byte, er
 	if n == 0 {
 		return nil, nil
 	}
-	return q.dev.mem.SliceRemote(q.pd.pd, q, rkey, va, n, need)
+	return q.dev.mem.SliceRemoteCached(&q.keyRemote, q.pd.pd, q, rkey, va, n, need)
 }
 
 // abandonMsg drops the UC message in progress. A receive it took stays
@@ -1157,8 +1157,8 @@ func (q *QP) udRequest(p *wire.Packet, a *link.Addr) {
 		wc.Flags |= WCWithImm
 		wc.ImmData = imm.Value()
 	}
-	if err := q.scatter(q.resp.wqe.sge, 0, grh[:]); err == nil {
-		err = q.scatter(q.resp.wqe.sge, 40, data)
+	if err := q.scatter(&q.keyRecv, q.resp.wqe.sge, 0, grh[:]); err == nil {
+		err = q.scatter(&q.keyRecv, q.resp.wqe.sge, 40, data)
 		if err != nil {
 			wc.Status, wc.Detail = WCLocLenErr, fmt.Sprintf("UD datagram of %d bytes (+40 GRH) does not fit receive wr_id %d (%d bytes): %v", len(data), wc.WRID, sgeLen(q.resp.wqe.sge), err)
 			wc.ByteLen = 0

@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -157,6 +158,24 @@ type Table struct {
 	pds     uint32             // guarded by mu
 	max     int
 	maxMW   int
+	// gen counts the changes that can make a key stop naming the region
+	// it named (Deregister, Invalidate); written under mu. A Cache entry
+	// filled at one generation holds while gen has not moved.
+	gen atomic.Uint64
+}
+
+// Cache remembers the region one key named at the table's last change
+// (its generation), so that a QP looking up the same key packet after
+// packet — one send buffer's lkey, one receive buffer's, the rkey of a
+// stream of WRITEs — finds the region without the table's lock and map.
+// Every other check (PD, access, range) still runs on each use. The zero
+// value is empty; a Cache is not safe for concurrent use (a QP keeps its
+// own under its lock).
+type Cache struct {
+	r     *Region
+	key   uint32
+	local bool
+	gen   uint64
 }
 
 // NewTable returns an empty table holding at most max regions and max
@@ -255,6 +274,7 @@ func (t *Table) Deregister(r *Region) error {
 		delete(t.regions, r.lkey>>8)
 	}
 	r.valid = false
+	t.gen.Add(1)
 	return nil
 }
 
@@ -286,6 +306,7 @@ func (t *Table) Invalidate(pd *PD, rkey uint32) error {
 		return &KeyError{Err: ErrNotInvalidatable, Key: rkey}
 	}
 	r.valid = false
+	t.gen.Add(1)
 	return nil
 }
 
@@ -316,10 +337,20 @@ func (t *Table) Bounds(key uint32, local bool) (iova, length uint64, ok bool) {
 //
 // An rkey may name a memory window instead (SliceRemote).
 func (t *Table) Slice(pd *PD, key uint32, local bool, addr, length uint64, need Access) ([]byte, error) {
+	return t.SliceCached(nil, pd, key, local, addr, length, need)
+}
+
+// SliceCached is Slice remembering the key's region in c (nil for none):
+// while the table has not changed since c was filled for the same key,
+// the region is taken from c.
+func (t *Table) SliceCached(c *Cache, pd *PD, key uint32, local bool, addr, length uint64, need Access) ([]byte, error) {
 	if !local {
-		return t.SliceRemote(pd, nil, key, addr, length, need)
+		return t.SliceRemoteCached(c, pd, nil, key, addr, length, need)
 	}
-	return t.slice(pd, key, local, addr, length, need)
+	if c != nil && c.r != nil && c.key == key && c.local && c.gen == t.gen.Load() {
+		return c.r.within(pd, key, addr, length, need)
+	}
+	return t.slice(c, pd, key, true, addr, length, need)
 }
 
 // SliceRemote is Slice for an rkey a peer sent to qp, a QP of pd (any
@@ -331,11 +362,23 @@ func (t *Table) Slice(pd *PD, key uint32, local bool, addr, length uint64, need 
 // matter then: granting remote access through windows is what MW_BIND
 // lets the region's owner do.
 func (t *Table) SliceRemote(pd *PD, qp any, key uint32, addr, length uint64, need Access) ([]byte, error) {
+	return t.SliceRemoteCached(nil, pd, qp, key, addr, length, need)
+}
+
+// SliceRemoteCached is SliceRemote remembering, in c (nil for none), the
+// region an rkey named; a window's rkey is looked up every time (its
+// binding changes without Deregister).
+func (t *Table) SliceRemoteCached(c *Cache, pd *PD, qp any, key uint32, addr, length uint64, need Access) ([]byte, error) {
+	if c != nil && c.r != nil && c.key == key && !c.local && c.gen == t.gen.Load() {
+		// The index space is shared: a key that named a region names
+		// no window while the region is registered.
+		return c.r.within(pd, key, addr, length, need)
+	}
 	t.mu.RLock()
 	w := t.windows[key>>8]
 	if w == nil {
 		t.mu.RUnlock()
-		return t.slice(pd, key, false, addr, length, need)
+		return t.slice(c, pd, key, false, addr, length, need)
 	}
 	defer t.mu.RUnlock()
 	fail := func(err error) ([]byte, error) {
@@ -366,24 +409,37 @@ func (t *Table) SliceRemote(pd *PD, qp any, key uint32, addr, length uint64, nee
 	return r.buf[off : off+length : off+length], nil
 }
 
-func (t *Table) slice(pd *PD, key uint32, local bool, addr, length uint64, need Access) ([]byte, error) {
+// slice looks key up among the regions and, when it names a valid one,
+// fills c (if not nil) with it and the generation the lookup saw.
+func (t *Table) slice(c *Cache, pd *PD, key uint32, local bool, addr, length uint64, need Access) ([]byte, error) {
 	t.mu.RLock()
 	r := t.regions[key>>8]
 	ok := r != nil && r.valid && (local && r.lkey == key || !local && r.rkey == key)
+	gen := t.gen.Load()
 	t.mu.RUnlock()
-	fail := func(err error) ([]byte, error) {
-		return nil, &KeyError{Err: err, Key: key, Addr: addr, Length: length, Need: need}
+	if !ok {
+		return nil, &KeyError{Err: ErrBadKey, Key: key, Addr: addr, Length: length, Need: need}
 	}
+	if c != nil {
+		*c = Cache{r: r, key: key, local: local, gen: gen}
+	}
+	return r.within(pd, key, addr, length, need)
+}
+
+// within checks that r, which key names, is pd's, grants need and covers
+// [addr, addr+length), and returns that range of its memory.
+func (r *Region) within(pd *PD, key uint32, addr, length uint64, need Access) ([]byte, error) {
+	var err error
 	switch {
-	case !ok:
-		return fail(ErrBadKey)
 	case r.pd != pd:
-		return fail(ErrBadPD)
+		err = ErrBadPD
 	case r.access&need != need:
-		return fail(ErrAccess)
+		err = ErrAccess
 	case addr < r.iova || length > uint64(len(r.buf)) || addr-r.iova > uint64(len(r.buf))-length:
-		return fail(ErrRange)
+		err = ErrRange
+	default:
+		off := addr - r.iova
+		return r.buf[off : off+length : off+length], nil
 	}
-	off := addr - r.iova
-	return r.buf[off : off+length : off+length], nil
+	return nil, &KeyError{Err: err, Key: key, Addr: addr, Length: length, Need: need}
 }

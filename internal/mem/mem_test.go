@@ -163,3 +163,91 @@ func TestRKeyZeroWithoutRemoteAccess(t *testing.T) {
 		}
 	}
 }
+
+// TestCache: a Cache serves the region its key named until the table
+// changes, and every check but the lookup still runs on a hit: a
+// deregistered region's key fails at once through a filled cache, an lkey
+// remembered for local use does not open the region to a peer, and the PD,
+// access and range are checked each time.
+func TestCache(t *testing.T) {
+	tb := NewTable(16)
+	pd, other := tb.AllocPD(), tb.AllocPD()
+	buf := make([]byte, 4096)
+	r, err := tb.Register(pd, buf, 0x1000, LocalWrite) // no remote right: rkey 0
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c Cache
+	if b, err := tb.SliceCached(&c, pd, r.LKey(), true, 0x1010, 16, LocalWrite); err != nil || len(b) != 16 || &b[0] != &buf[0x10] {
+		t.Fatalf("first lookup: %d bytes, %v", len(b), err)
+	}
+	if c.r != r {
+		t.Fatal("the lookup left the cache empty")
+	}
+	for _, k := range []struct {
+		name string
+		pd   *PD
+		addr uint64
+		n    uint64
+		need Access
+		want error
+	}{
+		{"another PD", other, 0x1000, 8, LocalWrite, ErrBadPD},
+		{"a right not granted", pd, 0x1000, 8, RemoteRead, ErrAccess},
+		{"past the end", pd, 0x1ff8, 16, LocalWrite, ErrRange},
+		{"before the start", pd, 0xff8, 8, LocalWrite, ErrRange},
+	} {
+		if _, err := tb.SliceCached(&c, k.pd, r.LKey(), true, k.addr, k.n, k.need); !errors.Is(err, k.want) {
+			t.Errorf("%s through the cache: %v, want %v", k.name, err, k.want)
+		}
+	}
+	if _, err := tb.SliceRemoteCached(&c, pd, nil, r.LKey(), 0x1000, 8, 0); !errors.Is(err, ErrBadKey) {
+		t.Errorf("the lkey, remembered for local use, as a peer's rkey: %v, want %v", err, ErrBadKey)
+	}
+	if _, err := tb.SliceCached(&c, pd, r.LKey(), true, 0x1000, 8, LocalWrite); err != nil {
+		t.Fatalf("lookup again: %v", err)
+	}
+	if err := tb.Deregister(r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tb.SliceCached(&c, pd, r.LKey(), true, 0x1000, 8, LocalWrite); !errors.Is(err, ErrBadKey) {
+		t.Errorf("a deregistered region through a filled cache: %v, want %v", err, ErrBadKey)
+	}
+
+	// A peer's rkey: remembered, then deregistered while another
+	// goroutine keeps looking it up (the race detector watches the
+	// cache's unlocked reads).
+	r2, err := tb.Register(pd, buf, 0, LocalWrite|RemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rc Cache
+	stop, done := make(chan struct{}), make(chan error)
+	go func() {
+		for {
+			_, err := tb.SliceRemoteCached(&rc, pd, nil, r2.RKey(), 0, 64, RemoteWrite)
+			select {
+			case <-stop:
+				done <- err
+				return
+			default:
+			}
+		}
+	}()
+	for range 100 {
+		x, err := tb.Register(other, make([]byte, 8), 0, LocalWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tb.Deregister(x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tb.Deregister(r2); err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	if err := <-done; !errors.Is(err, ErrBadKey) {
+		t.Errorf("an rkey looked up after its region was deregistered: %v, want %v", err, ErrBadKey)
+	}
+}
