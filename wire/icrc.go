@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/binary"
 	"hash/crc32"
+	"runtime"
 )
 
 // The ICRC (IBTA Vol 1 §7.8.1; RoCE v1 Annex A16.8; RoCE v2 Annex A17.8) is
@@ -52,7 +53,7 @@ func icrc(pkt []byte, nlen int, ipVer uint8, v Version) uint32 {
 	n := copy(buf[:hdrs+(len(pkt)-hdrs)&15], pkt)
 	b := buf[:n]
 	maskPrefix(b, nlen, hdrs-BTHLen, ipVer, v)
-	return crc32.Update(updateSlicing8(icrcLRH, b), crc32.IEEETable, pkt[n:])
+	return updateIEEE(updateSlicing8(icrcLRH, b), pkt[n:])
 }
 
 // maskPrefix sets the variant fields of b, a copy of a packet's network,
@@ -99,13 +100,13 @@ func ICRCv2(hdrs []byte, netLen int, t []byte) uint32 {
 	if len(t) == k {
 		return crc
 	}
-	return crc32.Update(crc, crc32.IEEETable, t[k:])
+	return updateIEEE(crc, t[k:])
 }
 
 // icrcInPlace computes the same ICRC as icrc, for callers that own pkt: it
 // writes the masks into pkt's variant fields, runs the whole packet through
-// crc32.Update in one call (its carry-less-multiply path end to end), and
-// puts the fields back. pkt must not be read or written concurrently.
+// updateIEEE in one call (hash/crc32's carry-less-multiply path end to end,
+// from 64 bytes), and puts the fields back. pkt must not be read or written concurrently.
 func icrcInPlace(pkt []byte, nlen int, ipVer uint8, v Version) uint32 {
 	off := nlen
 	if v == RoCEv2 {
@@ -121,7 +122,7 @@ func icrcInPlace(pkt []byte, nlen int, ipVer uint8, v Version) uint32 {
 		binary.BigEndian.PutUint16(pkt[10:], 0xFFFF) // header checksum
 		usum := binary.BigEndian.Uint16(pkt[nlen+6:])
 		binary.BigEndian.PutUint16(pkt[nlen+6:], 0xFFFF) // UDP checksum
-		c = crc32.Update(icrcLRH, crc32.IEEETable, pkt)
+		c = updateIEEE(icrcLRH, pkt)
 		pkt[1], pkt[8] = tos, ttl
 		binary.BigEndian.PutUint16(pkt[10:], sum)
 		binary.BigEndian.PutUint16(pkt[nlen+6:], usum)
@@ -135,7 +136,7 @@ func icrcInPlace(pkt []byte, nlen int, ipVer uint8, v Version) uint32 {
 			usum = binary.BigEndian.Uint16(pkt[nlen+6:])
 			binary.BigEndian.PutUint16(pkt[nlen+6:], 0xFFFF)
 		}
-		c = crc32.Update(icrcLRH, crc32.IEEETable, pkt)
+		c = updateIEEE(icrcLRH, pkt)
 		binary.BigEndian.PutUint32(pkt, w0)
 		pkt[7] = hop
 		if v == RoCEv2 {
@@ -182,6 +183,23 @@ func updateSlicing8(crc uint32, p []byte) uint32 {
 		crc = t[0][byte(crc)^b] ^ crc>>8
 	}
 	return ^crc
+}
+
+// slicingShort: on amd64 hash/crc32 takes the carry-less multiply only
+// for runs of 64 bytes and more and hands shorter ones to its own
+// slicing-by-8, after an initialisation check (a sync.OnceFunc call) and
+// two more calls; updateSlicing8 does the same work without them (an ACK's
+// ICRC: 44 bytes). Elsewhere hash/crc32 may have a CRC instruction for every
+// length (arm64), so it gets them all.
+const slicingShort = runtime.GOARCH == "amd64"
+
+// updateIEEE is crc32.Update(crc, crc32.IEEETable, p). p escapes, as into
+// crc32.Update: not for stack buffers (updateSlicing8 is).
+func updateIEEE(crc uint32, p []byte) uint32 {
+	if slicingShort && len(p) < 64 {
+		return updateSlicing8(crc, p)
+	}
+	return crc32.Update(crc, crc32.IEEETable, p)
 }
 
 var ones8 = [8]byte{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF}

@@ -44,7 +44,9 @@ func TestUpdateSlicing8(t *testing.T) {
 
 // TestICRCPrefixLengths computes the ICRC with and without the split at
 // every prefix length the headers allow (IPv4 with 0 to 40 bytes of
-// options, IPv6, GRH) against a plain CRC over a masked copy.
+// options, IPv6, GRH) against a plain CRC over a masked copy: icrc,
+// icrcInPlace and ICRCv2, packets from 40 bytes (updateIEEE's short path)
+// to 4 KiB.
 func TestICRCPrefixLengths(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for _, tc := range []struct {
@@ -83,6 +85,9 @@ func TestICRCPrefixLengths(t *testing.T) {
 			if got := icrc(pkt, tc.nlen, tc.ipVer, tc.v); got != want {
 				t.Errorf("nlen %d IPv%d %v, %d bytes after the BTH: %#08x, want %#08x", tc.nlen, tc.ipVer, tc.v, rest, got, want)
 			}
+			if cp := append([]byte(nil), pkt...); icrcInPlace(cp, tc.nlen, tc.ipVer, tc.v) != want || string(cp) != string(pkt) {
+				t.Errorf("icrcInPlace, nlen %d IPv%d %v, %d bytes after the BTH: not %#08x, or the bytes not put back", tc.nlen, tc.ipVer, tc.v, rest, want)
+			}
 			if tc.v == RoCEv2 {
 				pkt[0] = tc.ipVer<<4 | pkt[0]&0x0F // ICRCv2 reads the version
 				m[8] = pkt[0] | 0x0F*uint8(tc.ipVer&2>>1)
@@ -98,8 +103,9 @@ func TestICRCPrefixLengths(t *testing.T) {
 	}
 }
 
-// icrcInPlace agrees with icrc on every sample packet and leaves the bytes
-// as it found them.
+// icrcInPlace agrees with icrc on every sample packet, short (below the 64
+// bytes where hash/crc32's carry-less multiply starts; updateIEEE) and
+// long, and leaves the bytes as it found them.
 func TestICRCInPlace(t *testing.T) {
 	for _, f := range inPlaceSamples(t) {
 		var p Packet
@@ -117,9 +123,21 @@ func TestICRCInPlace(t *testing.T) {
 
 func inPlaceSamples(t *testing.T) [][]byte {
 	var out [][]byte
+	for _, n := range []int{0, 4, 20, 24, 28, 36, 64, 4096} {
+		out = append(out, inPlaceSamplesOf(t, n)...)
+	}
+	return out
+}
+
+func inPlaceSamplesOf(t *testing.T, n int) [][]byte {
+	var out [][]byte
+	payload := make([]byte, n)
+	for i := range payload {
+		payload[i] = byte(i*7 + 1)
+	}
 	for _, v := range []string{"v1", "v4", "v6"} {
 		f := PacketFields{Version: RoCEv2, Eth: &EthernetFields{}, UDP: UDPFields{SrcPort: 1, DstPort: RoCEv2Port},
-			BTH: BTHFields{Opcode: OpcodeRCSendOnly, PKey: 0xffff, FECN: true}, Payload: make([]byte, 4096)}
+			BTH: BTHFields{Opcode: OpcodeRCSendOnly, PKey: 0xffff, FECN: true}, Payload: payload}
 		switch v {
 		case "v1":
 			f.Version = RoCEv1
