@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -24,6 +25,11 @@ type CQ struct {
 	overflows int  // guarded by mu
 	destroyed bool // guarded by mu
 	notify    chan struct{}
+	// waiters counts the goroutines in Wait: push wakes them through
+	// notify, and skips the channel when there are none (a busy poller's
+	// CQ). Wait counts itself before it looks at n under mu, push looks
+	// at waiters after it raised n under mu: one of the two sees the other.
+	waiters atomic.Int32
 }
 
 // CreateCQ creates a completion queue of at least cqe entries.
@@ -61,9 +67,11 @@ func (c *CQ) push(wc WC) bool {
 	c.ring[(c.head+c.n)%len(c.ring)] = wc
 	c.n++
 	c.mu.Unlock()
-	select {
-	case c.notify <- struct{}{}:
-	default:
+	if c.waiters.Load() > 0 {
+		select {
+		case c.notify <- struct{}{}:
+		default:
+		}
 	}
 	return true
 }
@@ -115,6 +123,8 @@ func (c *CQ) poll(wc []WC) (int, error) {
 // Wait blocks until the queue holds a completion (or has overflowed), or
 // ctx ends. It is the Go form of ibv_req_notify_cq + ibv_get_cq_event.
 func (c *CQ) Wait(ctx context.Context) error {
+	c.waiters.Add(1)
+	defer c.waiters.Add(-1)
 	for {
 		c.mu.Lock()
 		ready, destroyed := c.n > 0 || c.err, c.destroyed
