@@ -1,0 +1,195 @@
+// Command opcost times the operations goroce's packet path is made of —
+// clock reads, locks, atomics, channel sends, copies, a map lookup, CRC-32
+// and goroce's ICRC at packet sizes, system calls, yields — one loop each,
+// and prints nanoseconds per operation. Instruction counts
+// (bench/callgrind.sh) weigh every instruction alike; under the lab VMs'
+// emulation (QEMU TCG) they do not cost alike, and this says by how much.
+// Build it static and run it in a VM beside the host:
+//
+//	CGO_ENABLED=0 go build -o /tmp/extra/opcost ./bench/cmd/opcost
+//	ROCE_LAB_EXTRA=/tmp/extra ../shared/lab/up 1
+//	../shared/lab/vm-exec vm1 /opt/extra/opcost
+//	GOMAXPROCS=1 /tmp/extra/opcost
+//
+// It runs on one P (GOMAXPROCS 1, as the roce tools and the VMs' one vCPU)
+// unless the environment sets GOMAXPROCS, and prints the clock source the
+// kernel uses.
+package main
+
+import (
+	"encoding/binary"
+	"flag"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/goroce/goroce/wire"
+)
+
+var sink uint64
+
+func main() {
+	n := flag.Int("n", 200000, "iterations of the cheap operations (a tenth for the system calls and yields)")
+	flag.Parse()
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(1)
+	}
+	for _, f := range []string{"current_clocksource", "available_clocksource"} {
+		b, err := os.ReadFile("/sys/devices/system/clocksource/clocksource0/" + f)
+		if err == nil {
+			fmt.Printf("%-28s %s\n", f, strings.TrimSpace(string(b)))
+		}
+	}
+	fmt.Printf("%-28s %d\n", "GOMAXPROCS", runtime.GOMAXPROCS(0))
+	for _, op := range ops() {
+		k := *n
+		if op.slow {
+			k = max(*n/10, 1)
+		}
+		t0 := time.Now()
+		op.run(k)
+		d := time.Since(t0)
+		fmt.Printf("%-28s %10.1f ns\n", op.name, float64(d.Nanoseconds())/float64(k))
+	}
+}
+
+type op struct {
+	name string
+	slow bool
+	run  func(n int)
+}
+
+func ops() []op {
+	var (
+		a    atomic.Int64
+		mu   sync.Mutex
+		full = make(chan struct{}, 1)
+		m    = map[uint32]*int{}
+		buf  = make([]byte, 4096)
+		dst  = make([]byte, 4096)
+	)
+	full <- struct{}{}
+	for i := range 64 {
+		m[uint32(i)] = new(int)
+	}
+	for i := range buf {
+		buf[i] = byte(i * 7)
+	}
+	t0 := time.Now()
+	list := []op{
+		{"arithmetic (3 instructions)", false, func(n int) {
+			x := uint64(1)
+			for i := range n {
+				x = x*31 + uint64(i)
+			}
+			sink += x
+		}},
+		{"time.Now", false, func(n int) {
+			for range n {
+				sink += uint64(time.Now().UnixNano())
+			}
+		}},
+		{"time.Since (monotonic only)", false, func(n int) {
+			for range n {
+				sink += uint64(time.Since(t0))
+			}
+		}},
+		{"atomic Add", false, func(n int) {
+			for range n {
+				a.Add(1)
+			}
+		}},
+		{"atomic CompareAndSwap", false, func(n int) {
+			for i := range n {
+				a.CompareAndSwap(int64(i), int64(i+1))
+			}
+		}},
+		{"Mutex Lock+Unlock", false, func(n int) {
+			for range n {
+				mu.Lock()
+				mu.Unlock()
+			}
+		}},
+		{"select send, channel full", false, func(n int) {
+			for range n {
+				select {
+				case full <- struct{}{}:
+				default:
+				}
+			}
+		}},
+		{"map[uint32] lookup", false, func(n int) {
+			for i := range n {
+				if m[uint32(i&63)] != nil {
+					sink++
+				}
+			}
+		}},
+	}
+	for _, l := range []int{64, 256, 4096} {
+		list = append(list, op{fmt.Sprintf("copy %d B", l), false, func(n int) {
+			for range n {
+				copy(dst[:l], buf[:l])
+			}
+		}})
+	}
+	for _, l := range []int{44, 104, 256, 1024, 4096} {
+		list = append(list, op{fmt.Sprintf("crc32.Update %d B", l), false, func(n int) {
+			c := uint32(0)
+			for range n {
+				c = crc32.Update(c, crc32.IEEETable, buf[:l])
+			}
+			sink += uint64(c)
+		}})
+	}
+	// goroce's ICRC over a RoCE v2 packet from its IPv4 header on: an ACK
+	// (44 bytes), a 64-byte SEND (104), a 4 KiB WRITE packet.
+	for _, l := range []int{44, 104, 4136} {
+		pkt := make([]byte, l)
+		copy(pkt, buf)
+		pkt[0] = 0x45
+		binary.BigEndian.PutUint16(pkt[2:], uint16(l))
+		list = append(list, op{fmt.Sprintf("wire.ICRC %d B", l), false, func(n int) {
+			for range n {
+				sink += uint64(wire.ICRC(pkt, 20, wire.RoCEv2))
+			}
+		}})
+	}
+	list = append(list,
+		op{"system call (getppid, raw)", true, func(n int) {
+			for range n {
+				syscall.RawSyscall(syscall.SYS_GETPPID, 0, 0, 0)
+			}
+		}},
+		op{"system call (getppid, Go's)", true, func(n int) {
+			for range n {
+				syscall.Syscall(syscall.SYS_GETPPID, 0, 0, 0)
+			}
+		}},
+		op{"runtime.Gosched", true, func(n int) {
+			for range n {
+				runtime.Gosched()
+			}
+		}},
+		op{"goroutine hand-off and back", true, func(n int) {
+			c1, c2 := make(chan int), make(chan int)
+			go func() {
+				for v := range c1 {
+					c2 <- v
+				}
+			}()
+			for i := range n {
+				c1 <- i
+				<-c2
+			}
+			close(c1)
+		}},
+	)
+	return list
+}
