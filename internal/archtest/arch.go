@@ -139,6 +139,8 @@ var Table = map[string]rule{
 	// primitive goroce's link uses (mmap and status words, nothing else),
 	// so that its empty looks cost what goroce's do.
 	"bench/cmd/udpfloor": {9, "link/pktring", "internal/testenv"},
+	// Times goroce's ICRC beside the runtime's operations.
+	"bench/cmd/opcost": {9, "wire", ""},
 }
 
 // stdOnly are the packages whose every dependency outside the module is
