@@ -225,13 +225,16 @@ func TestCache(t *testing.T) {
 	stop, done := make(chan struct{}), make(chan error)
 	go func() {
 		for {
-			_, err := tb.SliceRemoteCached(&rc, pd, nil, r2.RKey(), 0, 64, RemoteWrite)
 			select {
 			case <-stop:
+				// stop is closed after Deregister returned: this
+				// lookup comes after it.
+				_, err := tb.SliceRemoteCached(&rc, pd, nil, r2.RKey(), 0, 64, RemoteWrite)
 				done <- err
 				return
 			default:
 			}
+			tb.SliceRemoteCached(&rc, pd, nil, r2.RKey(), 0, 64, RemoteWrite)
 		}
 	}()
 	for range 100 {
