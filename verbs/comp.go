@@ -144,8 +144,15 @@ func (q *QP) armRetrans() {
 	if q.comp.fireAt != 0 && q.comp.fireAt <= q.comp.due {
 		return // it fires first and waits the rest (onRetransTimer)
 	}
+	q.setRetransTimer(d)
+}
+
+// setRetransTimer sets the retransmit timer to fire in d, at the deadline
+// (comp.due), making it the timer's next firing; the first call makes the
+// timer. Called with q.mu held.
+func (q *QP) setRetransTimer(d time.Duration) {
 	q.comp.fireAt = q.comp.due
-	if q.retrans == nil {
+	if q.retrans == nil { // also a callback not the timer's (the fuzzer's fuzzFireRetrans)
 		q.retrans = time.AfterFunc(d, q.onRetransTimer)
 	} else {
 		q.retrans.Reset(d)
@@ -251,12 +258,7 @@ func (q *QP) retransDue() bool {
 		return true
 	}
 	if q.comp.fireAt == 0 || q.comp.fireAt > q.comp.due {
-		q.comp.fireAt = q.comp.due
-		if q.retrans == nil { // a callback not the timer's (the fuzzer's fuzzFireRetrans)
-			q.retrans = time.AfterFunc(time.Duration(wait), q.onRetransTimer)
-		} else {
-			q.retrans.Reset(time.Duration(wait))
-		}
+		q.setRetransTimer(time.Duration(wait))
 	}
 	return false
 }
