@@ -202,22 +202,7 @@ func TestRingHostile(t *testing.T) {
 	// raw, as a peer could, it is wrong.
 	small := writeBatch(a.Headroom(), addr, 0, 0, 1)[0]
 	long := writeBatch(a.Headroom(), addr, 1, 1, 0)[0] // 4 KiB: queued, not in a frame
-	dst := &net.UDPAddr{IP: addr.DstGID.Unmap().AsSlice(), Port: wire.RoCEv2Port}
-	if err := ha.Do(func() error {
-		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: ha.IPv4.AsSlice()})
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		for _, p := range [][]byte{small.Buf[small.Off : small.Off+small.Len], long.Buf[long.Off : long.Off+long.Len], {1, 2, 3, 4, 5}} {
-			if _, err := c.WriteToUDP(p, dst); err != nil {
-				return err
-			}
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	sendRaw(t, ha, addr, small.Buf[small.Off:small.Off+small.Len], long.Buf[long.Off:long.Off+long.Len], []byte{1, 2, 3, 4, 5})
 	send(t, a, writeBatch(a.Headroom(), addr, 7, 0, 1))
 	checkPSNs(t, recvPSNs(t, b, 1), 7)
 	s := b.Stats()
@@ -233,6 +218,29 @@ func TestRingHostile(t *testing.T) {
 	}
 }
 
+// sendRaw sends each payload from ha's namespace, through a UDP socket of
+// its own, to the RoCE port of addr's destination: bytes as any peer may
+// send them, not through a Link.
+func sendRaw(t *testing.T, ha *nettest.Host, addr link.Addr, payloads ...[]byte) {
+	t.Helper()
+	dst := &net.UDPAddr{IP: addr.DstGID.Unmap().AsSlice(), Port: wire.RoCEv2Port}
+	if err := ha.Do(func() error {
+		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: ha.IPv4.AsSlice()})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		for _, p := range payloads {
+			if _, err := c.WriteToUDP(p, dst); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestRingFragmented: an IPv4 datagram to the RoCE port that the sender's
 // kernel fragmented (a peer's RoCE v2 packet larger than the path MTU)
 // reaches the ring as a first fragment (more fragments set), which the
@@ -241,18 +249,7 @@ func TestRingHostile(t *testing.T) {
 // filter drops them. A packet after it is delivered.
 func TestRingFragmented(t *testing.T) {
 	a, b, addr, ha := ringPair(t)
-	dst := &net.UDPAddr{IP: addr.DstGID.Unmap().AsSlice(), Port: wire.RoCEv2Port}
-	if err := ha.Do(func() error {
-		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: ha.IPv4.AsSlice()})
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		_, err = c.WriteToUDP(make([]byte, 12000), dst) // over the veth's 9000: fragmented
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	sendRaw(t, ha, addr, make([]byte, 12000)) // over the veth's 9000: fragmented
 	send(t, a, writeBatch(a.Headroom(), addr, 3, 0, 1))
 	checkPSNs(t, recvPSNs(t, b, 1), 3)
 	if n := b.Stats().RxMalformed.Load(); n != 1 {
