@@ -136,7 +136,15 @@ type Region struct {
 	// fast-registration MRs, so no region sets it (windows are Window).
 	remoteInv bool
 	windows   int // memory windows bound to it; guarded by Table.mu
+	// held names r until Deregister clears it: what a Cache keeps, so that
+	// a region deregistered and dropped by its owner (and the memory it
+	// registered) is not kept alive by a QP that has not looked a key up
+	// since.
+	held *regionHold
 }
+
+// regionHold is the one pointer to a registered Region that Caches share.
+type regionHold struct{ r atomic.Pointer[Region] }
 
 func (r *Region) PD() *PD        { return r.pd }
 func (r *Region) LKey() uint32   { return r.lkey }
@@ -172,7 +180,7 @@ type Table struct {
 // value is empty; a Cache is not safe for concurrent use (a QP keeps its
 // own under its lock).
 type Cache struct {
-	r     *Region
+	h     *regionHold
 	key   uint32
 	local bool
 	gen   uint64
@@ -252,7 +260,9 @@ func (t *Table) Register(pd *PD, buf []byte, iova uint64, access Access) (*Regio
 	if access&(RemoteRead|RemoteWrite|RemoteAtomic) == 0 {
 		rkey = 0
 	}
-	r := &Region{pd: pd, buf: buf, iova: iova, access: access, lkey: key, rkey: rkey, valid: true}
+	r := &Region{pd: pd, buf: buf, iova: iova, access: access, lkey: key, rkey: rkey, valid: true,
+		held: new(regionHold)}
+	r.held.r.Store(r)
 	t.regions[key>>8] = r
 	return r, nil
 }
@@ -274,6 +284,7 @@ func (t *Table) Deregister(r *Region) error {
 		delete(t.regions, r.lkey>>8)
 	}
 	r.valid = false
+	r.held.r.Store(nil)
 	t.gen.Add(1)
 	return nil
 }
@@ -347,8 +358,10 @@ func (t *Table) SliceCached(c *Cache, pd *PD, key uint32, local bool, addr, leng
 	if !local {
 		return t.SliceRemoteCached(c, pd, nil, key, addr, length, need)
 	}
-	if c != nil && c.r != nil && c.key == key && c.local && c.gen == t.gen.Load() {
-		return c.r.within(pd, key, addr, length, need)
+	if c != nil && c.h != nil && c.key == key && c.local && c.gen == t.gen.Load() {
+		if r := c.h.r.Load(); r != nil {
+			return r.within(pd, key, addr, length, need)
+		}
 	}
 	return t.slice(c, pd, key, true, addr, length, need)
 }
@@ -369,10 +382,12 @@ func (t *Table) SliceRemote(pd *PD, qp any, key uint32, addr, length uint64, nee
 // region an rkey named; a window's rkey is looked up every time (its
 // binding changes without Deregister).
 func (t *Table) SliceRemoteCached(c *Cache, pd *PD, qp any, key uint32, addr, length uint64, need Access) ([]byte, error) {
-	if c != nil && c.r != nil && c.key == key && !c.local && c.gen == t.gen.Load() {
+	if c != nil && c.h != nil && c.key == key && !c.local && c.gen == t.gen.Load() {
 		// The index space is shared: a key that named a region names
 		// no window while the region is registered.
-		return c.r.within(pd, key, addr, length, need)
+		if r := c.h.r.Load(); r != nil {
+			return r.within(pd, key, addr, length, need)
+		}
 	}
 	t.mu.RLock()
 	w := t.windows[key>>8]
@@ -421,7 +436,7 @@ func (t *Table) slice(c *Cache, pd *PD, key uint32, local bool, addr, length uin
 		return nil, &KeyError{Err: ErrBadKey, Key: key, Addr: addr, Length: length, Need: need}
 	}
 	if c != nil {
-		*c = Cache{r: r, key: key, local: local, gen: gen}
+		*c = Cache{h: r.held, key: key, local: local, gen: gen}
 	}
 	return r.within(pd, key, addr, length, need)
 }

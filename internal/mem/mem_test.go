@@ -3,7 +3,9 @@ package mem
 import (
 	"errors"
 	"math"
+	"runtime"
 	"testing"
+	"time"
 )
 
 // TestKeysRandom: the low 8 bits of keys are random, as rxe draws them
@@ -181,7 +183,7 @@ func TestCache(t *testing.T) {
 	if b, err := tb.SliceCached(&c, pd, r.LKey(), true, 0x1010, 16, LocalWrite); err != nil || len(b) != 16 || &b[0] != &buf[0x10] {
 		t.Fatalf("first lookup: %d bytes, %v", len(b), err)
 	}
-	if c.r != r {
+	if c.h == nil || c.h.r.Load() != r {
 		t.Fatal("the lookup left the cache empty")
 	}
 	for _, k := range []struct {
@@ -253,4 +255,49 @@ func TestCache(t *testing.T) {
 	if err := <-done; !errors.Is(err, ErrBadKey) {
 		t.Errorf("an rkey looked up after its region was deregistered: %v, want %v", err, ErrBadKey)
 	}
+}
+
+// TestCacheReleases: a region deregistered and dropped by its owner is
+// collected, with the memory it registered, while a Cache that named it
+// is still filled (a QP that has not looked a key up since).
+func TestCacheReleases(t *testing.T) {
+	tb := NewTable(16)
+	pd := tb.AllocPD()
+	var c, rc Cache
+	freed := make(chan string, 2)
+	func() {
+		buf := make([]byte, 1<<20)
+		runtime.AddCleanup(&buf[0], func(s string) { freed <- s }, "the registered memory")
+		r, err := tb.Register(pd, buf, 0, LocalWrite|RemoteWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runtime.AddCleanup(r, func(s string) { freed <- s }, "the region")
+		if _, err := tb.SliceCached(&c, pd, r.LKey(), true, 0, 8, LocalWrite); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tb.SliceRemoteCached(&rc, pd, nil, r.RKey(), 0, 8, RemoteWrite); err != nil {
+			t.Fatal(err)
+		}
+		if c.h == nil || rc.h == nil {
+			t.Fatal("the lookups left the caches empty")
+		}
+		if err := tb.Deregister(r); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	got := map[string]bool{}
+	deadline := time.After(10 * time.Second)
+	for len(got) < 2 {
+		runtime.GC()
+		select {
+		case s := <-freed:
+			got[s] = true
+		case <-time.After(50 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("after Deregister, with two caches still filled, collected: %v; want the region and its memory", got)
+		}
+	}
+	runtime.KeepAlive(&c)
+	runtime.KeepAlive(&rc)
 }
