@@ -34,6 +34,29 @@ import (
 
 var sink uint64
 
+// step is a call the compiler may not inline: what a call and its return
+// cost, beside the arithmetic they wrap.
+//
+//go:noinline
+func step(x uint64) uint64 { return x*31 + 1 }
+
+// chain8 is eight such calls deep, each returning through the others.
+//
+//go:noinline
+func chain8(x uint64, d int) uint64 {
+	if d == 0 {
+		return x*31 + 1
+	}
+	return chain8(x, d-1) + 1
+}
+
+type stepper interface{ step(uint64) uint64 }
+
+type stepImpl struct{}
+
+//go:noinline
+func (stepImpl) step(x uint64) uint64 { return x*31 + 1 }
+
 func main() {
 	n := flag.Int("n", 200000, "iterations of the cheap operations (a tenth for the system calls and yields)")
 	flag.Parse()
@@ -43,10 +66,10 @@ func main() {
 	for _, f := range []string{"current_clocksource", "available_clocksource"} {
 		b, err := os.ReadFile("/sys/devices/system/clocksource/clocksource0/" + f)
 		if err == nil {
-			fmt.Printf("%-28s %s\n", f, strings.TrimSpace(string(b)))
+			fmt.Printf("%-40s %s\n", f, strings.TrimSpace(string(b)))
 		}
 	}
-	fmt.Printf("%-28s %d\n", "GOMAXPROCS", runtime.GOMAXPROCS(0))
+	fmt.Printf("%-40s %d\n", "GOMAXPROCS", runtime.GOMAXPROCS(0))
 	for _, op := range ops() {
 		k := *n
 		if op.slow {
@@ -55,7 +78,7 @@ func main() {
 		t0 := time.Now()
 		op.run(k)
 		d := time.Since(t0)
-		fmt.Printf("%-28s %10.1f ns\n", op.name, float64(d.Nanoseconds())/float64(k))
+		fmt.Printf("%-40s %10.1f ns\n", op.name, float64(d.Nanoseconds())/float64(k))
 	}
 }
 
@@ -65,7 +88,17 @@ type op struct {
 	run  func(n int)
 }
 
+// mem16 is 16 MiB, touched so that every page is mapped before the
+// timing: a load from each page in turn measures the address translation.
+var mem16 []byte
+
 func ops() []op {
+	if mem16 == nil {
+		mem16 = make([]byte, 16<<20)
+		for i := 0; i < len(mem16); i += 4096 {
+			mem16[i] = 1
+		}
+	}
 	var (
 		a    atomic.Int64
 		mu   sync.Mutex
@@ -87,6 +120,36 @@ func ops() []op {
 			x := uint64(1)
 			for i := range n {
 				x = x*31 + uint64(i)
+			}
+			sink += x
+		}},
+		{"call and return (not inlined)", false, func(n int) {
+			x := uint64(1)
+			for range n {
+				x = step(x)
+			}
+			sink += x
+		}},
+		{"interface method call", false, func(n int) {
+			var st stepper = stepImpl{}
+			x := uint64(1)
+			for range n {
+				x = st.step(x)
+			}
+			sink += x
+		}},
+		{"8 nested calls and returns", false, func(n int) {
+			x := uint64(1)
+			for range n {
+				x = chain8(x, 7)
+			}
+			sink += x
+		}},
+		{"load, each from another page of 16 MiB", false, func(n int) {
+			const pages = 4096
+			x := uint64(0)
+			for i := range n {
+				x += uint64(mem16[(i%pages)*4096+(i&63)])
 			}
 			sink += x
 		}},
