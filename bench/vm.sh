@@ -47,9 +47,12 @@
 #                 same 64 KiB messages as 1024-byte datagrams, 8 in flight;
 #                 under pingpong and send_lat the same 64-byte round trips
 #                 (-lat: a SEND and its ACK each way, each side busy-polling
-#                 an AF_PACKET receive ring, as goroce's link); a second
-#                 table puts rxe, the floor and goroce side by side (what the
+#                 an AF_PACKET receive ring, as goroce's link; the ACK and
+#                 the next SEND as one UDP GSO message); a second table
+#                 puts rxe, the floor and goroce side by side (what the
 #                 VMs allow a user-space stack at all)
+#   -F FLAGS      more flags for the latency floor's client (udpfloor -lat),
+#                 e.g. -F -gso=false (the ACK and the SEND as two datagrams)
 #   --quick       -r 1 with few iterations (the Go test TestLabVMScript runs this)
 #
 # The lab's lock (/run/roce-lab.lock, internal/lab's) is held for the whole
@@ -64,9 +67,9 @@ set -euo pipefail
 
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 2; }
 
-rounds=3 kinds=v2 iters= json= logdir= bin= limit= quick= profdir= genv=() floor=
+rounds=3 kinds=v2 iters= json= logdir= bin= limit= quick= profdir= genv=() floor= floorflags=
 while [ $# -gt 0 ]; do
-	case $1 in -r | -k | -n | -j | -l | -b | -t | -p | -e) [ $# -ge 2 ] || { echo "bench/vm.sh: $1 needs a value (-h says which)" >&2; exit 2; } ;; esac
+	case $1 in -r | -k | -n | -j | -l | -b | -t | -p | -e | -F) [ $# -ge 2 ] || { echo "bench/vm.sh: $1 needs a value (-h says which)" >&2; exit 2; } ;; esac
 	case $1 in
 	-r) rounds=$2; shift ;;
 	-k) kinds=$2; shift ;;
@@ -78,6 +81,7 @@ while [ $# -gt 0 ]; do
 	-p) profdir=$2; shift ;;
 	-e) genv+=("$2"); shift ;;
 	-f) floor=1 ;;
+	-F) floorflags=$2; shift ;;
 	--quick) quick=1 ;;
 	-h | --help) usage ;;
 	*) echo "bench/vm.sh: unknown argument '$1' (-h lists them)" >&2; exit 2 ;;
@@ -345,8 +349,8 @@ cmdline() {
 	# to the address the client is given, as perftest's exchange.
 	floor/*) if [ "$3" = server ]; then echo "$EXTRA/udpfloor -s -a 192.0.2.11"; else
 		case $2 in
-		pingpong) echo "$EXTRA/udpfloor -a 192.0.2.11 -lat -size 64 -n $pp_n -m 1024" ;;
-		send_lat) echo "$EXTRA/udpfloor -a 192.0.2.11 -lat -size 64 -n $lat_n -m 1024" ;;
+		pingpong) echo "$EXTRA/udpfloor -a 192.0.2.11 -lat -size 64 -n $pp_n -m 1024${floorflags:+ $floorflags}" ;;
+		send_lat) echo "$EXTRA/udpfloor -a 192.0.2.11 -lat -size 64 -n $lat_n -m 1024${floorflags:+ $floorflags}" ;;
 		write_bw) echo "$EXTRA/udpfloor -a 192.0.2.11 -size 65536 -n $bw_n -m 1024 -t 8" ;;
 		esac
 	fi ;;
@@ -666,8 +670,8 @@ if [ -n "$floor" ]; then
 		"kernel's UDP must, each payload copied and CRC-32-checked on both sides. Under write_bw it moves the same" \
 		"$bw_n messages of 64 KiB as 1024-byte datagrams (a WRITE's packets at path MTU 1024), UDP GSO out, UDP GRO in," \
 		"one ACK per message back, 8 messages (512 datagrams) in flight (perftest's 128 overflow eth0's queue of" \
-		"1,000 packets). Under pingpong and send_lat (\`udpfloor -lat\`) it makes the same 64-byte round trips, four" \
-		"datagrams each (a SEND each way, each ACKed, the ACK in the same sendmmsg as the next SEND), both sides" \
+		"1,000 packets). Under pingpong and send_lat (\`udpfloor -lat${floorflags:+ $floorflags}\`) it makes the same 64-byte round trips, four" \
+		"datagrams each (a SEND each way, each ACKed, the ACK $( [[ $floorflags == *-gso=false* ]] && echo "in the same sendmmsg as the next SEND, as a datagram of its own" || echo "and the next SEND as one UDP GSO message, as goroce sends them")), both sides" \
 		"busy-polling an AF_PACKET receive ring (a load from memory per look, as goroce's link), and prints both tools' figures. Nothing else a RoCE stack does. Ratios are of the same round."
 	echo
 fi
@@ -675,7 +679,7 @@ echo "Packets the client sent on eth0 in a run, median [min–max], against the 
 	"(each message and each ACK of the peer's once, 64 packets per 64 KiB WRITE at MTU 1024; more is" \
 	"retransmission): $(summary pkts)."
 echo
-echo "Measured by \`bench/vm.sh -r $rounds -k ${kinds} -n $pp_n,$lat_n,$bw_n\` at $commit (built with $gover), $started:" \
+echo "Measured by \`bench/vm.sh -r $rounds -k ${kinds} -n $pp_n,$lat_n,$bw_n${floor:+ -f}${floorflags:+ -F $floorflags}\` at $commit (built with $gover), $started:" \
 	"the lab's two QEMU VMs (TCG, 1 vCPU each, Debian 12 kernel 6.1) over the same virtio link, the TCP exchange" \
 	"over the management link. rxe: rdma_rxe's rxe0 with rdma-core 44 and perftest 4.5; goroce: a static build" \
 	"in both VMs, rdma_rxe unloaded (it holds UDP 4791), the device $(kind_note). Medians [min–max] of $rounds" \

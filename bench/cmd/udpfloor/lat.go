@@ -29,7 +29,13 @@ import (
 // their CQs: by default an AF_PACKET receive ring (ring.go), as goroce's
 // link, so that an empty look is a load from memory; with -rx socket a
 // recvfrom(2) on the UDP socket per look; with -block both wait in
-// recvfrom(2) instead. Per datagram each side computes a CRC-32 (the ICRC) when it
+// recvfrom(2) instead. The ACK and the next message leave as one UDP GSO
+// message (the message first, the shorter ACK its last segment), as
+// goroce's link sends an answer and the ACK it holds: one trip through the
+// kernel's stack for both; with -gso=false as two datagrams of one
+// sendmmsg. A reader that gets them unsegmented (over loopback or a veth,
+// which carry GSO packets whole) splits them at the message's length, the
+// segment size. Per datagram each side computes a CRC-32 (the ICRC) when it
 // sends and checks it when it receives, and copies a message's payload out of
 // a source buffer and into a destination one (the MRs). No PSNs checked, no
 // retransmission (a datagram lost ends the run with an error), no verbs.
@@ -73,6 +79,19 @@ type latPeer struct {
 	cmsg     []byte        // -pktinfo: IP_PKTINFO or IPV6_PKTINFO with the source
 	acks     int64         // ACKs received
 	badCRC   int64
+	gsoSent  int64 // messages sent with their ACK as one GSO message
+	// gso: the ACK and the message go as one UDP GSO message, gsoHdr,
+	// whose control holds UDP_SEGMENT (and IP_PKTINFO with -pktinfo).
+	gso     bool
+	gsoHdr  [1]unix.Mmsghdr
+	gsoIovs [2]unix.Iovec
+	gsoCmsg []byte
+	// rest is what is left of the datagram or GSO packet read last (its
+	// segments not yet taken), from its sender; held: its ring frame is
+	// not released yet.
+	rest []byte
+	from unix.Sockaddr
+	held bool
 }
 
 func newLatPeer(fd, size int) *latPeer {
@@ -118,8 +137,16 @@ func (l *latPeer) sendAckAndMsg(ack bool, to unix.Sockaddr) error {
 			l.hdrs[i].Hdr.Namelen = n
 		}
 	}
-	for off := first; off < 2; {
-		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(l.fd), uintptr(unsafe.Pointer(&l.hdrs[off])), uintptr(2-off), 0, 0, 0)
+	hdrs, last := l.hdrs[:], 2
+	if ack && l.gso {
+		hdrs, first, last = l.gsoHdr[:], 0, 1
+		l.gsoSent++
+		if to != nil {
+			hdrs[0].Hdr.Name, hdrs[0].Hdr.Namelen = l.hdrs[1].Hdr.Name, l.hdrs[1].Hdr.Namelen
+		}
+	}
+	for off := first; off < last; {
+		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(l.fd), uintptr(unsafe.Pointer(&hdrs[off])), uintptr(last-off), 0, 0, 0)
 		if e == unix.EINTR || e == unix.EAGAIN {
 			continue
 		}
@@ -144,28 +171,81 @@ func (l *latPeer) sealAck() {
 // waiting in recvfrom with -block), or the ring when the peer has one.
 func (l *latPeer) awaitMsg(stop *atomic.Bool) (unix.Sockaddr, error) {
 	for {
-		d, from, err := l.next(stop)
-		if err != nil {
+		if err := l.fill(stop); err != nil {
 			return nil, err
 		}
-		n := len(d)
-		if n < bthLen+icrcLen || crc32.ChecksumIEEE(d[:n-icrcLen]) != binary.BigEndian.Uint32(d[n-icrcLen:]) {
-			l.badCRC++
-			l.done()
+		// The next segment: a GSO packet that arrived whole holds
+		// segments of the message's length, the last maybe shorter (the
+		// ACK); a datagram is one segment.
+		d := l.segment()
+		if d == nil { // an ACK, counted, or a bad CRC-32
 			continue
 		}
-		if d[0] == opAck {
-			l.acks++
-			l.done()
-			continue
-		}
-		if n != len(l.msg) {
-			l.done()
+		if n := len(d); n != len(l.msg) {
 			return nil, fmt.Errorf("a message of %d bytes, want %d", n, len(l.msg))
 		}
 		copy(l.dst, d[bthLen:bthLen+l.size])
+		return l.from, nil
+	}
+}
+
+// fill reads the next datagram into rest when all of the last is taken.
+func (l *latPeer) fill(stop *atomic.Bool) error {
+	if len(l.rest) > 0 {
+		return nil
+	}
+	l.release()
+	d, from, err := l.next(stop)
+	if err != nil {
+		return err
+	}
+	l.rest, l.from, l.held = d, from, true
+	return nil
+}
+
+// segment takes the next segment of rest: it counts an ACK or a bad CRC-32
+// and returns nil, or returns a message.
+func (l *latPeer) segment() []byte {
+	n := min(len(l.rest), len(l.msg))
+	d := l.rest[:n]
+	l.rest = l.rest[n:]
+	if n < bthLen+icrcLen || crc32.ChecksumIEEE(d[:n-icrcLen]) != binary.BigEndian.Uint32(d[n-icrcLen:]) {
+		l.badCRC++
+		return nil
+	}
+	if d[0] == opAck {
+		l.acks++
+		return nil
+	}
+	return d
+}
+
+// awaitAcks takes datagrams until want ACKs have come, for at most a
+// second: the ACK of the client's last message comes after the server's
+// last message, in the same GSO packet or the datagram after it.
+func (l *latPeer) awaitAcks(want int64) error {
+	var stop atomic.Bool
+	t := time.AfterFunc(time.Second, func() { stop.Store(true) })
+	defer t.Stop()
+	for l.acks < want {
+		if err := l.fill(&stop); errors.Is(err, errStopped) {
+			return fmt.Errorf("%d of %d ACKs came", l.acks, want)
+		} else if err != nil {
+			return err
+		}
+		if l.segment() != nil {
+			return errors.New("a message after the last")
+		}
+	}
+	l.release()
+	return nil
+}
+
+// release gives back the datagram next returned, once all of it is taken.
+func (l *latPeer) release() {
+	if l.held {
+		l.rest, l.held = nil, false
 		l.done()
-		return from, nil
 	}
 }
 
@@ -220,6 +300,11 @@ func newLatPeerFor(fd int, p params) (*latPeer, error) {
 	if p.pktinfo {
 		l.setPktinfo(local.Addr())
 	}
+	if p.gso {
+		if err := l.setGSO(); err != nil {
+			return nil, err
+		}
+	}
 	if p.block || p.rx == "socket" {
 		return l, nil
 	}
@@ -259,7 +344,39 @@ func (l *latPeer) setPktinfo(src netip.Addr) {
 	}
 }
 
+// setGSO makes l send the ACK and the message as one UDP GSO message: the
+// message first (the segment size), the ACK after it, with the control
+// message the two datagrams had (IP_PKTINFO, -pktinfo) and UDP_SEGMENT.
+func (l *latPeer) setGSO() error {
+	if _, err := unix.GetsockoptInt(l.fd, unix.IPPROTO_UDP, unix.UDP_SEGMENT); err != nil {
+		return fmt.Errorf("-gso: this kernel has no UDP GSO (UDP_SEGMENT, Linux 4.18): %w; run with -gso=false", err)
+	}
+	var pk []byte
+	if l.cmsg != nil {
+		pk = l.cmsg[:len(l.cmsg)/2] // the message's IP_PKTINFO
+	}
+	sp := unix.CmsgSpace(2)
+	l.gsoCmsg = append(make([]byte, 0, len(pk)+sp), pk...)
+	l.gsoCmsg = l.gsoCmsg[:len(pk)+sp]
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&l.gsoCmsg[len(pk)]))
+	h.Level, h.Type = unix.IPPROTO_UDP, unix.UDP_SEGMENT
+	h.SetLen(unix.CmsgLen(2))
+	binary.NativeEndian.PutUint16(l.gsoCmsg[len(pk)+unix.CmsgLen(0):], uint16(len(l.msg)))
+	for i, b := range [][]byte{l.msg, l.ack} {
+		l.gsoIovs[i].Base = &b[0]
+		l.gsoIovs[i].SetLen(len(b))
+	}
+	m := &l.gsoHdr[0].Hdr
+	m.Iov = &l.gsoIovs[0]
+	m.SetIovlen(2)
+	m.Control = &l.gsoCmsg[0]
+	m.SetControllen(len(l.gsoCmsg))
+	l.gso = true
+	return nil
+}
+
 func (l *latPeer) close() {
+	l.release()
 	if l.ring != nil {
 		l.ring.close()
 	}
@@ -310,13 +427,13 @@ func latServe(l *latPeer, stop *atomic.Bool) (answered int64, badCRC int64, err 
 
 // latClient makes p.n round trips on the connected socket fd and returns
 // the time of each post and of the end.
-func latClient(fd int, p params, to unix.Sockaddr) (posted []time.Time, end time.Time, acks, badCRC int64, err error) {
+func latClient(fd int, p params, to unix.Sockaddr) (posted []time.Time, end time.Time, acks, badCRC, gsoSent int64, err error) {
 	if err := setWait(fd, p.block); err != nil {
-		return nil, end, 0, 0, err
+		return nil, end, 0, 0, 0, err
 	}
 	l, err := newLatPeerFor(fd, p)
 	if err != nil {
-		return nil, end, 0, 0, err
+		return nil, end, 0, 0, 0, err
 	}
 	defer l.close()
 	l.to = to
@@ -324,15 +441,18 @@ func latClient(fd int, p params, to unix.Sockaddr) (posted []time.Time, end time
 	for i := range p.n {
 		posted = append(posted, time.Now())
 		if err := l.sendAckAndMsg(i > 0, nil); err != nil {
-			return posted, end, l.acks, l.badCRC, err
+			return posted, end, l.acks, l.badCRC, l.gsoSent, err
 		}
 		// A lost datagram would spin here for ever: the run's caller
 		// bounds it (bench/vm.sh runs the client under timeout(1)).
 		if _, err := l.awaitMsg(nil); err != nil {
-			return posted, end, l.acks, l.badCRC, err
+			return posted, end, l.acks, l.badCRC, l.gsoSent, err
 		}
 	}
 	end = time.Now()
+	if err := l.awaitAcks(int64(p.n)); err != nil {
+		return posted, end, l.acks, l.badCRC, l.gsoSent, err
+	}
 	// The server's last message is ACKed, as an RC peer would.
 	l.sealAck()
 	if l.to != nil {
@@ -340,7 +460,7 @@ func latClient(fd int, p params, to unix.Sockaddr) (posted []time.Time, end time
 	} else {
 		unix.Write(fd, l.ack)
 	}
-	return posted, end, l.acks, l.badCRC, nil
+	return posted, end, l.acks, l.badCRC, l.gsoSent, nil
 }
 
 // latReport prints perftest's latency table (print_report_lat: the time
@@ -414,7 +534,7 @@ func serveLat(c io.Writer, rd *bufio.Reader, fd int, p params) error {
 	if r.err != nil {
 		return r.err
 	}
-	_, err = fmt.Fprintf(c, "%d %d\n", r.answered, r.bad)
+	_, err = fmt.Fprintf(c, "%d %d %d\n", r.answered, r.bad, l.gsoSent)
 	return err
 }
 
@@ -425,7 +545,7 @@ func clientLat(c io.Writer, rd *bufio.Reader, fd int, p params, data netip.AddrP
 	if p.pktinfo {
 		to = sockaddr(data)
 	}
-	posted, end, acks, bad, err := latClient(fd, p, to)
+	posted, end, acks, bad, gso, err := latClient(fd, p, to)
 	if err != nil {
 		return err
 	}
@@ -433,10 +553,12 @@ func clientLat(c io.Writer, rd *bufio.Reader, fd int, p params, data netip.AddrP
 		return err
 	}
 	var answered, sbad int64
-	if _, err := fmt.Fscanln(rd, &answered, &sbad); err != nil {
+	var sgso int64
+	if _, err := fmt.Fscanln(rd, &answered, &sbad, &sgso); err != nil {
 		return fmt.Errorf("the server's report: %w", err)
 	}
 	latReport(out, p.size, posted, end)
+	fmt.Fprintf(out, "udpfloor: sent as one GSO message with their ACK: %d messages of the client's, %d of the server's\n", gso, sgso)
 	fmt.Fprintf(out, "udpfloor: %d round trips of %d bytes; the server answered %d; %d ACKs received; %d datagrams with a bad CRC-32\n",
 		len(posted), p.size, answered, acks, bad+sbad)
 	switch {

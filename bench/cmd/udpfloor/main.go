@@ -74,6 +74,7 @@ type params struct {
 	block                bool   // -lat's sides wait in recvfrom(2) instead of spinning
 	rx                   string // -lat's busy poll looks at: ring, socket
 	pktinfo              bool   // -lat: send as goroce's link does (unconnected, IP_PKTINFO)
+	gso                  bool   // -lat: the ACK and the message as one UDP GSO message
 }
 
 func (p params) dgramLen() int { return bthLen + p.mtu + icrcLen }
@@ -95,6 +96,7 @@ func main() {
 	flag.BoolVar(&p.block, "block", false, "with -lat: both sides wait for each datagram in recvfrom(2) instead of busy-polling")
 	flag.StringVar(&p.rx, "rx", "ring", "with -lat: what each side's busy poll looks at, `ring|socket`: an AF_PACKET receive ring (a load from memory per look, as goroce's privileged link) or the UDP socket (a recvfrom(2) per look)")
 	flag.BoolVar(&p.pktinfo, "pktinfo", false, "with -lat: send as goroce's UDP link does, every datagram with its destination and an IP_PKTINFO naming its source, on a socket not connected")
+	flag.BoolVar(&p.gso, "gso", true, "with -lat: send the ACK and the next message as one UDP GSO message (the message, then the ACK as its shorter last segment), as goroce's link sends an answer with its held ACK; false: as two datagrams of one sendmmsg(2)")
 	flag.BoolVar(&p.lat, "lat", false, "the latency floor: a ping-pong of one -size message each way, each ACKed (ib_send_lat, ibv_rc_pingpong)")
 	flag.Parse()
 	a, err := netip.ParseAddr(*addr)
@@ -155,7 +157,7 @@ func serve(data netip.AddrPort, ctlPort int) error {
 	defer c.Close()
 	rd := bufio.NewReader(c)
 	var p params
-	if _, err := fmt.Fscanln(rd, &p.n, &p.size, &p.mtu, &p.window, &p.lat, &p.block, &p.rx, &p.pktinfo); err != nil {
+	if _, err := fmt.Fscanln(rd, &p.n, &p.size, &p.mtu, &p.window, &p.lat, &p.block, &p.rx, &p.pktinfo, &p.gso); err != nil {
 		return fmt.Errorf("the client's parameters: %w", err)
 	}
 	if err := p.check(); err != nil {
@@ -328,7 +330,7 @@ func client(p params, data netip.AddrPort, ctl string, ctlPort int, out io.Write
 	}
 	defer c.Close()
 	rd := bufio.NewReader(c)
-	if _, err := fmt.Fprintf(c, "%d %d %d %d %t %t %s %t\n", p.n, p.size, p.mtu, p.window, p.lat, p.block, p.rx, p.pktinfo); err != nil {
+	if _, err := fmt.Fprintf(c, "%d %d %d %d %t %t %s %t %t\n", p.n, p.size, p.mtu, p.window, p.lat, p.block, p.rx, p.pktinfo, p.gso); err != nil {
 		return err
 	}
 	if l, err := rd.ReadString('\n'); err != nil || l != "go\n" {

@@ -78,18 +78,21 @@ func sleep() { time.Sleep(20 * time.Millisecond) }
 func TestLatFloorOverLoopback(t *testing.T) {
 	testenv.Root(t) // SO_RCVBUFFORCE
 	for _, c := range []struct {
-		name, addr, rx string
-		block, pktinfo bool
+		name, addr, rx      string
+		block, pktinfo, gso bool
 	}{
-		{"ring", "127.0.0.1", "ring", false, false},
-		{"ring IPv6", "::1", "ring", false, false},
-		{"socket", "127.0.0.1", "socket", false, false},
-		{"block", "127.0.0.1", "ring", true, false},
-		{"pktinfo", "127.0.0.1", "ring", false, true},
-		{"pktinfo IPv6", "::1", "ring", false, true},
+		{"ring", "127.0.0.1", "ring", false, false, true},
+		{"ring IPv6", "::1", "ring", false, false, true},
+		{"socket", "127.0.0.1", "socket", false, false, true},
+		{"block", "127.0.0.1", "ring", true, false, true},
+		{"pktinfo", "127.0.0.1", "ring", false, true, true},
+		{"pktinfo IPv6", "::1", "ring", false, true, true},
+		{"two datagrams", "127.0.0.1", "ring", false, false, false},
+		{"two datagrams, pktinfo", "127.0.0.1", "ring", false, true, false},
+		{"two datagrams, socket", "127.0.0.1", "socket", false, false, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			testLatFloor(t, c.addr, params{n: 500, size: 64, mtu: 1024, window: 1, lat: true, block: c.block, rx: c.rx, pktinfo: c.pktinfo})
+			testLatFloor(t, c.addr, params{n: 500, size: 64, mtu: 1024, window: 1, lat: true, block: c.block, rx: c.rx, pktinfo: c.pktinfo, gso: c.gso})
 		})
 	}
 }
@@ -129,6 +132,15 @@ func testLatFloor(t *testing.T, addr string, p params) {
 	// leaves out the two slowest, which the whole run's time keeps.
 	if typical <= 0 || avg <= 0 || perIter < 1.9*avg || perIter > 10*avg {
 		t.Errorf("t_typical %g, t_avg %g µs against %g µs per iteration: want each iteration two latencies", typical, avg, perIter)
+	}
+	// Every message but the client's first carries the ACK of the one
+	// before it, in one GSO message with -gso.
+	gso := "0 messages of the client's, 0 of the server's"
+	if p.gso {
+		gso = "499 messages of the client's, 500 of the server's"
+	}
+	if !strings.Contains(s, "sent as one GSO message with their ACK: "+gso+"\n") {
+		t.Errorf("want %s sent as one GSO message with their ACK:\n%s", gso, s)
 	}
 	if !strings.Contains(s, "500 round trips of 64 bytes; the server answered 500; 500 ACKs received; 0 datagrams with a bad CRC-32") {
 		t.Errorf("want every round trip answered and ACKed:\n%s", s)
