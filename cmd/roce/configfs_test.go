@@ -100,6 +100,16 @@ func firstLine(t *testing.T, r io.Reader) string {
 	}
 }
 
+// firstLineOf waits (a minute at most) for b's first line, and returns it
+// with its newline.
+func firstLineOf(t *testing.T, b *lockedBuffer) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out := b.waitFor(t, ctx, "\n")
+	return out[:strings.IndexByte(out, '\n')+1]
+}
+
 // TestConfigfsProcesses mounts the tree with roce configfs mount as a
 // process of its own, and has other processes use it at once: roce mode
 // switching the mode and a shell reading it through the mount, a shell
@@ -108,21 +118,22 @@ func firstLine(t *testing.T, r io.Reader) string {
 func TestConfigfsProcesses(t *testing.T) {
 	requireFUSE(t)
 	dir, mnt, roceBin := configDevs(t), testenv.SharedMountPoint(t), roceExecutable(t)
-	var stderr bytes.Buffer
+	// Not a StderrPipe read by a goroutine: Wait closes such a pipe once
+	// the process has exited, and the reader could lose the last line
+	// (CI run 81 did). exec copies into a Writer until EOF and Wait waits
+	// for the copy.
+	stderr := new(lockedBuffer)
 	mount := exec.Command(roceBin, "--rundir", dir, "configfs", "mount", mnt)
-	pipe, err := mount.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	mount.Stderr = stderr
 	if err := mount.Start(); err != nil {
 		t.Fatal(err)
 	}
-	w := &fuseWatch{t: t, mnt: mnt, server: mount, stderr: &stderr}
+	w := &fuseWatch{t: t, mnt: mnt, server: mount, stderr: stderr}
 	t.Cleanup(func() {
 		w.stopServer()
 		detach(t, mnt)
 	})
-	line := firstLine(t, io.TeeReader(pipe, &stderr))
+	line := firstLineOf(t, stderr)
 	if want := "roce: configfs: serving the devices of " + dir + " at " + mnt + "/rdma_cm until interrupted or unmounted\n"; line != want {
 		t.Fatalf("stderr %q, want %q", line, want)
 	}

@@ -24,8 +24,8 @@ const stuckAfter = 3 * time.Minute
 type fuseWatch struct {
 	t      *testing.T
 	mnt    string
-	server *exec.Cmd     // the serving process, when it is one of its own
-	stderr *bytes.Buffer // where the server's stderr goes (goroutine dumps land here)
+	server *exec.Cmd    // the serving process, when it is one of its own
+	stderr fmt.Stringer // where the server's stderr goes (goroutine dumps land here)
 }
 
 // within runs f and returns its error; if f has not returned after
@@ -56,7 +56,9 @@ func (w *fuseWatch) diagnose() string {
 		w.server.Process.Signal(syscall.SIGQUIT)
 		w.server.Process.Signal(syscall.SIGCONT) // in case it was stopped
 		time.Sleep(2 * time.Second)
-		fmt.Fprintf(&b, "server stderr:\n%s\n", w.stderr.String())
+		if w.stderr != nil {
+			fmt.Fprintf(&b, "server stderr:\n%s\n", w.stderr.String())
+		}
 	}
 	return b.String()
 }

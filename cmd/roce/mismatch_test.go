@@ -137,21 +137,18 @@ func TestRoCEModeProcedure(t *testing.T) {
 	requireFUSE(t)
 	a, b, dir, roceBin := pingHosts(t, "", "")
 	mnt := testenv.SharedMountPoint(t)
-	var stderr bytes.Buffer
+	stderr := new(lockedBuffer) // not a StderrPipe: see TestConfigfsProcesses
 	mount := exec.Command(roceBin, "--rundir", dir, "configfs", "mount", mnt)
-	pipe, err := mount.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	mount.Stderr = stderr
 	if err := mount.Start(); err != nil {
 		t.Fatal(err)
 	}
-	w := &fuseWatch{t: t, mnt: mnt, server: mount, stderr: &stderr}
+	w := &fuseWatch{t: t, mnt: mnt, server: mount, stderr: stderr}
 	t.Cleanup(func() {
 		w.stopServer()
 		detach(t, mnt)
 	})
-	if l := firstLine(t, io.TeeReader(pipe, &stderr)); !strings.Contains(l, "serving") {
+	if l := firstLineOf(t, stderr); !strings.Contains(l, "serving") {
 		t.Fatalf("configfs mount: %q", l)
 	}
 	for _, dev := range []string{"rxeA", "rxeB"} {

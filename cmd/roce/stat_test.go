@@ -150,11 +150,14 @@ func TestStatResCaptureMetrics(t *testing.T) {
 	}
 	wantRun(t, dir, exitError, []string{"roce: stat: no QP 9999 on rxe0"}, "stat", "rxe0", "--qp", "9999")
 
-	// The capture stops after 10 packets, and they decode.
+	// The capture stops after 10 packets, and they decode. Its stderr is
+	// read to the end before Wait, which closes the pipe (a summary line
+	// still unread would be lost).
+	s := <-capLines
 	if err := capCmd.Wait(); err != nil {
-		t.Fatalf("capture: %v\n%s", err, <-capLines)
+		t.Fatalf("capture: %v\n%s", err, s)
 	}
-	if s := <-capLines; !strings.Contains(s, "\n10 packets captured\n") || !strings.Contains(s, "packets dropped by rxe0") {
+	if !strings.Contains(s, "\n10 packets captured\n") || !strings.Contains(s, "packets dropped by rxe0") {
 		t.Errorf("capture's summary: %q", s)
 	}
 	code, stdout, stderr := roce(t, "decode", "--verify", pcapFile)
