@@ -21,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"hash/crc32"
+	"math/rand/v2"
 	"os"
 	"runtime"
 	"strings"
@@ -153,6 +154,26 @@ func ops() []op {
 			}
 			sink += x
 		}},
+	}
+	// A load from each of a working set of pages in turn, the pages
+	// scattered over the 16 MiB as a heap's objects are: while the set
+	// fits the address-translation cache every load hits it; past that
+	// size each costs as the row above.
+	for _, pages := range []int{32, 128, 512} {
+		offs := make([]int, pages)
+		perm := rand.New(rand.NewPCG(uint64(pages), 1)).Perm(4096)
+		for i := range offs {
+			offs[i] = perm[i]*4096 + i&63
+		}
+		list = append(list, op{fmt.Sprintf("load, a working set of %d pages", pages), false, func(n int) {
+			x := uint64(0)
+			for i := range n {
+				x += uint64(mem16[offs[i%pages]])
+			}
+			sink += x
+		}})
+	}
+	list = append(list, []op{
 		{"time.Now", false, func(n int) {
 			for range n {
 				sink += uint64(time.Now().UnixNano())
@@ -194,7 +215,7 @@ func ops() []op {
 				}
 			}
 		}},
-	}
+	}...)
 	for _, l := range []int{64, 256, 4096} {
 		list = append(list, op{fmt.Sprintf("copy %d B", l), false, func(n int) {
 			for range n {
