@@ -53,6 +53,8 @@
 #                 VMs allow a user-space stack at all)
 #   -F FLAGS      more flags for the latency floor's client (udpfloor -lat),
 #                 e.g. -F -gso=false (the ACK and the SEND as two datagrams)
+#                 or -F -entersyscall (sends as ordinary Go system calls,
+#                 which with one P let sysmon hand the P away mid-send)
 #   --quick       -r 1 with few iterations (the Go test TestLabVMScript runs this)
 #
 # The lab's lock (/run/roce-lab.lock, internal/lab's) is held for the whole

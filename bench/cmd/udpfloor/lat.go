@@ -33,7 +33,11 @@ import (
 // message (the message first, the shorter ACK its last segment), as
 // goroce's link sends an answer and the ACK it holds: one trip through the
 // kernel's stack for both; with -gso=false as two datagrams of one
-// sendmmsg. A reader that gets them unsegmented (over loopback or a veth,
+// sendmmsg. With one P (GOMAXPROCS 1, as in the lab's one-vCPU VMs) the
+// sendmmsg is a raw system call, as goroce's link makes it (link/udp,
+// mmsg.go): an ordinary one tells the scheduler, and sysmon hands the P to
+// another thread whenever a send outlasts its tick, which under TCG most
+// do; -entersyscall sends the ordinary way. A reader that gets them unsegmented (over loopback or a veth,
 // which carry GSO packets whole) splits them at the message's length, the
 // segment size. Per datagram each side computes a CRC-32 (the ICRC) when it
 // sends and checks it when it receives, and copies a message's payload out of
@@ -80,6 +84,11 @@ type latPeer struct {
 	acks     int64         // ACKs received
 	badCRC   int64
 	gsoSent  int64 // messages sent with their ACK as one GSO message
+	rawSent  int64 // sendmmsg calls made raw
+	// rawSend: sendmmsg is a raw system call (one P, unless
+	// -entersyscall), as goroce's link makes it: an ordinary one lets
+	// sysmon hand the P to another thread while a long send lasts.
+	rawSend bool
 	// gso: the ACK and the message go as one UDP GSO message, gsoHdr,
 	// whose control holds UDP_SEGMENT (and IP_PKTINFO with -pktinfo).
 	gso     bool
@@ -146,7 +155,12 @@ func (l *latPeer) sendAckAndMsg(ack bool, to unix.Sockaddr) error {
 		}
 	}
 	for off := first; off < last; {
-		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(l.fd), uintptr(unsafe.Pointer(&hdrs[off])), uintptr(last-off), 0, 0, 0)
+		sys := unix.Syscall6
+		if l.rawSend {
+			sys = unix.RawSyscall6
+			l.rawSent++
+		}
+		n, _, e := sys(unix.SYS_SENDMMSG, uintptr(l.fd), uintptr(unsafe.Pointer(&hdrs[off])), uintptr(last-off), 0, 0, 0)
 		if e == unix.EINTR || e == unix.EAGAIN {
 			continue
 		}
@@ -241,6 +255,11 @@ func (l *latPeer) awaitAcks(want int64) error {
 	return nil
 }
 
+// latCounts is what a side counted in a run.
+type latCounts struct{ acks, badCRC, gsoSent, rawSent int64 }
+
+func (l *latPeer) counts() latCounts { return latCounts{l.acks, l.badCRC, l.gsoSent, l.rawSent} }
+
 // release gives back the datagram next returned, once all of it is taken.
 func (l *latPeer) release() {
 	if l.held {
@@ -293,6 +312,7 @@ var errStopped = errors.New("stopped")
 func newLatPeerFor(fd int, p params) (*latPeer, error) {
 	l := newLatPeer(fd, p.size)
 	l.block = p.block
+	l.rawSend = runtime.GOMAXPROCS(0) == 1 && !p.entersyscall
 	local, err := localOf(fd)
 	if err != nil {
 		return nil, err
@@ -427,13 +447,13 @@ func latServe(l *latPeer, stop *atomic.Bool) (answered int64, badCRC int64, err 
 
 // latClient makes p.n round trips on the connected socket fd and returns
 // the time of each post and of the end.
-func latClient(fd int, p params, to unix.Sockaddr) (posted []time.Time, end time.Time, acks, badCRC, gsoSent int64, err error) {
+func latClient(fd int, p params, to unix.Sockaddr) (posted []time.Time, end time.Time, c latCounts, err error) {
 	if err := setWait(fd, p.block); err != nil {
-		return nil, end, 0, 0, 0, err
+		return nil, end, c, err
 	}
 	l, err := newLatPeerFor(fd, p)
 	if err != nil {
-		return nil, end, 0, 0, 0, err
+		return nil, end, c, err
 	}
 	defer l.close()
 	l.to = to
@@ -441,17 +461,17 @@ func latClient(fd int, p params, to unix.Sockaddr) (posted []time.Time, end time
 	for i := range p.n {
 		posted = append(posted, time.Now())
 		if err := l.sendAckAndMsg(i > 0, nil); err != nil {
-			return posted, end, l.acks, l.badCRC, l.gsoSent, err
+			return posted, end, l.counts(), err
 		}
 		// A lost datagram would spin here for ever: the run's caller
 		// bounds it (bench/vm.sh runs the client under timeout(1)).
 		if _, err := l.awaitMsg(nil); err != nil {
-			return posted, end, l.acks, l.badCRC, l.gsoSent, err
+			return posted, end, l.counts(), err
 		}
 	}
 	end = time.Now()
 	if err := l.awaitAcks(int64(p.n)); err != nil {
-		return posted, end, l.acks, l.badCRC, l.gsoSent, err
+		return posted, end, l.counts(), err
 	}
 	// The server's last message is ACKed, as an RC peer would.
 	l.sealAck()
@@ -460,7 +480,7 @@ func latClient(fd int, p params, to unix.Sockaddr) (posted []time.Time, end time
 	} else {
 		unix.Write(fd, l.ack)
 	}
-	return posted, end, l.acks, l.badCRC, l.gsoSent, nil
+	return posted, end, l.counts(), nil
 }
 
 // latReport prints perftest's latency table (print_report_lat: the time
@@ -534,7 +554,7 @@ func serveLat(c io.Writer, rd *bufio.Reader, fd int, p params) error {
 	if r.err != nil {
 		return r.err
 	}
-	_, err = fmt.Fprintf(c, "%d %d %d\n", r.answered, r.bad, l.gsoSent)
+	_, err = fmt.Fprintf(c, "%d %d %d %d\n", r.answered, r.bad, l.gsoSent, l.rawSent)
 	return err
 }
 
@@ -545,20 +565,22 @@ func clientLat(c io.Writer, rd *bufio.Reader, fd int, p params, data netip.AddrP
 	if p.pktinfo {
 		to = sockaddr(data)
 	}
-	posted, end, acks, bad, gso, err := latClient(fd, p, to)
+	posted, end, cc, err := latClient(fd, p, to)
 	if err != nil {
 		return err
 	}
 	if _, err := io.WriteString(c, "end\n"); err != nil {
 		return err
 	}
-	var answered, sbad int64
-	var sgso int64
-	if _, err := fmt.Fscanln(rd, &answered, &sbad, &sgso); err != nil {
+	var answered int64
+	var sc latCounts
+	if _, err := fmt.Fscanln(rd, &answered, &sc.badCRC, &sc.gsoSent, &sc.rawSent); err != nil {
 		return fmt.Errorf("the server's report: %w", err)
 	}
 	latReport(out, p.size, posted, end)
-	fmt.Fprintf(out, "udpfloor: sent as one GSO message with their ACK: %d messages of the client's, %d of the server's\n", gso, sgso)
+	fmt.Fprintf(out, "udpfloor: sent as one GSO message with their ACK: %d messages of the client's, %d of the server's\n", cc.gsoSent, sc.gsoSent)
+	fmt.Fprintf(out, "udpfloor: sendmmsg calls made raw (no entersyscall): %d of the client's, %d of the server's\n", cc.rawSent, sc.rawSent)
+	acks, bad, sbad := cc.acks, cc.badCRC, sc.badCRC
 	fmt.Fprintf(out, "udpfloor: %d round trips of %d bytes; the server answered %d; %d ACKs received; %d datagrams with a bad CRC-32\n",
 		len(posted), p.size, answered, acks, bad+sbad)
 	switch {

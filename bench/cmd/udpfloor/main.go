@@ -75,6 +75,7 @@ type params struct {
 	rx                   string // -lat's busy poll looks at: ring, socket
 	pktinfo              bool   // -lat: send as goroce's link does (unconnected, IP_PKTINFO)
 	gso                  bool   // -lat: the ACK and the message as one UDP GSO message
+	entersyscall         bool   // -lat: send through Go's ordinary system call even with one P
 }
 
 func (p params) dgramLen() int { return bthLen + p.mtu + icrcLen }
@@ -97,6 +98,7 @@ func main() {
 	flag.StringVar(&p.rx, "rx", "ring", "with -lat: what each side's busy poll looks at, `ring|socket`: an AF_PACKET receive ring (a load from memory per look, as goroce's privileged link) or the UDP socket (a recvfrom(2) per look)")
 	flag.BoolVar(&p.pktinfo, "pktinfo", false, "with -lat: send as goroce's UDP link does, every datagram with its destination and an IP_PKTINFO naming its source, on a socket not connected")
 	flag.BoolVar(&p.gso, "gso", true, "with -lat: send the ACK and the next message as one UDP GSO message (the message, then the ACK as its shorter last segment), as goroce's link sends an answer with its held ACK; false: as two datagrams of one sendmmsg(2)")
+	flag.BoolVar(&p.entersyscall, "entersyscall", false, "with -lat: send with Go's ordinary system call even with one P (GOMAXPROCS 1), not a raw one: the runtime then lets sysmon hand the P to another thread during each send that outlasts a sysmon tick, which goroce's link avoids with one P (link/udp, mmsg.go)")
 	flag.BoolVar(&p.lat, "lat", false, "the latency floor: a ping-pong of one -size message each way, each ACKed (ib_send_lat, ibv_rc_pingpong)")
 	flag.Parse()
 	a, err := netip.ParseAddr(*addr)
@@ -157,7 +159,7 @@ func serve(data netip.AddrPort, ctlPort int) error {
 	defer c.Close()
 	rd := bufio.NewReader(c)
 	var p params
-	if _, err := fmt.Fscanln(rd, &p.n, &p.size, &p.mtu, &p.window, &p.lat, &p.block, &p.rx, &p.pktinfo, &p.gso); err != nil {
+	if _, err := fmt.Fscanln(rd, &p.n, &p.size, &p.mtu, &p.window, &p.lat, &p.block, &p.rx, &p.pktinfo, &p.gso, &p.entersyscall); err != nil {
 		return fmt.Errorf("the client's parameters: %w", err)
 	}
 	if err := p.check(); err != nil {
@@ -330,7 +332,7 @@ func client(p params, data netip.AddrPort, ctl string, ctlPort int, out io.Write
 	}
 	defer c.Close()
 	rd := bufio.NewReader(c)
-	if _, err := fmt.Fprintf(c, "%d %d %d %d %t %t %s %t %t\n", p.n, p.size, p.mtu, p.window, p.lat, p.block, p.rx, p.pktinfo, p.gso); err != nil {
+	if _, err := fmt.Fprintf(c, "%d %d %d %d %t %t %s %t %t %t\n", p.n, p.size, p.mtu, p.window, p.lat, p.block, p.rx, p.pktinfo, p.gso, p.entersyscall); err != nil {
 		return err
 	}
 	if l, err := rd.ReadString('\n'); err != nil || l != "go\n" {

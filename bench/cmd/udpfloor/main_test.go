@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -95,6 +97,13 @@ func TestLatFloorOverLoopback(t *testing.T) {
 			testLatFloor(t, c.addr, params{n: 500, size: 64, mtu: 1024, window: 1, lat: true, block: c.block, rx: c.rx, pktinfo: c.pktinfo, gso: c.gso})
 		})
 	}
+	// One P, as in the lab's VMs: raw sends, unless -entersyscall.
+	for _, enter := range []bool{false, true} {
+		t.Run(fmt.Sprintf("one P, entersyscall %v", enter), func(t *testing.T) {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+			testLatFloor(t, "127.0.0.1", params{n: 500, size: 64, mtu: 1024, window: 1, lat: true, rx: "ring", gso: true, entersyscall: enter})
+		})
+	}
 }
 
 func testLatFloor(t *testing.T, addr string, p params) {
@@ -141,6 +150,15 @@ func testLatFloor(t *testing.T, addr string, p params) {
 	}
 	if !strings.Contains(s, "sent as one GSO message with their ACK: "+gso+"\n") {
 		t.Errorf("want %s sent as one GSO message with their ACK:\n%s", gso, s)
+	}
+	// With one P every send is a raw system call, as goroce's link makes
+	// it; with more, or -entersyscall, none.
+	raw := "0 of the client's, 0 of the server's"
+	if runtime.GOMAXPROCS(0) == 1 && !p.entersyscall {
+		raw = "500 of the client's, 500 of the server's"
+	}
+	if !strings.Contains(s, "sendmmsg calls made raw (no entersyscall): "+raw+"\n") {
+		t.Errorf("want sendmmsg calls made raw: %s:\n%s", raw, s)
 	}
 	if !strings.Contains(s, "500 round trips of 64 bytes; the server answered 500; 500 ACKs received; 0 datagrams with a bad CRC-32") {
 		t.Errorf("want every round trip answered and ACKed:\n%s", s)
