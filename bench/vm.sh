@@ -51,10 +51,11 @@
 #                 the next SEND as one UDP GSO message); a second table
 #                 puts rxe, the floor and goroce side by side (what the
 #                 VMs allow a user-space stack at all)
-#   -F FLAGS      more flags for the latency floor's client (udpfloor -lat),
-#                 e.g. -F -gso=false (the ACK and the SEND as two datagrams)
-#                 or -F -entersyscall (sends as ordinary Go system calls,
-#                 which with one P let sysmon hand the P away mid-send)
+#   -F FLAGS      more flags for the floors' clients (udpfloor), e.g.
+#                 -F -gso=false (-lat: the ACK and the SEND as two
+#                 datagrams) or -F -entersyscall (sends as ordinary Go
+#                 system calls, which with one P let sysmon hand the P
+#                 away mid-send)
 #   --quick       -r 1 with few iterations (the Go test TestLabVMScript runs this)
 #
 # The lab's lock (/run/roce-lab.lock, internal/lab's) is held for the whole
@@ -353,7 +354,7 @@ cmdline() {
 		case $2 in
 		pingpong) echo "$EXTRA/udpfloor -a 192.0.2.11 -lat -size 64 -n $pp_n -m 1024${floorflags:+ $floorflags}" ;;
 		send_lat) echo "$EXTRA/udpfloor -a 192.0.2.11 -lat -size 64 -n $lat_n -m 1024${floorflags:+ $floorflags}" ;;
-		write_bw) echo "$EXTRA/udpfloor -a 192.0.2.11 -size 65536 -n $bw_n -m 1024 -t 8" ;;
+		write_bw) echo "$EXTRA/udpfloor -a 192.0.2.11 -size 65536 -n $bw_n -m 1024 -t 8${floorflags:+ $floorflags}" ;;
 		esac
 	fi ;;
 	esac

@@ -49,6 +49,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"time"
 	"unsafe"
 
@@ -75,7 +76,7 @@ type params struct {
 	rx                   string // -lat's busy poll looks at: ring, socket
 	pktinfo              bool   // -lat: send as goroce's link does (unconnected, IP_PKTINFO)
 	gso                  bool   // -lat: the ACK and the message as one UDP GSO message
-	entersyscall         bool   // -lat: send through Go's ordinary system call even with one P
+	entersyscall         bool   // send through Go's ordinary system call even with one P
 }
 
 func (p params) dgramLen() int { return bthLen + p.mtu + icrcLen }
@@ -98,7 +99,7 @@ func main() {
 	flag.StringVar(&p.rx, "rx", "ring", "with -lat: what each side's busy poll looks at, `ring|socket`: an AF_PACKET receive ring (a load from memory per look, as goroce's privileged link) or the UDP socket (a recvfrom(2) per look)")
 	flag.BoolVar(&p.pktinfo, "pktinfo", false, "with -lat: send as goroce's UDP link does, every datagram with its destination and an IP_PKTINFO naming its source, on a socket not connected")
 	flag.BoolVar(&p.gso, "gso", true, "with -lat: send the ACK and the next message as one UDP GSO message (the message, then the ACK as its shorter last segment), as goroce's link sends an answer with its held ACK; false: as two datagrams of one sendmmsg(2)")
-	flag.BoolVar(&p.entersyscall, "entersyscall", false, "with -lat: send with Go's ordinary system call even with one P (GOMAXPROCS 1), not a raw one: the runtime then lets sysmon hand the P to another thread during each send that outlasts a sysmon tick, which goroce's link avoids with one P (link/udp, mmsg.go)")
+	flag.BoolVar(&p.entersyscall, "entersyscall", false, "send with Go's ordinary system call even with one P (GOMAXPROCS 1), not a raw one: the runtime then lets sysmon hand the P to another thread during each send that outlasts a sysmon tick, which goroce's link avoids with one P (link/udp, mmsg.go)")
 	flag.BoolVar(&p.lat, "lat", false, "the latency floor: a ping-pong of one -size message each way, each ACKed (ib_send_lat, ibv_rc_pingpong)")
 	flag.Parse()
 	a, err := netip.ParseAddr(*addr)
@@ -378,6 +379,7 @@ func client(p params, data netip.AddrPort, ctl string, ctlPort int, out io.Write
 	fmt.Fprintf(out, " %-10d %-10d       %-7.2f            %-7.2f              %.6f\n", p.size, p.n, mbs, mbs, float64(acked)/elapsed.Seconds()/1e6)
 	fmt.Fprintf(out, "udpfloor: %d of %d bytes received in %.3f s; %d messages ACKed, %d counted lost; %d datagrams with a bad CRC-32\n",
 		got, int64(p.n)*int64(p.size), elapsed.Seconds(), acked, lost, bad)
+	fmt.Fprintf(out, "udpfloor: sendmmsg calls made raw (no entersyscall): %d\n", s.rawSent)
 	if bad > 0 {
 		return fmt.Errorf("%d datagrams arrived with a CRC-32 that does not match", bad)
 	}
@@ -395,13 +397,19 @@ type sender struct {
 	src    []byte
 	srcOff int
 	buf    []byte // one message's datagrams
-	hdrs   []unix.Mmsghdr
-	iovs   []unix.Iovec
-	cmsg   []byte
+	// raw: sendmmsg is a raw system call (one P, unless -entersyscall),
+	// as goroce's link makes it, so that sysmon does not hand the P to
+	// another thread while a message's sendmmsg lasts.
+	raw     bool
+	rawSent int
+	hdrs    []unix.Mmsghdr
+	iovs    []unix.Iovec
+	cmsg    []byte
 }
 
 func newSender(fd int, p params) *sender {
-	s := &sender{fd: fd, p: p, src: make([]byte, p.window*p.size), buf: make([]byte, p.perMsg()*p.dgramLen())}
+	s := &sender{fd: fd, p: p, src: make([]byte, p.window*p.size), buf: make([]byte, p.perMsg()*p.dgramLen()),
+		raw: runtime.GOMAXPROCS(0) == 1 && !p.entersyscall}
 	for i := range s.src {
 		s.src[i] = byte(i * 7)
 	}
@@ -446,8 +454,13 @@ func (s *sender) send(m int) error {
 		s.iovs[k].SetLen(min(per*dl, pos-off))
 		k++
 	}
+	sys := unix.Syscall6
+	if s.raw {
+		sys = unix.RawSyscall6
+		s.rawSent++
+	}
 	for off := 0; off < k; {
-		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&s.hdrs[off])), uintptr(k-off), 0, 0, 0)
+		n, _, e := sys(unix.SYS_SENDMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&s.hdrs[off])), uintptr(k-off), 0, 0, 0)
 		if e == unix.EINTR {
 			continue
 		}

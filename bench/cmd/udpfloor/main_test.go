@@ -27,8 +27,19 @@ func TestFloorOverLoopback(t *testing.T) {
 	}{
 		{"64KiB at 1024", params{n: 200, size: 65536, mtu: 1024, window: 16, rx: "ring"}},
 		{"odd size at 4096", params{n: 50, size: 10000, mtu: 4096, window: 4, rx: "ring"}},
+		{"one P", params{n: 100, size: 65536, mtu: 1024, window: 8, rx: "ring"}},
+		{"one P, entersyscall", params{n: 100, size: 65536, mtu: 1024, window: 8, rx: "ring", entersyscall: true}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			if strings.HasPrefix(c.name, "one P") {
+				defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+			}
+			// With one P every sendmmsg is raw, as goroce's link makes
+			// it; with more, or -entersyscall, none.
+			raw := 0
+			if runtime.GOMAXPROCS(0) == 1 && !c.p.entersyscall {
+				raw = c.p.n
+			}
 			ctl := testenv.FreeTCPPort(t)
 			data := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(testenv.FreeTCPPort(t)))
 			done := make(chan error, 1)
@@ -55,6 +66,9 @@ func TestFloorOverLoopback(t *testing.T) {
 			}
 			if v, _ := strconv.ParseFloat(m[4], 64); v <= 0 {
 				t.Errorf("BW average %s", m[4])
+			}
+			if w := fmt.Sprintf("sendmmsg calls made raw (no entersyscall): %d\n", raw); !strings.Contains(out.String(), w) {
+				t.Errorf("want %q in:\n%s", w, out.String())
 			}
 			want := strconv.Itoa(c.p.n*c.p.size) + " of " + strconv.Itoa(c.p.n*c.p.size) + " bytes received"
 			if !bytes.Contains(out.Bytes(), []byte(want)) || !bytes.Contains(out.Bytes(), []byte(strconv.Itoa(c.p.n)+" messages ACKed, 0 counted lost; 0 datagrams")) {
