@@ -44,6 +44,16 @@ func (w window) in(t int64) bool { return t >= w.sampleStart && t < w.sampleStop
 // loop that never sleeps; with -e (UseEvent) it sleeps on the CQ's
 // completion event (ibv_req_notify_cq + ibv_get_cq_event: CQ.Wait).
 func (p *params) waitCQ(ctx context.Context, cq *verbs.CQ, wcs []verbs.WC, deadline time.Time) (int, error) {
+	// An ended run is seen on every call, not only after empty polls: a CQ
+	// that always holds a completion (a stream of WRITEs) returns before
+	// the busy poll's check, and an interrupted `roce perf write -D 60`
+	// went on to the interrupt's 10 s limit (CI run 83). A non-blocking
+	// look at Done costs a load.
+	select {
+	case <-ctx.Done():
+		return 0, fmt.Errorf("poll CQ failed: %w", ctx.Err())
+	default:
+	}
 	if p.UseEvent {
 		return waitCQEvent(ctx, cq, wcs, deadline)
 	}

@@ -1035,3 +1035,36 @@ func TestPerfUDDuration(t *testing.T) {
 		})
 	}
 }
+
+// TestWaitCQSeesCancel: a run whose context ended stops at its next
+// waitCQ even while the CQ holds completions, busy-polled or waited for
+// (-e): before, only a busy poll that found the CQ empty 1,024 times in a
+// row looked, so a steady stream of completions hid an interrupt.
+func TestWaitCQSeesCancel(t *testing.T) {
+	for _, event := range []bool{false, true} {
+		t.Run(map[bool]string{false: "busy poll", true: "event"}[event], func(t *testing.T) {
+			pair := verbstest.NewPair(t, verbstest.Options{})
+			const n = 4
+			for i := range n {
+				if err := pair.B.QP.PostRecv(verbs.RecvWR{WRID: uint64(i)}); err != nil {
+					t.Fatal(err)
+				}
+				if err := pair.A.QP.PostSend(verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The send CQ holds a completion before the call.
+			if err := pair.A.CQ.Wait(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			p := &params{Config: Config{UseEvent: event}}
+			wcs := make([]verbs.WC, 1)
+			k, err := p.waitCQ(ctx, pair.A.CQ, wcs, time.Time{})
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("waitCQ after cancel, with completions queued: %d, %v; want %v", k, err, context.Canceled)
+			}
+		})
+	}
+}
