@@ -508,8 +508,17 @@ func (s *session) iterate(ctx context.Context, w *watcher, prog *progress) error
 // goroutines and the watchers still run — every busypoll.OnePYield polls
 // when the process has one P, where a yield after every poll put a third
 // of the client's CPU in the scheduler (the lab's VMs) — and it looks at
-// ctx every 1024 polls, so a cancelled run or a dead device ends it.
+// ctx on every call and every 1024 polls, so a cancelled run or a dead
+// device ends it.
 func (s *session) poll(ctx context.Context, wcs []verbs.WC) (n int, err error) {
+	// An ended run is seen on every call too, not only after empty polls
+	// (a CQ that holds a completion returns first; perftest's waitCQ hid
+	// an interrupt that way).
+	select {
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	default:
+	}
 	st := s.c.stats
 	if s.c.Events {
 		if st != nil {

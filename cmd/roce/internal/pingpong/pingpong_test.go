@@ -304,17 +304,20 @@ func TestPingPongBusyPoll(t *testing.T) {
 func TestPollYields(t *testing.T) {
 	pair := verbstest.NewPair(t, verbstest.Options{NoConnect: true})
 	var yields int
+	var cancel context.CancelFunc
 	prev := gosched
-	gosched = func() { yields++; runtime.Gosched() }
+	// The context ends at the first yield, so the poll returns at its
+	// next look, after 1,024 polls (it looks on entry too).
+	gosched = func() { yields++; cancel(); runtime.Gosched() }
 	defer func() { gosched = prev }()
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
 	for _, c := range []struct {
 		procs, yields int
 	}{{1, 1023 / busypoll.OnePYield}, {2, 1023}} {
 		runtime.GOMAXPROCS(c.procs)
 		yields = 0
+		ctx, stop := context.WithCancel(context.Background())
+		cancel = stop
 		s := &session{cq: pair.A.CQ}
 		if n, err := s.poll(ctx, make([]verbs.WC, 1)); n != 0 || err == nil {
 			t.Fatalf("poll of an empty CQ with ctx done: %d, %v", n, err)
@@ -322,5 +325,29 @@ func TestPollYields(t *testing.T) {
 		if yields != c.yields {
 			t.Errorf("GOMAXPROCS %d: %d yields in 1024 empty polls, want %d", c.procs, yields, c.yields)
 		}
+	}
+}
+
+// TestPollSeesCancel: a run whose context ended stops at its next poll
+// even while the CQ holds completions; before, only 1,024 empty polls in a
+// row looked at the context.
+func TestPollSeesCancel(t *testing.T) {
+	pair := verbstest.NewPair(t, verbstest.Options{})
+	for i := range 4 {
+		if err := pair.B.QP.PostRecv(verbs.RecvWR{WRID: uint64(i)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := pair.A.QP.PostSend(verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pair.A.CQ.Wait(context.Background()); err != nil { // a completion is queued
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	s := &session{cq: pair.A.CQ}
+	if n, err := s.poll(ctx, make([]verbs.WC, 1)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("poll after cancel, with completions queued: %d, %v; want %v", n, err, context.Canceled)
 	}
 }
