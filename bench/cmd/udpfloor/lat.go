@@ -154,22 +154,11 @@ func (l *latPeer) sendAckAndMsg(ack bool, to unix.Sockaddr) error {
 			hdrs[0].Hdr.Name, hdrs[0].Hdr.Namelen = l.hdrs[1].Hdr.Name, l.hdrs[1].Hdr.Namelen
 		}
 	}
-	for off := first; off < last; {
-		sys := unix.Syscall6
-		if l.rawSend {
-			sys = unix.RawSyscall6
-			l.rawSent++
-		}
-		n, _, e := sys(unix.SYS_SENDMMSG, uintptr(l.fd), uintptr(unsafe.Pointer(&hdrs[off])), uintptr(last-off), 0, 0, 0)
-		if e == unix.EINTR || e == unix.EAGAIN {
-			continue
-		}
-		if e != 0 {
-			return fmt.Errorf("sendmmsg: %w", e)
-		}
-		off += int(n)
+	calls, err := sendAll(l.fd, hdrs[first:last], l.rawSend)
+	if l.rawSend {
+		l.rawSent += int64(calls)
 	}
-	return nil
+	return err
 }
 
 // sealAck puts l's PSN count in its ACK (nothing checks it: the floor
@@ -376,8 +365,8 @@ func (l *latPeer) setGSO() error {
 		pk = l.cmsg[:len(l.cmsg)/2] // the message's IP_PKTINFO
 	}
 	sp := unix.CmsgSpace(2)
-	l.gsoCmsg = append(make([]byte, 0, len(pk)+sp), pk...)
-	l.gsoCmsg = l.gsoCmsg[:len(pk)+sp]
+	l.gsoCmsg = make([]byte, len(pk)+sp)
+	copy(l.gsoCmsg, pk)
 	h := (*unix.Cmsghdr)(unsafe.Pointer(&l.gsoCmsg[len(pk)]))
 	h.Level, h.Type = unix.IPPROTO_UDP, unix.UDP_SEGMENT
 	h.SetLen(unix.CmsgLen(2))

@@ -454,22 +454,33 @@ func (s *sender) send(m int) error {
 		s.iovs[k].SetLen(min(per*dl, pos-off))
 		k++
 	}
-	sys := unix.Syscall6
 	if s.raw {
-		sys = unix.RawSyscall6
 		s.rawSent++
 	}
-	for off := 0; off < k; {
-		n, _, e := sys(unix.SYS_SENDMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&s.hdrs[off])), uintptr(k-off), 0, 0, 0)
-		if e == unix.EINTR {
+	_, err := sendAll(s.fd, s.hdrs[:k], s.raw)
+	return err
+}
+
+// sendAll sends every message of hdrs with sendmmsg, as many calls as it
+// takes (again after EINTR, or EAGAIN on a non-blocking socket), each a
+// raw system call when raw; it returns how many calls it made.
+func sendAll(fd int, hdrs []unix.Mmsghdr, raw bool) (calls int, err error) {
+	sys := unix.Syscall6
+	if raw {
+		sys = unix.RawSyscall6
+	}
+	for off := 0; off < len(hdrs); {
+		n, _, e := sys(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&hdrs[off])), uintptr(len(hdrs)-off), 0, 0, 0)
+		calls++
+		if e == unix.EINTR || e == unix.EAGAIN {
 			continue
 		}
 		if e != 0 {
-			return fmt.Errorf("sendmmsg: %w", e)
+			return calls, fmt.Errorf("sendmmsg: %w", e)
 		}
 		off += int(n)
 	}
-	return nil
+	return calls, nil
 }
 
 // run sends every message, p.window in flight, and returns how many the
