@@ -33,7 +33,10 @@ import (
 // message (the message first, the shorter ACK its last segment), as
 // goroce's link sends an answer and the ACK it holds: one trip through the
 // kernel's stack for both; with -gso=false as two datagrams of one
-// sendmmsg. With one P (GOMAXPROCS 1, as in the lab's one-vCPU VMs) the
+// sendmmsg; with -acknow each ACK leaves alone the moment its message
+// arrives and the next message alone after it, two sendmmsg calls per
+// side and round trip, as Linux rxe acknowledges (from the kernel, before
+// the program sees the message). With one P (GOMAXPROCS 1, as in the lab's one-vCPU VMs) the
 // sendmmsg is a raw system call, as goroce's link makes it (link/udp,
 // mmsg.go): an ordinary one tells the scheduler, and sysmon hands the P to
 // another thread whenever a send outlasts its tick, which under TCG most
@@ -89,6 +92,9 @@ type latPeer struct {
 	// -entersyscall), as goroce's link makes it: an ordinary one lets
 	// sysmon hand the P to another thread while a long send lasts.
 	rawSend bool
+	// ackNow: each ACK leaves alone the moment its message arrives, the
+	// next message alone after it (-acknow), as rxe's responder ACKs.
+	ackNow bool
 	// gso: the ACK and the message go as one UDP GSO message, gsoHdr,
 	// whose control holds UDP_SEGMENT (and IP_PKTINFO with -pktinfo).
 	gso     bool
@@ -133,6 +139,24 @@ func (l *latPeer) sendAckAndMsg(ack bool, to unix.Sockaddr) error {
 	binary.BigEndian.PutUint32(l.msg[8:], l.psn)
 	copy(l.msg[bthLen:], l.src)
 	binary.BigEndian.PutUint32(l.msg[bthLen+l.size:], crc32.ChecksumIEEE(l.msg[:bthLen+l.size]))
+	hdrs, last := l.hdrs[:], 2
+	if ack && l.gso {
+		hdrs, first, last = l.gsoHdr[:], 0, 1
+		l.gsoSent++
+	}
+	return l.send(hdrs[first:last], to)
+}
+
+// sendAck sends the ACK of the peer's last message alone, to the socket's
+// peer (to, when the socket is not connected).
+func (l *latPeer) sendAck(to unix.Sockaddr) error {
+	l.sealAck()
+	return l.send(l.hdrs[:1], to)
+}
+
+// send sends hdrs in sendmmsg calls, each naming to (or l.to) when the
+// socket is not connected, and counts the raw calls.
+func (l *latPeer) send(hdrs []unix.Mmsghdr, to unix.Sockaddr) error {
 	if to == nil {
 		to = l.to
 	}
@@ -141,20 +165,11 @@ func (l *latPeer) sendAckAndMsg(ack bool, to unix.Sockaddr) error {
 		if err != nil {
 			return err
 		}
-		for i := first; i < 2; i++ {
-			l.hdrs[i].Hdr.Name = (*byte)(name)
-			l.hdrs[i].Hdr.Namelen = n
+		for i := range hdrs {
+			hdrs[i].Hdr.Name, hdrs[i].Hdr.Namelen = (*byte)(name), n
 		}
 	}
-	hdrs, last := l.hdrs[:], 2
-	if ack && l.gso {
-		hdrs, first, last = l.gsoHdr[:], 0, 1
-		l.gsoSent++
-		if to != nil {
-			hdrs[0].Hdr.Name, hdrs[0].Hdr.Namelen = l.hdrs[1].Hdr.Name, l.hdrs[1].Hdr.Namelen
-		}
-	}
-	calls, err := sendAll(l.fd, hdrs[first:last], l.rawSend)
+	calls, err := sendAll(l.fd, hdrs, l.rawSend)
 	if l.rawSend {
 		l.rawSent += int64(calls)
 	}
@@ -301,6 +316,7 @@ var errStopped = errors.New("stopped")
 func newLatPeerFor(fd int, p params) (*latPeer, error) {
 	l := newLatPeer(fd, p.size)
 	l.block = p.block
+	l.ackNow = p.ackNow
 	l.rawSend = runtime.GOMAXPROCS(0) == 1 && !p.entersyscall
 	local, err := localOf(fd)
 	if err != nil {
@@ -427,7 +443,12 @@ func latServe(l *latPeer, stop *atomic.Bool) (answered int64, badCRC int64, err 
 		if err != nil {
 			return answered, l.badCRC, err
 		}
-		if err := l.sendAckAndMsg(true, from); err != nil {
+		if l.ackNow {
+			if err := l.sendAck(from); err != nil {
+				return answered, l.badCRC, err
+			}
+		}
+		if err := l.sendAckAndMsg(!l.ackNow, from); err != nil {
 			return answered, l.badCRC, err
 		}
 		answered++
@@ -449,7 +470,7 @@ func latClient(fd int, p params, to unix.Sockaddr) (posted []time.Time, end time
 	posted = make([]time.Time, 0, p.n)
 	for i := range p.n {
 		posted = append(posted, time.Now())
-		if err := l.sendAckAndMsg(i > 0, nil); err != nil {
+		if err := l.sendAckAndMsg(i > 0 && !l.ackNow, nil); err != nil {
 			return posted, end, l.counts(), err
 		}
 		// A lost datagram would spin here for ever: the run's caller
@@ -457,10 +478,18 @@ func latClient(fd int, p params, to unix.Sockaddr) (posted []time.Time, end time
 		if _, err := l.awaitMsg(nil); err != nil {
 			return posted, end, l.counts(), err
 		}
+		if l.ackNow {
+			if err := l.sendAck(nil); err != nil {
+				return posted, end, l.counts(), err
+			}
+		}
 	}
 	end = time.Now()
 	if err := l.awaitAcks(int64(p.n)); err != nil {
 		return posted, end, l.counts(), err
+	}
+	if l.ackNow {
+		return posted, end, l.counts(), nil // its ACK left on arrival
 	}
 	// The server's last message is ACKed, as an RC peer would.
 	l.sealAck()

@@ -49,7 +49,11 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/signal"
 	"runtime"
+	"runtime/pprof"
+	"sync"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -77,6 +81,7 @@ type params struct {
 	pktinfo              bool   // -lat: send as goroce's link does (unconnected, IP_PKTINFO)
 	gso                  bool   // -lat: the ACK and the message as one UDP GSO message
 	entersyscall         bool   // send through Go's ordinary system call even with one P
+	ackNow               bool   // -lat: each ACK alone at once, the next message alone after it
 }
 
 func (p params) dgramLen() int { return bthLen + p.mtu + icrcLen }
@@ -100,8 +105,17 @@ func main() {
 	flag.BoolVar(&p.pktinfo, "pktinfo", false, "with -lat: send as goroce's UDP link does, every datagram with its destination and an IP_PKTINFO naming its source, on a socket not connected")
 	flag.BoolVar(&p.gso, "gso", true, "with -lat: send the ACK and the next message as one UDP GSO message (the message, then the ACK as its shorter last segment), as goroce's link sends an answer with its held ACK; false: as two datagrams of one sendmmsg(2)")
 	flag.BoolVar(&p.entersyscall, "entersyscall", false, "send with Go's ordinary system call even with one P (GOMAXPROCS 1), not a raw one: the runtime then lets sysmon hand the P to another thread during each send that outlasts a sysmon tick, which goroce's link avoids with one P (link/udp, mmsg.go)")
+	flag.BoolVar(&p.ackNow, "acknow", false, "with -lat: send each ACK alone the moment its message arrives, then the next message alone (two sendmmsg(2) calls per side and round trip), as Linux rxe's responder acknowledges from the kernel before the program sees the message")
 	flag.BoolVar(&p.lat, "lat", false, "the latency floor: a ping-pong of one -size message each way, each ACKed (ib_send_lat, ibv_rc_pingpong)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to `file` (go tool pprof reads it), as roce's GOROCE_CPUPROFILE; the server's when it is stopped (SIGINT, SIGTERM)")
 	flag.Parse()
+	if *cpuprofile != "" {
+		stop, err := startProfile(*cpuprofile)
+		if err != nil {
+			fail(2, fmt.Errorf("-cpuprofile: %w", err))
+		}
+		defer stop()
+	}
 	a, err := netip.ParseAddr(*addr)
 	if err != nil {
 		fail(2, fmt.Errorf("-a: the server's data address: %v", err))
@@ -126,9 +140,39 @@ func main() {
 	}
 }
 
+// atExit runs before fail exits, and on SIGINT or SIGTERM: the profile's
+// end (os.Exit runs no deferred calls).
+var atExit = func() {}
+
 func fail(code int, err error) {
 	fmt.Fprintln(os.Stderr, "udpfloor:", err)
+	atExit()
 	os.Exit(code)
+}
+
+// startProfile starts a CPU profile into the file name and returns what
+// ends it. A signal that stops the process (the server serves until one
+// does) ends it too, then exits as the signal would have (128+n).
+func startProfile(name string) (stop func(), err error) {
+	f, err := os.Create(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	var once sync.Once
+	stop = func() { once.Do(func() { pprof.StopCPUProfile(); f.Close() }) }
+	atExit = stop
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		sig := <-sigs
+		stop()
+		os.Exit(128 + int(sig.(syscall.Signal)))
+	}()
+	return stop, nil
 }
 
 func (p params) check() error {
@@ -160,7 +204,7 @@ func serve(data netip.AddrPort, ctlPort int) error {
 	defer c.Close()
 	rd := bufio.NewReader(c)
 	var p params
-	if _, err := fmt.Fscanln(rd, &p.n, &p.size, &p.mtu, &p.window, &p.lat, &p.block, &p.rx, &p.pktinfo, &p.gso, &p.entersyscall); err != nil {
+	if _, err := fmt.Fscanln(rd, &p.n, &p.size, &p.mtu, &p.window, &p.lat, &p.block, &p.rx, &p.pktinfo, &p.gso, &p.entersyscall, &p.ackNow); err != nil {
 		return fmt.Errorf("the client's parameters: %w", err)
 	}
 	if err := p.check(); err != nil {
@@ -333,7 +377,7 @@ func client(p params, data netip.AddrPort, ctl string, ctlPort int, out io.Write
 	}
 	defer c.Close()
 	rd := bufio.NewReader(c)
-	if _, err := fmt.Fprintf(c, "%d %d %d %d %t %t %s %t %t %t\n", p.n, p.size, p.mtu, p.window, p.lat, p.block, p.rx, p.pktinfo, p.gso, p.entersyscall); err != nil {
+	if _, err := fmt.Fprintf(c, "%d %d %d %d %t %t %s %t %t %t %t\n", p.n, p.size, p.mtu, p.window, p.lat, p.block, p.rx, p.pktinfo, p.gso, p.entersyscall, p.ackNow); err != nil {
 		return err
 	}
 	if l, err := rd.ReadString('\n'); err != nil || l != "go\n" {

@@ -2,14 +2,20 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -118,6 +124,19 @@ func TestLatFloorOverLoopback(t *testing.T) {
 			testLatFloor(t, "127.0.0.1", params{n: 500, size: 64, mtu: 1024, window: 1, lat: true, rx: "ring", gso: true, entersyscall: enter})
 		})
 	}
+	// -acknow: each ACK alone at once, then the message alone, as rxe
+	// acknowledges: two sends per message, none merged.
+	for _, c := range []struct {
+		name string
+		oneP bool
+	}{{"ACK at once", false}, {"ACK at once, one P", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.oneP {
+				defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+			}
+			testLatFloor(t, "127.0.0.1", params{n: 500, size: 64, mtu: 1024, window: 1, lat: true, rx: "ring", gso: true, ackNow: true})
+		})
+	}
 }
 
 func testLatFloor(t *testing.T, addr string, p params) {
@@ -159,7 +178,7 @@ func testLatFloor(t *testing.T, addr string, p params) {
 	// Every message but the client's first carries the ACK of the one
 	// before it, in one GSO message with -gso.
 	gso := "0 messages of the client's, 0 of the server's"
-	if p.gso {
+	if p.gso && !p.ackNow {
 		gso = "499 messages of the client's, 500 of the server's"
 	}
 	if !strings.Contains(s, "sent as one GSO message with their ACK: "+gso+"\n") {
@@ -170,11 +189,66 @@ func testLatFloor(t *testing.T, addr string, p params) {
 	raw := "0 of the client's, 0 of the server's"
 	if runtime.GOMAXPROCS(0) == 1 && !p.entersyscall {
 		raw = "500 of the client's, 500 of the server's"
+		if p.ackNow {
+			raw = "1000 of the client's, 1000 of the server's" // an ACK's and a message's
+		}
 	}
 	if !strings.Contains(s, "sendmmsg calls made raw (no entersyscall): "+raw+"\n") {
 		t.Errorf("want sendmmsg calls made raw: %s:\n%s", raw, s)
 	}
 	if !strings.Contains(s, "500 round trips of 64 bytes; the server answered 500; 500 ACKs received; 0 datagrams with a bad CRC-32") {
 		t.Errorf("want every round trip answered and ACKed:\n%s", s)
+	}
+}
+
+// TestCPUProfile: -cpuprofile writes a profile pprof reads when the run
+// ends, and when a signal stops the server (which serves until one does),
+// which then exits as the signal would have (128+n).
+func TestCPUProfile(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "udpfloor")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	prof := filepath.Join(t.TempDir(), "server.prof")
+	srv := exec.Command(bin, "-s", "-a", "127.0.0.1", "-P", strconv.Itoa(testenv.FreeTCPPort(t)), "-cpuprofile", prof)
+	var stderr bytes.Buffer
+	srv.Stderr = &stderr
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The profile's file exists once the server has started it.
+	for i := 0; ; i++ {
+		if _, err := os.Stat(prof); err == nil {
+			break
+		}
+		if i == 100 {
+			srv.Process.Kill()
+			t.Fatalf("no %s after 10 s: %s", prof, stderr.String())
+		}
+		sleep()
+	}
+	srv.Process.Signal(syscall.SIGTERM)
+	err := srv.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 143 {
+		t.Errorf("the server stopped by SIGTERM: %v, want exit status 143; stderr: %s", err, stderr.String())
+	}
+	b, err := os.ReadFile(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A CPU profile is a gzipped protocol buffer (runtime/pprof).
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	if err == nil {
+		var raw []byte
+		if raw, err = io.ReadAll(zr); err == nil && len(raw) == 0 {
+			err = errors.New("empty")
+		}
+	}
+	if err != nil {
+		t.Errorf("the server's profile (%d bytes): %v", len(b), err)
+	}
+	if out, err := exec.Command(bin, "-s", "-a", "127.0.0.1", "-cpuprofile", filepath.Join(t.TempDir(), "no", "such", "dir")).CombinedOutput(); err == nil || !strings.Contains(string(out), "-cpuprofile: ") {
+		t.Errorf("a profile that cannot be written: %v, want an error naming -cpuprofile:\n%s", err, out)
 	}
 }
