@@ -56,6 +56,12 @@
 #                 datagrams) or -F -entersyscall (sends as ordinary Go
 #                 system calls, which with one P let sysmon hand the P
 #                 away mid-send)
+#   -c            capture: tcpdump in both VMs around every send_lat run (rxe,
+#                 goroce, the floor), and a third table: each side's
+#                 turnaround (a message's arrival on its eth0 to its answer's
+#                 departure) and the wire both ways, from bench/cmd/turnaround;
+#                 the capture costs each packet a tap, so those rounds'
+#                 send_lat figures are a little slower than without it
 #   --quick       -r 1 with few iterations (the Go test TestLabVMScript runs this)
 #
 # The lab's lock (/run/roce-lab.lock, internal/lab's) is held for the whole
@@ -70,7 +76,7 @@ set -euo pipefail
 
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 2; }
 
-rounds=3 kinds=v2 iters= json= logdir= bin= limit= quick= profdir= genv=() floor= floorflags=
+rounds=3 kinds=v2 iters= json= logdir= bin= limit= quick= profdir= genv=() floor= floorflags= capture=
 while [ $# -gt 0 ]; do
 	case $1 in -r | -k | -n | -j | -l | -b | -t | -p | -e | -F) [ $# -ge 2 ] || { echo "bench/vm.sh: $1 needs a value (-h says which)" >&2; exit 2; } ;; esac
 	case $1 in
@@ -84,6 +90,7 @@ while [ $# -gt 0 ]; do
 	-p) profdir=$2; shift ;;
 	-e) genv+=("$2"); shift ;;
 	-f) floor=1 ;;
+	-c) capture=1 ;;
 	-F) floorflags=$2; shift ;;
 	--quick) quick=1 ;;
 	-h | --help) usage ;;
@@ -191,6 +198,11 @@ if [ -n "$floor" ]; then
 	chmod 755 "$work/extra/udpfloor"
 fi
 [ -z "$profdir" ] || cp "$work/extra/roce" "$profdir/roce" # what pprof reads the profiles with
+if [ -n "$capture" ]; then
+	(cd "$REPO" && go build -o "$work/turnaround" ./bench/cmd/turnaround) 9>&- || die "go build of bench/cmd/turnaround failed"
+fi
+turns=$work/turns.tsv # -c: round, stack, kind, test, then turnaround's -tsv line
+: >"$turns"
 gover=$(cd "$REPO" && go env GOVERSION 2>/dev/null || echo "go unknown")
 
 # hash_tree DIR: internal/lab's hashTree in shell, so that this script and
@@ -381,6 +393,46 @@ awk '/^Udp:/ { if (!h) { for (i = 1; i <= NF; i++) if (\$i == \"RcvbufErrors\") 
 # pingpong and perftest), 1 when not, 2 when the server's log has ended.
 LISTEN_PROBE="if ss -tln | grep -q ':18515 '; then echo listening; elif grep -q 'EXIT [0-9]*\$' $VD/s.log 2>/dev/null; then echo ended; else echo not; fi"
 
+# capture_start: tcpdump on eth0 in both VMs (UDP only, headers and BTH),
+# bounded by the run's limit; it reports whether both started.
+capture_start() {
+	local vm i
+	for vm in vm1 vm2; do
+		vmx "$vm" "mkdir -p $VD; rm -f $VD/cap.pcap; (timeout $limit tcpdump -i eth0 -s 96 -B 8192 -w $VD/cap.pcap udp > $VD/tcpdump.log 2>&1 & echo \$! > $VD/tcpdump.pidfile)" || return 1
+	done
+	for vm in vm1 vm2; do
+		for i in $(seq 1 50); do
+			vmx "$vm" "grep -q 'listening on' $VD/tcpdump.log 2>/dev/null" && break
+			[ "$i" -eq 50 ] && { log "$vm: tcpdump did not start: $(vmx "$vm" "cat $VD/tcpdump.log" 2>&1)"; return 1; }
+			sleep 0.2
+		done
+	done
+}
+
+# capture_end TAG ROUND STACK KIND TEST: stops both captures, copies them to
+# the logs (TAG.vm1.pcap, TAG.vm2.pcap) and appends turnaround's line to
+# $turns. tcpdump hands the packets it holds to its file when its buffer's
+# timeout (1 s) expires, not when it is stopped: the last run's would be
+# lost (it says "0 packets captured, 200 received by filter"). The pid's
+# file is no *.pid, which KILL_OURS would take (its command line names
+# $VD).
+capture_end() {
+	local vm
+	sleep 1.5
+	for vm in vm1 vm2; do
+		vmx "$vm" "p=\$(cat $VD/tcpdump.pidfile 2>/dev/null) && kill -INT \$p 2>/dev/null; for i in \$(seq 1 50); do kill -0 \$p 2>/dev/null || break; sleep 0.1; done; cat $VD/tcpdump.log; rm -f $VD/tcpdump.pidfile" >>"$logdir/$1.client.log" 2>&1 || true
+		vmx "$vm" "base64 $VD/cap.pcap; rm -f $VD/cap.pcap" | base64 -d >"$logdir/$1.$vm.pcap" 2>/dev/null || true
+	done
+	local port=4791 line
+	[ "$3" = floor ] && port=4792
+	if line=$("$work/turnaround" -tsv -port $port "192.0.2.11=$logdir/$1.vm1.pcap" "192.0.2.12=$logdir/$1.vm2.pcap" 2>>"$logdir/$1.client.log"); then
+		printf '%s\t%s\t%s\t%s\t%s\n' "$2" "$3" "${4:--}" "$5" "$line" >>"$turns"
+		log "round $2: $3${4:+ ($4)} $5 captured: turnaround vm1 $(cut -f1 <<<"$line") µs, vm2 $(cut -f2 <<<"$line") µs, the wire both ways $(cut -f3 <<<"$line") µs"
+	else
+		log "round $2: $3${4:+ ($4)} $5: no turnaround from the captures (see $logdir/$1.client.log)"
+	fi
+}
+
 # run_one ROUND STACK KIND TEST: server in vm1, client in vm2, both under
 # timeout(1); appends a line to $results.
 run_one() {
@@ -400,6 +452,10 @@ run_one() {
 		[ "$i" -eq 150 ] && { log "$tag: port 18515 in vm1 stays taken"; vmx vm1 "ss -tlnp" >&2; }
 		sleep 0.2
 	done
+	local capturing=
+	if [ -n "$capture" ] && [ "$test" = send_lat ]; then
+		capture_start && capturing=1
+	fi
 	vmx vm1 "mkdir -p $VD; rm -f $VD/s.log; $SERVER_COUNTERS > $VD/s.cnt; (timeout $limit sh -c 'echo \$\$ > $VD/s.pid; exec $scmd'; echo EXIT \$?; rm -f $VD/s.pid) > $VD/s.log 2>&1 &"
 	st=not
 	for i in $(seq 1 300); do
@@ -435,6 +491,7 @@ echo PKTS \$p0 \$(cat $ETH0/tx_packets $ETH0/rx_packets); echo CPUC \$c0 \$(head
 		rc=255 t0=0 t1=0
 	fi
 	vmx vm1 "$KILL_OURS; echo SCNT \$(cat $VD/s.cnt) \$($SERVER_COUNTERS); cat $VD/s.log" >"$logdir/$tag.server.log" 2>&1 || true
+	[ -z "$capturing" ] || capture_end "$tag" "$round" "$stack" "$kind" "$test"
 	if [ -n "$profdir" ] && [ "$stack" = goroce ]; then
 		# The profiles are written when the commands end: both have.
 		local side vm
@@ -678,11 +735,37 @@ if [ -n "$floor" ]; then
 		"busy-polling an AF_PACKET receive ring (a load from memory per look, as goroce's link), and prints both tools' figures. Nothing else a RoCE stack does. Ratios are of the same round."
 	echo
 fi
+if [ -n "$capture" ]; then
+	# turn_summary: per stack, the medians over the rounds of each side's
+	# turnaround and of the wire, from the captured send_lat runs.
+	awk -F'\t' '
+	function sortn(a, n,   i, j, t) { for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t } }
+	function median(a, n) { sortn(a, n); return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+	function col(a, n) { return n ? sprintf("%.0f [%.0f–%.0f]", median(a, n), a[1], a[n]) : "—" }
+	{ k = $2 ($3 == "-" ? "" : " " $3); if (!(k in seen)) { seen[k] = 1; order[++no] = k }
+	  n = ++cnt[k]; A[k, n] = $5; B[k, n] = $6; W[k, n] = $7 }
+	END {
+		print "| send_lat, captured in both VMs (bench/cmd/turnaround) | vm1 (server) turnaround, µs | vm2 (client) turnaround, µs | the wire both ways, µs | runs |"
+		print "|---|---|---|---|---|"
+		for (i = 1; i <= no; i++) {
+			k = order[i]; n = cnt[k]
+			for (j = 1; j <= n; j++) { a[j] = A[k, j]; b[j] = B[k, j]; w[j] = W[k, j] }
+			printf "| %s | %s | %s | %s | %d |\n", k, col(a, n), col(b, n), col(w, n), n
+			delete a; delete b; delete w
+		}
+	}' "$turns"
+	echo
+	echo "Each side's turnaround: a message's arrival on its eth0 to its answer's departure (the guest kernel's" \
+		"receive after the tap, the program, its send up to the tap); the wire: a side's round trip less both" \
+		"turnarounds (the drivers, QEMU, the host's bridge, both ways); medians of each run, then median [range]" \
+		"over the runs. Each VM's own clock; runs with tcpdump on both sides' eth0."
+	echo
+fi
 echo "Packets the client sent on eth0 in a run, median [min–max], against the least the test needs" \
 	"(each message and each ACK of the peer's once, 64 packets per 64 KiB WRITE at MTU 1024; more is" \
 	"retransmission): $(summary pkts)."
 echo
-echo "Measured by \`bench/vm.sh -r $rounds -k ${kinds} -n $pp_n,$lat_n,$bw_n${floor:+ -f}${floorflags:+ -F $floorflags}\` at $commit (built with $gover), $started:" \
+echo "Measured by \`bench/vm.sh -r $rounds -k ${kinds} -n $pp_n,$lat_n,$bw_n${floor:+ -f}${floorflags:+ -F $floorflags}${capture:+ -c}\` at $commit (built with $gover), $started:" \
 	"the lab's two QEMU VMs (TCG, 1 vCPU each, Debian 12 kernel 6.1) over the same virtio link, the TCP exchange" \
 	"over the management link. rxe: rdma_rxe's rxe0 with rdma-core 44 and perftest 4.5; goroce: a static build" \
 	"in both VMs, rdma_rxe unloaded (it holds UDP 4791), the device $(kind_note). Medians [min–max] of $rounds" \

@@ -78,7 +78,7 @@ func TestLabVMScript(t *testing.T) {
 	defer cancel()
 	jsonPath := filepath.Join(t.TempDir(), "runs.json")
 	logs := t.TempDir()
-	cmd := exec.CommandContext(ctx, filepath.Join(testenv.RepoRoot(t), "bench", "vm.sh"), "--quick", "-f", "-j", jsonPath, "-l", logs)
+	cmd := exec.CommandContext(ctx, filepath.Join(testenv.RepoRoot(t), "bench", "vm.sh"), "--quick", "-f", "-c", "-j", jsonPath, "-l", logs)
 	cmd.Env = append(os.Environ(), "ROCE_LAB_DIR="+labDir,
 		"ROCE_LAB_LOCK_WAIT="+strconv.Itoa(int(time.Until(deadline).Seconds())-300))
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) } // the script restores the VMs on SIGINT
@@ -163,6 +163,20 @@ func TestLabVMScript(t *testing.T) {
 		if fl.Kind != "v2" || fl.FloorOverRxe == nil || fl.GoroceOverFloor == nil || x == 0 || f == 0 ||
 			math.Abs(*fl.FloorOverRxe-f/x) > 1e-3*f/x || math.Abs(*fl.GoroceOverFloor-y/f) > 1e-3*y/f {
 			t.Errorf("JSON floor %s: %+v, the runs give rxe %g, floor %g, goroce %g", fl.Test, fl, x, f, y)
+		}
+	}
+
+	// -c: the send_lat runs captured in both VMs, and a row per stack
+	// of each side's turnaround and the wire, from those captures.
+	trow := regexp.MustCompile(`(?m)^\| (rxe|goroce v2|floor) \| ` + cell + ` \| ` + cell + ` \| (-?\d+ \[-?\d+–-?\d+\]) \| 1 \|$`)
+	if rows := trow.FindAllStringSubmatch(table, -1); !strings.Contains(table, "| send_lat, captured in both VMs (bench/cmd/turnaround) | vm1 (server) turnaround, µs |") || len(rows) != 3 {
+		t.Errorf("no capture table with a row for rxe, goroce and the floor, figures in every cell")
+	}
+	for _, st := range []string{"rxe", "goroce-v2", "floor"} {
+		for _, vm := range []string{"vm1", "vm2"} {
+			if fi, err := os.Stat(filepath.Join(logs, "r1-"+st+"-send_lat."+vm+".pcap")); err != nil || fi.Size() < 1000 {
+				t.Errorf("%s's send_lat capture in %s: %v", st, vm, err)
+			}
 		}
 	}
 

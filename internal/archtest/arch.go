@@ -134,6 +134,8 @@ var Table = map[string]rule{
 	"bench/cmd/benchtable": {9, "", ""},
 	"bench/cmd/ecnplot":    {9, "", ""},
 	"bench/cmd/qdiscstat":  {9, "", ""},
+	// Splits a ping-pong's round trip from two captures (bench/vm.sh -c).
+	"bench/cmd/turnaround": {9, "", ""},
 	// The floor does by hand what any RoCE must, with none of goroce's
 	// engine; its latency floor reads an AF_PACKET ring with the ring
 	// primitive goroce's link uses (mmap and status words, nothing else),
