@@ -788,6 +788,12 @@ if [ -n "$json" ]; then
 			floor_summary json
 			printf ']'
 		fi
+		if [ -n "$capture" ]; then
+			# -c: each captured run's turnarounds and wire (µs), as the table's.
+			printf ',"captures":['
+			awk -F'\t' '{ printf "%s{\"round\":%d,\"stack\":\"%s\",\"kind\":\"%s\",\"test\":\"%s\",\"turnaround_vm1_us\":%s,\"turnaround_vm2_us\":%s,\"wire_us\":%s,\"turnarounds_vm1\":%d,\"turnarounds_vm2\":%d}", (NR > 1 ? "," : ""), $1, $2, ($3 == "-" ? "" : $3), $4, $5, $6, $7, $8, $9 }' "$turns"
+			printf ']'
+		fi
 		printf '}\n'
 	} >"$json"
 	log "every run in $json"

@@ -120,6 +120,15 @@ func TestLabVMScript(t *testing.T) {
 		Runs    []vmRun     `json:"runs"`
 		Summary []vmSummary `json:"summary"`
 		Floor   []vmFloor   `json:"floor"`
+		// -c's captured send_lat runs.
+		Captures []struct {
+			Stack, Test string
+			Turn1       float64 `json:"turnaround_vm1_us"`
+			Turn2       float64 `json:"turnaround_vm2_us"`
+			Wire        float64 `json:"wire_us"`
+			Count1      int     `json:"turnarounds_vm1"`
+			Count2      int     `json:"turnarounds_vm2"`
+		} `json:"captures"`
 	}
 	if err := json.Unmarshal(b, &doc); err != nil {
 		t.Fatalf("the JSON: %v\n%s", err, b)
@@ -177,6 +186,15 @@ func TestLabVMScript(t *testing.T) {
 			if fi, err := os.Stat(filepath.Join(logs, "r1-"+st+"-send_lat."+vm+".pcap")); err != nil || fi.Size() < 1000 {
 				t.Errorf("%s's send_lat capture in %s: %v", st, vm, err)
 			}
+		}
+	}
+
+	if len(doc.Captures) != 3 {
+		t.Errorf("JSON: want 3 captured runs (rxe, goroce, the floor), got %+v", doc.Captures)
+	}
+	for _, c := range doc.Captures {
+		if c.Test != "send_lat" || c.Turn1 <= 0 || c.Turn2 <= 0 || c.Count1 <= 0 || c.Count2 <= 0 {
+			t.Errorf("JSON capture %+v: want send_lat with both turnarounds", c)
 		}
 	}
 

@@ -36,8 +36,8 @@ import (
 // sendmmsg; with -acknow each ACK leaves alone the moment its message
 // arrives and the next message alone after it, two sendmmsg calls per
 // side and round trip, as Linux rxe acknowledges (from the kernel, before
-// the program sees the message). With one P (GOMAXPROCS 1, as in the lab's one-vCPU VMs) the
-// sendmmsg is a raw system call, as goroce's link makes it (link/udp,
+// the program sees the message). With one P (GOMAXPROCS 1, as in the
+// lab's one-vCPU VMs) the sendmmsg is a raw system call, as goroce's link makes it (link/udp,
 // mmsg.go): an ordinary one tells the scheduler, and sysmon hands the P to
 // another thread whenever a send outlasts its tick, which under TCG most
 // do; -entersyscall sends the ordinary way. A reader that gets them unsegmented (over loopback or a veth,
