@@ -191,22 +191,21 @@ func quart(d []time.Duration) (p25, p50, p75 float64) {
 }
 
 func report(w io.Writer, sides [2]*side, tsv bool) {
-	var med [2]float64
-	var rt [2]float64
+	// Each side's quartiles of its turnarounds (t) and round trips (r).
+	var t, r [2][3]float64
 	for i, s := range sides {
-		_, med[i], _ = quart(s.turn)
-		_, rt[i], _ = quart(s.roundTrips)
+		t[i][0], t[i][1], t[i][2] = quart(s.turn)
+		r[i][0], r[i][1], r[i][2] = quart(s.roundTrips)
 	}
+	wire := func(i int) float64 { return r[i][1] - t[0][1] - t[1][1] }
 	if tsv {
-		fmt.Fprintf(w, "%.1f\t%.1f\t%.1f\t%d\t%d\n", med[0], med[1], rt[0]-med[0]-med[1], len(sides[0].turn), len(sides[1].turn))
+		fmt.Fprintf(w, "%.1f\t%.1f\t%.1f\t%d\t%d\n", t[0][1], t[1][1], wire(0), len(sides[0].turn), len(sides[1].turn))
 		return
 	}
-	for _, s := range sides {
-		t25, t50, t75 := quart(s.turn)
-		r25, r50, r75 := quart(s.roundTrips)
+	for i, s := range sides {
 		fmt.Fprintf(w, "%v (%s): turnaround %.1f µs [%.1f–%.1f] of %d; round trip %.1f µs [%.1f–%.1f] of %d\n",
-			s.addr, s.file, t50, t25, t75, len(s.turn), r50, r25, r75, len(s.roundTrips))
+			s.addr, s.file, t[i][1], t[i][0], t[i][2], len(s.turn), r[i][1], r[i][0], r[i][2], len(s.roundTrips))
 	}
 	fmt.Fprintf(w, "the wire, both ways (a side's round trip less both turnarounds, medians): %.1f µs from %v's, %.1f µs from %v's\n",
-		rt[0]-med[0]-med[1], sides[0].addr, rt[1]-med[0]-med[1], sides[1].addr)
+		wire(0), sides[0].addr, wire(1), sides[1].addr)
 }
