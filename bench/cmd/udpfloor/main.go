@@ -498,10 +498,10 @@ func (s *sender) send(m int) error {
 		s.iovs[k].SetLen(min(per*dl, pos-off))
 		k++
 	}
+	calls, err := sendAll(s.fd, s.hdrs[:k], s.raw)
 	if s.raw {
-		s.rawSent++
+		s.rawSent += calls
 	}
-	_, err := sendAll(s.fd, s.hdrs[:k], s.raw)
 	return err
 }
 
