@@ -21,7 +21,9 @@
 #                 goroce, the order of the two alternating from round to round
 #   -k KINDS      goroce device kinds, comma-separated: v2 (RoCE v2 only: sent
 #                 through the kernel's UDP socket, with GSO; received, as root,
-#                 with AF_PACKET) and/or both (v1+v2: AF_PACKET both ways, the
+#                 with AF_PACKET), v2s (the same, received from the UDP socket
+#                 with UDP GRO: rx-path socket, which the VMs' Linux 6.1 cannot
+#                 give AF_PACKET) and/or both (v1+v2: AF_PACKET both ways, the
 #                 v2 GID used); default v2, the faster in the VMs: in 6 paired
 #                 rounds (-k v2,both, at 2d820e1) both's write_bw was
 #                 0.51-0.90x v2's (median 0.67), its pingpong 0.97-1.43x
@@ -112,7 +114,7 @@ isnum "${pp_n:-}" && isnum "${lat_n:-}" && isnum "${bw_n:-}" || bad "-n: three i
 [ "$bw_n" -ge 5 ] && [ "$lat_n" -ge 5 ] || bad "-n: perftest wants at least 5 iterations"
 IFS=, read -r -a kind_list <<<"$kinds"
 for k in "${kind_list[@]}"; do
-	case $k in v2 | both) ;; *) bad "-k: device kinds are v2 and both, not '$k'" ;; esac
+	case $k in v2 | v2s | both) ;; *) bad "-k: device kinds are v2, v2s and both, not '$k'" ;; esac
 done
 [ "${#kind_list[@]}" -gt 0 ] || bad "-k: at least one device kind"
 for e in "${genv[@]}"; do
@@ -276,8 +278,10 @@ KILL_OURS="for f in $VD/*.pid; do [ -e \$f ] || continue; p=\$(cat \$f); \
 grep -qaE 'roce|pingpong|ib_|udpfloor' /proc/\$p/cmdline 2>/dev/null && kill \$p; rm -f \$f; done"
 
 # vm_to_goroce VM KIND: no rxe0, no rdma_rxe, UDP 4791 free, then a goroce
-# device g0 on eth0 speaking KIND (v2 or both) in $RD.
+# device g0 on eth0 of KIND (v2, v2s or both) in $RD.
 vm_to_goroce() {
+	local opts="roce-versions $2"
+	[ "$2" = v2s ] && opts="roce-versions v2 rx-path socket"
 	vmx "$1" "mkdir -p $VD; $KILL_OURS
 if rdma link show | grep -q '^link rxe0/'; then rdma link delete rxe0 || exit 1; fi
 i=0
@@ -289,7 +293,7 @@ done
 if awk '\$2 ~ /:12B7\$/ { f = 1 } END { exit !f }' /proc/net/udp /proc/net/udp6; then
   echo UDP port 4791 is still bound without rdma_rxe:; ss -uanp; exit 1
 fi
-rm -rf $RD && $ROCE link add g0 type rxe netdev eth0 roce-versions $2"
+rm -rf $RD && $ROCE link add g0 type rxe netdev eth0 $opts"
 }
 
 # vm_to_rxe VM: no goroce device (nor anything of this script's), rdma_rxe loaded, rxe0 on eth0 with its
@@ -347,7 +351,7 @@ switch_to() {
 	[ "$1" = rxe ] && stack=rxe
 	g1=$(gid_index $stack vm1) && g2=$(gid_index $stack vm2) || die "no GID to use"
 	mode=$1
-	log "VMs on $([ "$1" = rxe ] && echo "rxe (rdma_rxe, rxe0)" || echo "goroce (device g0, roce-versions $1)"), GID index vm1 $g1, vm2 $g2"
+	log "VMs on $([ "$1" = rxe ] && echo "rxe (rdma_rxe, rxe0)" || echo "goroce (device g0, kind $1)"), GID index vm1 $g1, vm2 $g2"
 }
 
 # --- one test, one stack ------------------------------------------------------------
@@ -714,6 +718,7 @@ kind_note() {
 	for k in "${kind_list[@]}"; do
 		case $k in
 		v2) out+=("v2 = \`roce link add g0 type rxe netdev eth0 roce-versions v2\` (sent through a UDP socket with GSO, received with AF_PACKET)") ;;
+		v2s) out+=("v2s = \`roce-versions v2 rx-path socket\` (received from the UDP socket with UDP GRO)") ;;
 		both) out+=("both = \`roce-versions both\` (AF_PACKET both ways, the v2 GID used)") ;;
 		esac
 	done

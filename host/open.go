@@ -178,7 +178,13 @@ func Open(name string, o Options) (*Device, error) {
 			}
 		default:
 			cfg := udp.Config{Addrs: d.gids.Addrs(), MTU: nd.MTU - 48, Zone: nd.Index}
-			if root && !o.Unprivileged {
+			if def.Rx == RxRing && !root {
+				return &verbs.Error{Op: "open", Device: name, Err: syscall.EPERM,
+					Detail: fmt.Sprintf("device %s receives with rx-path ring, an AF_PACKET socket on %s: run as root, "+
+						"or without root use rx-path socket (roce link delete %s; roce link add %s type rxe netdev %s roce-versions v2 rx-path socket)",
+						name, nd.Name, name, name, nd.Name)}
+			}
+			if root && !o.Unprivileged && def.Rx != RxSocket {
 				cfg.Ifindex = nd.Index
 			}
 			u, err := udp.New(cfg)

@@ -63,14 +63,48 @@ func (v Versions) V1() bool { return v == VersionsBoth || v == VersionsV1 }
 // V2 reports whether the port speaks RoCE v2.
 func (v Versions) V2() bool { return v == VersionsBoth || v == VersionsV2 }
 
+// RxPath says how a RoCE v2 port reads its packets, as `roce link add …
+// rx-path` takes it.
+type RxPath string
+
+// The receive paths of a RoCE v2 port.
+const (
+	// RxDefault: the ring as root, the socket without.
+	RxDefault RxPath = ""
+	// RxRing reads from the netdev with an AF_PACKET socket and its ring
+	// (root only): a busy poll's look is a load, not a system call, the
+	// lowest latency; but on Linux before 6.2 the kernel cannot hand a
+	// packet socket a UDP GRO superpacket, so there every packet travels
+	// the kernel's receive path alone.
+	RxRing RxPath = "ring"
+	// RxSocket reads from the port's UDP socket with UDP GRO: a look is
+	// a system call, but a 64 KiB WRITE's packets cross the kernel as one
+	// or two superpackets on every kernel, the better path for bulk
+	// receive on Linux before 6.2 (BENCHMARKS.md, "The receive path under
+	// write_bw").
+	RxSocket RxPath = "socket"
+)
+
+// ParseRxPath checks an rx-path value ("" is the default).
+func ParseRxPath(s string) (RxPath, error) {
+	switch p := RxPath(s); p {
+	case RxDefault, RxRing, RxSocket:
+		return p, nil
+	}
+	return "", &verbs.Error{Op: "rx-path", Detail: fmt.Sprintf("rx-path %q: valid values are ring and socket", s), Err: syscall.EINVAL}
+}
+
 // DeviceDef is a device definition, as `roce link add` records it.
 type DeviceDef struct {
-	Name     string    `json:"name"`
-	Type     string    `json:"type"` // "rxe"
-	Netdev   string    `json:"netdev"`
-	Netns    Netns     `json:"netns"`
-	Versions Versions  `json:"roce_versions"`
-	Created  time.Time `json:"created"`
+	Name     string   `json:"name"`
+	Type     string   `json:"type"` // "rxe"
+	Netdev   string   `json:"netdev"`
+	Netns    Netns    `json:"netns"`
+	Versions Versions `json:"roce_versions"`
+	// Rx is how a RoCE v2-only port receives; RxDefault for the others,
+	// which read every frame from the netdev (link/afpacket).
+	Rx      RxPath    `json:"rx_path,omitempty"`
+	Created time.Time `json:"created"`
 }
 
 // Registry is the set of device definitions in a runtime directory.
@@ -120,6 +154,13 @@ func (r *Registry) Add(d DeviceDef) error {
 	}
 	if d.Type != "rxe" {
 		return &verbs.Error{Op: "link add", Device: d.Name, Detail: fmt.Sprintf("device type %q: the only type is rxe", d.Type), Err: syscall.EINVAL}
+	}
+	if _, err := ParseRxPath(string(d.Rx)); err != nil {
+		return &verbs.Error{Op: "link add", Device: d.Name, Detail: err.(*verbs.Error).Detail, Err: syscall.EINVAL}
+	}
+	if d.Rx != RxDefault && d.Versions != VersionsV2 {
+		return &verbs.Error{Op: "link add", Device: d.Name, Err: syscall.EINVAL,
+			Detail: fmt.Sprintf("rx-path %s needs roce-versions v2: a port that speaks RoCE v1 (roce-versions %s) reads every frame from the netdev with AF_PACKET", d.Rx, d.Versions)}
 	}
 	unlock, err := r.lock()
 	if err != nil {

@@ -435,6 +435,9 @@ func kernelLinkAdd(cmd *cobra.Command, args []string) error {
 		case "roce-versions":
 			return usageError{&errnoError{op: op, errno: syscall.EINVAL,
 				detail: "roce-versions is goroce's: the kernel's rxe speaks RoCE v2 only"}}
+		case "rx-path":
+			return usageError{&errnoError{op: op, errno: syscall.EINVAL,
+				detail: "rx-path is goroce's: the kernel's rxe receives in the kernel"}}
 		default:
 			return usageError{fmt.Errorf("%s: unknown keyword %q: %s", op, kw, kernelLinkAddSyntax)}
 		}

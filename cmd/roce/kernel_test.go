@@ -205,6 +205,8 @@ func TestKernelNames(t *testing.T) {
 		"--sysfs", tr.Root, "link", "add", "mlx5_0", "type", "rxe", "netdev", "eth1", "--kernel")
 	wantRun(t, dir, exitUsage, []string{"roce-versions is goroce's: the kernel's rxe speaks RoCE v2 only"},
 		"--sysfs", tr.Root, "link", "add", "rxe9", "type", "rxe", "netdev", "eth1", "roce-versions", "v1", "--kernel")
+	wantRun(t, dir, exitUsage, []string{"rx-path is goroce's: the kernel's rxe receives in the kernel"},
+		"--sysfs", tr.Root, "link", "add", "rxe9", "type", "rxe", "netdev", "eth1", "rx-path", "socket", "--kernel")
 	wantRun(t, dir, exitError, []string{`link type "foo": the kernel's are rxe (Soft-RoCE) and siw (Soft-iWARP)`},
 		"--sysfs", tr.Root, "link", "add", "rxe9", "type", "foo", "netdev", "eth1", "--kernel")
 	wantRun(t, dir, exitError, []string{"roce: link delete rxe9: No such device: the kernel has no RDMA device rxe9"},

@@ -174,7 +174,7 @@ func devicesOf(reg *host.Registry, dir, op, name string) ([]host.DeviceDef, erro
 	return defs, nil
 }
 
-const linkAddSyntax = "roce link add NAME type rxe netdev NETDEV [roce-versions v1|v2|both]"
+const linkAddSyntax = "roce link add NAME type rxe netdev NETDEV [roce-versions v1|v2|both] [rx-path ring|socket]"
 
 func newLinkCmd() *cobra.Command {
 	var details, jsonOut bool
@@ -193,6 +193,7 @@ show lists the kernel's links after goroce's, each line ending "kernel".
 Without a subcommand, link shows the links.`,
 		Example: `  roce link add rxe0 type rxe netdev eth0
   roce link add rxe1 type rxe netdev eth1 roce-versions v2
+  roce link add rxe2 type rxe netdev eth2 roce-versions v2 rx-path socket
   roce link                      # = roce link show
   roce link show -d rxe0         # with netns, RoCE versions and the owning process
   roce link delete rxe0
@@ -205,7 +206,7 @@ Without a subcommand, link shows the links.`,
 	}
 	detailsFlag := func(c *cobra.Command) {
 		c.Flags().BoolVarP(&details, "details", "d", false,
-			"show goroce's extras at the end of each line: netns, roce_versions and owner (the PID running the device); "+
+			"show goroce's extras at the end of each line: netns, roce_versions, rx_path (when set) and owner (the PID running the device); "+
 				"for a kernel device, netdev_index and driver")
 		c.Flags().BoolVarP(&jsonOut, "json", "j", false, "print rdma -j link show's JSON objects, with \"kernel\" true or false")
 		addKernelFlag(c)
@@ -213,7 +214,7 @@ Without a subcommand, link shows the links.`,
 	detailsFlag(cmd)
 
 	add := &cobra.Command{
-		Use:   "add NAME type rxe netdev NETDEV [roce-versions v1|v2|both]",
+		Use:   "add NAME type rxe netdev NETDEV [roce-versions v1|v2|both] [rx-path ring|socket]",
 		Short: "Add a soft RoCE device on a netdev of this network namespace",
 		Long: `add records a soft RoCE device NAME bound to NETDEV, a netdev of the
 caller's network namespace (run it inside the namespace: ip netns exec NS
@@ -224,11 +225,23 @@ UDP port 4791, like Linux rxe), v1 (RoCE v1, Ethertype 0x8915, like an mlx4
 port) or both (the default): the port's GID table then holds a RoCE v1 and a
 RoCE v2 entry per address, as on mlx5. RoCE v1 needs root to run.
 
+rx-path says how a RoCE v2-only port (roce-versions v2) reads its packets:
+ring (the default as root) reads them from the netdev with an AF_PACKET
+socket and its ring, where a busy-polling program's look is a load, not a
+system call: the lowest latency. socket (the default, and the only path,
+without root) reads them from the port's UDP socket with UDP GRO, where a
+64 KiB WRITE's packets cross the kernel as one or two superpackets. Before
+Linux 6.2 the kernel cannot give a packet socket such a superpacket, so
+there a ring takes every packet through the kernel alone: for bulk receive
+(the server of roce perf write, a stream) socket is faster on those kernels,
+for round trips ring. The ports of one connection may differ.
+
 A netdev has at most one device (the kernel: "rdma_rxe: already configured
 on eth0"), and names are unique: either is EEXIST. The runtime directory is
 created if missing.`,
 		Example: `  roce link add rxe0 type rxe netdev eth0
-  ip netns exec blue roce link add rxe1 type rxe netdev veth1 roce-versions v2`,
+  ip netns exec blue roce link add rxe1 type rxe netdev veth1 roce-versions v2
+  roce link add rxe2 type rxe netdev eth2 roce-versions v2 rx-path socket`,
 		Args: usageArgs(cobra.ArbitraryArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if stackOf(cmd) == stackKernel {
@@ -267,8 +280,9 @@ process runs the device, and names that process.`,
 
 The port is ACTIVE (LINK_UP) while its netdev is up and running, else DOWN
 (DISABLED), read from the netdev in the device's namespace. With -d the line
-ends with goroce's extras: netns NAME roce_versions v1|v2|both and, while a
-process runs the device, owner PID.`,
+ends with goroce's extras: netns NAME roce_versions v1|v2|both, rx_path
+ring|socket when the device was added with one and, while a process runs
+the device, owner PID.`,
 		Example: `  roce link show
   roce link show -d rxe0`,
 		Args: usageArgs(cobra.MaximumNArgs(1)),
@@ -290,13 +304,16 @@ type linkAddArgs struct {
 	typ      string
 	netdev   string
 	versions host.Versions
+	rx       host.RxPath
 }
 
-// parseLinkAdd parses NAME type rxe netdev NETDEV [roce-versions V]; the
+// parseLinkAdd parses NAME type rxe netdev NETDEV [roce-versions V] [rx-path P]; the
 // keywords may come in any order after NAME, each once.
 func parseLinkAdd(args []string) (linkAddArgs, error) {
 	var a linkAddArgs
-	isKeyword := func(s string) bool { return s == "type" || s == "netdev" || s == "roce-versions" }
+	isKeyword := func(s string) bool {
+		return s == "type" || s == "netdev" || s == "roce-versions" || s == "rx-path"
+	}
 	if len(args) == 0 || isKeyword(args[0]) {
 		return a, fmt.Errorf("link add: the device name comes first: %s", linkAddSyntax)
 	}
@@ -337,6 +354,13 @@ func parseLinkAdd(args []string) (linkAddArgs, error) {
 				return a, opError("link add "+a.name, err)
 			}
 			a.versions = ver
+		case "rx-path":
+			p, err := host.ParseRxPath(v)
+			if err != nil || p == host.RxDefault {
+				return a, &errnoError{op: "link add " + a.name, errno: syscall.EINVAL,
+					detail: fmt.Sprintf("rx-path %q: valid values are ring and socket", v)}
+			}
+			a.rx = p
 		}
 	}
 	switch {
@@ -347,6 +371,10 @@ func parseLinkAdd(args []string) (linkAddArgs, error) {
 	}
 	if a.versions == "" {
 		a.versions = host.VersionsBoth
+	}
+	if a.rx != host.RxDefault && a.versions != host.VersionsV2 {
+		return a, &errnoError{op: "link add " + a.name, errno: syscall.EINVAL,
+			detail: fmt.Sprintf("rx-path %s needs roce-versions v2: a port that speaks RoCE v1 (roce-versions %s) reads every frame from the netdev with AF_PACKET", a.rx, a.versions)}
 	}
 	return a, nil
 }
@@ -365,7 +393,7 @@ func linkAdd(cmd *cobra.Command, a linkAddArgs) error {
 		}
 		return opError(op, err)
 	}
-	def := host.DeviceDef{Name: a.name, Type: a.typ, Netdev: a.netdev, Netns: ns, Versions: a.versions, Created: time.Now()}
+	def := host.DeviceDef{Name: a.name, Type: a.typ, Netdev: a.netdev, Netns: ns, Versions: a.versions, Rx: a.rx, Created: time.Now()}
 	if err := reg.Add(def); err != nil {
 		return opError(op, err)
 	}
@@ -417,6 +445,9 @@ func writeLink(w io.Writer, def host.DeviceDef, st linkState, details bool, owne
 	fmt.Fprintf(w, "link %s/1 state %s physical_state %s netdev %s ", def.Name, st.state, st.physState, def.Netdev)
 	if details {
 		fmt.Fprintf(w, "netns %v roce_versions %s ", def.Netns, def.Versions)
+		if def.Rx != host.RxDefault {
+			fmt.Fprintf(w, "rx_path %s ", def.Rx)
+		}
 		if owner != nil {
 			fmt.Fprintf(w, "owner %d ", owner.PID)
 		}
@@ -466,6 +497,9 @@ func linkShow(cmd *cobra.Command, name string, details, jsonOut bool) error {
 			{"physical_state", st.physState}, {"netdev", def.Netdev}, {"netdev_index", nd.Index}, {"kernel", false}}
 		if details {
 			r = append(r, kv{"netns", def.Netns.String()}, kv{"roce_versions", string(def.Versions)})
+			if def.Rx != host.RxDefault {
+				r = append(r, kv{"rx_path", string(def.Rx)})
+			}
 			if owner != nil {
 				r = append(r, kv{"owner", owner.PID})
 			}

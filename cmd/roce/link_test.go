@@ -51,7 +51,7 @@ func loState(t *testing.T) linkState {
 
 func TestLinkAddArguments(t *testing.T) {
 	dir := t.TempDir()
-	const syntax = "roce link add NAME type rxe netdev NETDEV [roce-versions v1|v2|both]"
+	const syntax = "roce link add NAME type rxe netdev NETDEV [roce-versions v1|v2|both] [rx-path ring|socket]"
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -71,6 +71,17 @@ func TestLinkAddArguments(t *testing.T) {
 		{[]string{"rxe0", "type", "rxe", "netdev", "lo", "roce-versions", ""}, exitUsage,
 			[]string{`Invalid argument: roce-versions "": valid values are v1, v2 and both`}},
 		{[]string{"rxe0", "type", "rxe", "netdev", "lo", "roce-versions", "V2"}, exitUsage, []string{"valid values are v1, v2 and both"}},
+		{[]string{"rxe0", "type", "rxe", "netdev", "lo", "roce-versions", "v2", "rx-path", "xdp"}, exitUsage,
+			[]string{`link add rxe0: Invalid argument: rx-path "xdp": valid values are ring and socket`}},
+		{[]string{"rxe0", "type", "rxe", "netdev", "lo", "roce-versions", "v2", "rx-path", ""}, exitUsage,
+			[]string{`Invalid argument: rx-path "": valid values are ring and socket`}},
+		{[]string{"rxe0", "type", "rxe", "netdev", "lo", "rx-path", "socket", "roce-versions", "v2", "rx-path", "ring"}, exitUsage,
+			[]string{`keyword "rx-path" given twice`}},
+		// The default versions (both) and v1 read every frame with AF_PACKET.
+		{[]string{"rxe0", "type", "rxe", "netdev", "lo", "rx-path", "socket"}, exitUsage,
+			[]string{"link add rxe0: Invalid argument: rx-path socket needs roce-versions v2: a port that speaks RoCE v1 (roce-versions both)"}},
+		{[]string{"rxe0", "type", "rxe", "netdev", "lo", "roce-versions", "v1", "rx-path", "ring"}, exitUsage,
+			[]string{"rx-path ring needs roce-versions v2", "(roce-versions v1)"}},
 		{[]string{"9rxe", "type", "rxe", "netdev", "lo"}, exitUsage, []string{`link add: Invalid argument: device name "9rxe"`}},
 		{[]string{"rxe0", "type", "rxe", "netdev", "nosuch0"}, exitError,
 			[]string{"roce: link add rxe0: No such device: netdev nosuch0 not found in this network namespace"}},
@@ -150,6 +161,27 @@ func TestLinkLifecycle(t *testing.T) {
 	wantRun(t, dir, exitOK, nil, "link", "add", "rxe1", "type", "rxe", "netdev", "lo", "roce-versions", "v1")
 	if out := wantRun(t, dir, exitOK, nil, "link", "-d"); !strings.HasSuffix(out, " roce_versions v1 \n") {
 		t.Errorf("link -d: %q", out)
+	}
+	wantRun(t, dir, exitOK, nil, "link", "delete", "rxe1")
+
+	// rx-path is recorded and shown with the details (rdma -d, -j -d).
+	for _, p := range []host.RxPath{host.RxSocket, host.RxRing} {
+		wantRun(t, dir, exitOK, nil, "link", "add", "rxe2", "type", "rxe", "rx-path", string(p), "netdev", "lo", "roce-versions", "v2")
+		if def, err := host.NewRegistry(dir).Get("rxe2"); err != nil || def.Rx != p || def.Versions != host.VersionsV2 {
+			t.Errorf("rx-path %s: recorded %+v, %v", p, def, err)
+		}
+		if out := wantRun(t, dir, exitOK, nil, "link", "-d"); !strings.HasSuffix(out, " roce_versions v2 rx_path "+string(p)+" \n") {
+			t.Errorf("rx-path %s: link -d: %q", p, out)
+		}
+		if out := wantRun(t, dir, exitOK, nil, "link", "-j", "-d"); !strings.Contains(out, `"roce_versions":"v2","rx_path":"`+string(p)+`"`) {
+			t.Errorf("rx-path %s: link -j -d: %q", p, out)
+		}
+		wantRun(t, dir, exitOK, nil, "link", "delete", "rxe2")
+	}
+	// Without rx-path nothing is added to the line (as before it existed).
+	wantRun(t, dir, exitOK, nil, "link", "add", "rxe2", "type", "rxe", "netdev", "lo", "roce-versions", "v2")
+	if out := wantRun(t, dir, exitOK, nil, "link", "-d"); !strings.HasSuffix(out, " roce_versions v2 \n") {
+		t.Errorf("link -d without rx-path: %q", out)
 	}
 }
 
