@@ -80,8 +80,10 @@ const (
 	// RxSocket reads from the port's UDP socket with UDP GRO: a look is
 	// a system call, but a 64 KiB WRITE's packets cross the kernel as one
 	// or two superpackets on every kernel, the better path for bulk
-	// receive on Linux before 6.2 (BENCHMARKS.md, "The receive path under
-	// write_bw").
+	// receive on Linux before 6.2 (BENCHMARKS.md, "rx-path socket under
+	// write_bw"). The socket never shows an IPv4 packet's Identification,
+	// which the ICRC covers: link/udp verifies the ICRC to 16 of its bits
+	// (idsolve.go), where the ring verifies all 32.
 	RxSocket RxPath = "socket"
 )
 
