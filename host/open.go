@@ -197,6 +197,11 @@ func Open(name string, o Options) (*Device, error) {
 		return d.watch(nl, nd.Index)
 	})
 	if err != nil {
+		// An error that already says which device could not open, and
+		// why (the privilege a link needs), goes as it is.
+		if ve, ok := err.(*verbs.Error); ok && ve.Op == "open" && ve.Device == name {
+			return fail(err)
+		}
 		return fail(&verbs.Error{Op: "open", Device: name, Detail: "netdev " + def.Netdev + def.Netns.suffix(), Err: err})
 	}
 	if o.Wrap != nil {

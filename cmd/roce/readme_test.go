@@ -124,4 +124,16 @@ func TestReadmeWithoutRoot(t *testing.T) {
 	if !strings.Contains(cli.stdout.String(), "iters in") {
 		t.Errorf("client output:\n%s", cli.stdout.String())
 	}
+
+	// A device that asks for the ring (AF_PACKET) cannot run without root;
+	// the error says so and names the path that can.
+	ring := asNobody(ha, tmps[ha], env, "roce link delete rxe0",
+		"roce link add rxe0 type rxe netdev eth0 roce-versions v2 rx-path ring",
+		strings.ReplaceAll(last, "198.18.0.2", hb.IPv4.String()))
+	code := ring.exitCode(t, ctx)
+	if stderr := ring.stderr.String(); code == 0 || !strings.Contains(stderr, "operation not permitted") ||
+		!strings.Contains(stderr, "device rxe0 receives with rx-path ring, an AF_PACKET socket on "+ha.Ifname+": run as root") ||
+		!strings.Contains(stderr, "rx-path socket") {
+		t.Errorf("rx-path ring without root: exit %d, stderr %q", code, stderr)
+	}
 }
