@@ -30,7 +30,9 @@ type rawRecv struct {
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
-func newRawRecv(ifindex int, port uint16) (*rawRecv, error) {
+// newRawRecv opens the AF_PACKET socket on ifindex for the datagrams to
+// port, with a ring whose frames hold frame bytes (ringFrameFor).
+func newRawRecv(ifindex int, port uint16, frame int) (*rawRecv, error) {
 	// Protocol 0: the socket sees no packet until bind names the
 	// protocol and the netdev, after its filter and ring are in place
 	// (a packet queued on the socket before the ring would be read as
@@ -58,7 +60,7 @@ func newRawRecv(ifindex int, port uint16) (*rawRecv, error) {
 			// After PACKET_VNET_HDR, which a socket with a ring refuses.
 			// Without it (an old kernel, no memory for it) the socket is
 			// read with recvmmsg.
-			ring, _ = setupRing(fd)
+			ring, _ = setupRing(fd, frame)
 		}
 		err = unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifindex})
 	}

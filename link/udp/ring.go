@@ -25,12 +25,20 @@ import (
 // have given it: the virtio-net header, then the frame; the sockaddr_ll;
 // the message's length.
 //
-// Frames are ringFrame bytes: small packets (ACKs, short SENDs, the
-// latency path) fit. A longer one (a data packet, a GRO or GSO
-// superpacket) reaches the ring truncated, and PACKET_COPY_THRESH has the
-// kernel queue it whole on the socket as well (status TP_STATUS_COPY, queued before the status is
-// set): the read takes it, and the run of such frames behind it, with one
-// recvmmsg. A truncated frame the kernel could not also queue (the
+// Frames hold a whole packet of the netdev's MTU when it is at most
+// ringFrameWhole−ringFrameOverhead (1,952: Ethernet's 1,500), else
+// ringFrame bytes, where small packets (ACKs, short SENDs, the latency
+// path) fit. A longer one (a data packet beyond a small frame, a GRO or
+// GSO superpacket) reaches the ring truncated, and PACKET_COPY_THRESH has
+// the kernel queue it whole on the socket as well (status TP_STATUS_COPY,
+// queued before the status is set): the read takes it, and the run of
+// such frames behind it, with one recvmmsg. Before Linux 6.2 the kernel
+// cannot give this socket a UDP GRO superpacket (disableGRO), so there
+// every data packet comes alone: in a frame of its own it costs the
+// kernel one copy, truncated it costs a copy into the frame, a queued
+// clone and its read (the lab's VMs, MTU 1500: write_bw's server moved
+// 1.17× the bytes with whole frames in 12 paired rounds, and round trips
+// measured alike; BENCHMARKS.md). A truncated frame the kernel could not also queue (the
 // socket's receive buffer full) is a lost packet, counted as a socket
 // drop; RC retransmits it.
 //
@@ -41,7 +49,14 @@ import (
 // return, and under rxMu.
 const (
 	ringFrame  = 512  // a frame: the header, sockaddr_ll, vnet header and a small packet
-	ringFrames = 8192 // 4 MiB
+	ringFrames = 8192 // 4 MiB of ringFrame, 16 of ringFrameWhole
+	// ringFrameWhole is a frame that holds a whole packet of an Ethernet
+	// MTU; ringFrameOverhead what comes before the packet's IP header in
+	// a frame (TPACKET_V2: the header and sockaddr_ll, 52 bytes, the
+	// Ethernet header aligned to 80, the virtio-net header: 90), with a
+	// margin.
+	ringFrameWhole    = 2048
+	ringFrameOverhead = 96
 	// ringCheck: the bytes of a queued copy compared with its frame's
 	// (Ethernet, IP and UDP headers, and the BTH).
 	ringCheck = 96
@@ -65,10 +80,20 @@ type rxRing struct {
 	framed, copied, truncated, mismatched atomic.Uint64
 }
 
-// setupRing asks for the ring on fd, before it is bound. A kernel or a
-// machine that cannot give it leaves the socket as it was (an error).
-func setupRing(fd int) (*rxRing, error) {
-	g, err := pktring.Setup(fd, ringFrame, ringFrames*ringFrame)
+// ringFrameFor returns the frame size of a ring on a netdev of MTU mtu
+// (0: unknown).
+func ringFrameFor(mtu int) int {
+	if mtu > 0 && mtu+ringFrameOverhead <= ringFrameWhole {
+		return ringFrameWhole
+	}
+	return ringFrame
+}
+
+// setupRing asks for the ring on fd, before it is bound, in frames of
+// frame bytes. A kernel or a machine that cannot give it leaves the
+// socket as it was (an error).
+func setupRing(fd, frame int) (*rxRing, error) {
+	g, err := pktring.Setup(fd, frame, ringFrames*frame)
 	if err != nil {
 		return nil, err
 	}

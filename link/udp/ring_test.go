@@ -444,3 +444,61 @@ func TestPlanFollowsReadyFrames(t *testing.T) {
 	}
 	checkPSNs(t, got, psnRange(psn, psn+5)...)
 }
+
+// TestRingFrameFor: a netdev of Ethernet's MTU gets frames that hold a
+// whole packet, a jumbo or unknown one small frames.
+func TestRingFrameFor(t *testing.T) {
+	for _, tc := range []struct{ mtu, frame int }{
+		{0, ringFrame}, {576, ringFrameWhole}, {1500, ringFrameWhole},
+		{ringFrameWhole - ringFrameOverhead, ringFrameWhole}, {ringFrameWhole - ringFrameOverhead + 1, ringFrame},
+		{9000, ringFrame}, {65536, ringFrame},
+	} {
+		if got := ringFrameFor(tc.mtu); got != tc.frame {
+			t.Errorf("ringFrameFor(%d) = %d, want %d", tc.mtu, got, tc.frame)
+		}
+	}
+}
+
+// TestRingWholeFrames: on a netdev of MTU 1500 the ring's frames hold a
+// whole data packet of path MTU 1024, so a WRITE sent one datagram a
+// packet (as rxe sends, and as GRO leaves them where the kernel cannot
+// give this socket a superpacket) is read from the frames, none from
+// the socket's queue, in order, each ICRC verified.
+func TestRingWholeFrames(t *testing.T) {
+	ha, hb := nettest.VethPair(t, nettest.Options{MTU: 1500})
+	var a *Link
+	if err := ha.Do(func() (err error) {
+		a, err = New(Config{Addrs: []netip.Addr{ha.IPv4}, NoGSO: true})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	b := openOn(t, hb, true)
+	g := b.rx.ring
+	if g == nil {
+		t.Fatal("the privileged link has no receive ring")
+	}
+	if g.FrameSize() != ringFrameWhole {
+		t.Fatalf("frames of %d bytes on a netdev of MTU 1500, want %d", g.FrameSize(), ringFrameWhole)
+	}
+	addr := link.Addr{Version: wire.RoCEv2, SrcGID: netip.AddrFrom16(ha.IPv4.As16()), DstGID: netip.AddrFrom16(hb.IPv4.As16()), HopLimit: 64}
+	const n = 40
+	var pkts []link.Packet
+	for i := range n {
+		f := wire.PacketFields{BTH: wire.BTHFields{Opcode: wire.TransportRC | wire.OpWriteMiddle, PKey: wire.DefaultPKey, DestQP: 0x11, PSN: wire.PSN(i)}}
+		f.Payload = make([]byte, 1024)
+		for j := range f.Payload {
+			f.Payload[j] = byte(i + j)
+		}
+		pkts = append(pkts, build(a.Headroom(), &f, addr))
+	}
+	send(t, a, pkts)
+	checkPSNs(t, recvPSNs(t, b, n), psnRange(0, n-1)...)
+	if g.framed.Load() != n || g.copied.Load() != 0 {
+		t.Errorf("from frames %d (want %d), from the queue %d (want 0)", g.framed.Load(), n, g.copied.Load())
+	}
+	if s := b.Stats(); s.RxBadICRC.Load()+s.RxMalformed.Load() != 0 {
+		t.Errorf("rx_drop_bad_icrc %d, rx_drop_malformed %d", s.RxBadICRC.Load(), s.RxMalformed.Load())
+	}
+}

@@ -231,7 +231,9 @@ func New(cfg Config) (*Link, error) {
 		return nil, err
 	}
 	if cfg.Ifindex > 0 {
-		if l.raw, err = newRawRecv(cfg.Ifindex, cfg.Port); err != nil {
+		// cfg.MTU leaves room for IPv6 and UDP: the netdev's MTU is the
+		// largest IP packet a frame must hold.
+		if l.raw, err = newRawRecv(cfg.Ifindex, cfg.Port, ringFrameFor(cfg.MTU+wire.IPv6Len+wire.UDPLen)); err != nil {
 			conn.Close()
 			return nil, err
 		}
