@@ -73,17 +73,17 @@ const (
 	RxDefault RxPath = ""
 	// RxRing reads from the netdev with an AF_PACKET socket and its ring
 	// (root only): a busy poll's look is a load, not a system call, the
-	// lowest latency; but on Linux before 6.2 the kernel cannot hand a
-	// packet socket a UDP GRO superpacket, so there every packet travels
-	// the kernel's receive path alone.
+	// lowest latency, and the ICRC is verified over the real IP header.
+	// Before Linux 6.2 the kernel cannot hand a packet socket a UDP GRO
+	// superpacket, so there every packet travels the kernel's receive
+	// path alone (on an Ethernet MTU, into a frame of its own).
 	RxRing RxPath = "ring"
-	// RxSocket reads from the port's UDP socket with UDP GRO: a look is
-	// a system call, but a 64 KiB WRITE's packets cross the kernel as one
-	// or two superpackets on every kernel, the better path for bulk
-	// receive on Linux before 6.2 (BENCHMARKS.md, "rx-path socket under
-	// write_bw"). The socket never shows an IPv4 packet's Identification,
-	// which the ICRC covers: link/udp verifies the ICRC to 16 of its bits
-	// (idsolve.go), where the ring verifies all 32.
+	// RxSocket reads from the port's UDP socket with UDP GRO: a look is a
+	// system call, and a 64 KiB WRITE's packets cross the kernel as one or
+	// two superpackets on every kernel (on a jumbo MTU before 6.2, the
+	// only path that coalesces). The socket never shows an IPv4 packet's
+	// Identification, which the ICRC covers: link/udp verifies the ICRC to
+	// 16 of its bits (idsolve.go), where the ring verifies all 32.
 	RxSocket RxPath = "socket"
 )
 

@@ -229,14 +229,14 @@ rx-path says how a RoCE v2-only port (roce-versions v2) reads its packets:
 ring (the default as root) reads them from the netdev with an AF_PACKET
 socket and its ring, where a busy-polling program's look is a load, not a
 system call: the lowest latency. socket (the default, and the only path,
-without root) reads them from the port's UDP socket with UDP GRO, where a
-64 KiB WRITE's packets cross the kernel as one or two superpackets; but a
+without root) reads them from the port's UDP socket with UDP GRO; but a
 UDP socket never shows a packet's IPv4 Identification, which the ICRC
 covers, so over IPv4 socket verifies the ICRC to 16 of its 32 bits, where
 ring verifies all of them. Before Linux 6.2 the kernel cannot give a packet
-socket a GRO superpacket, so there a ring takes every packet through the
-kernel alone: for bulk receive (the server of roce perf write, a stream)
-socket is faster on those kernels. The ports of one connection may differ.
+socket a GRO superpacket: on a netdev of Ethernet's MTU the ring's frames
+hold each packet whole and both paths moved bulk data alike in the lab's
+6.1 VMs; on a jumbo MTU there only socket coalesces. The ports of one
+connection may differ.
 
 A netdev has at most one device (the kernel: "rdma_rxe: already configured
 on eth0"), and names are unique: either is EEXIST. The runtime directory is
