@@ -38,9 +38,9 @@ import (
 // kernel one copy, truncated it costs a copy into the frame, a queued
 // clone and its read (the lab's VMs, MTU 1500: write_bw's server moved
 // 1.17× the bytes with whole frames in 12 paired rounds, and round trips
-// measured alike; BENCHMARKS.md). A truncated frame the kernel could not also queue (the
-// socket's receive buffer full) is a lost packet, counted as a socket
-// drop; RC retransmits it.
+// measured alike; BENCHMARKS.md). A truncated frame the kernel could not
+// also queue (the socket's receive buffer full) is a lost packet, counted
+// as a socket drop; RC retransmits it.
 //
 // Every access to the ring's memory happens inside a callback of the
 // socket's RawConn (Read, Control), or under the link's rxMu after a check
