@@ -87,13 +87,29 @@ const (
 	RxSocket RxPath = "socket"
 )
 
-// ParseRxPath checks an rx-path value ("" is the default).
+// ParseRxPath checks an rx-path value, as `roce link add … rx-path`
+// takes it (RxDefault is no value).
 func ParseRxPath(s string) (RxPath, error) {
 	switch p := RxPath(s); p {
-	case RxDefault, RxRing, RxSocket:
+	case RxRing, RxSocket:
 		return p, nil
 	}
 	return "", &verbs.Error{Op: "rx-path", Detail: fmt.Sprintf("rx-path %q: valid values are ring and socket", s), Err: syscall.EINVAL}
+}
+
+// CheckRxPath checks that a device whose port speaks v can have rx-path p.
+func CheckRxPath(v Versions, p RxPath) error {
+	if p == RxDefault {
+		return nil
+	}
+	if _, err := ParseRxPath(string(p)); err != nil {
+		return err
+	}
+	if v != VersionsV2 {
+		return &verbs.Error{Op: "rx-path", Err: syscall.EINVAL,
+			Detail: fmt.Sprintf("rx-path %s needs roce-versions v2: a port that speaks RoCE v1 (roce-versions %s) reads every frame from the netdev with AF_PACKET", p, v)}
+	}
+	return nil
 }
 
 // DeviceDef is a device definition, as `roce link add` records it.
@@ -157,12 +173,9 @@ func (r *Registry) Add(d DeviceDef) error {
 	if d.Type != "rxe" {
 		return &verbs.Error{Op: "link add", Device: d.Name, Detail: fmt.Sprintf("device type %q: the only type is rxe", d.Type), Err: syscall.EINVAL}
 	}
-	if _, err := ParseRxPath(string(d.Rx)); err != nil {
-		return &verbs.Error{Op: "link add", Device: d.Name, Detail: err.(*verbs.Error).Detail, Err: syscall.EINVAL}
-	}
-	if d.Rx != RxDefault && d.Versions != VersionsV2 {
-		return &verbs.Error{Op: "link add", Device: d.Name, Err: syscall.EINVAL,
-			Detail: fmt.Sprintf("rx-path %s needs roce-versions v2: a port that speaks RoCE v1 (roce-versions %s) reads every frame from the netdev with AF_PACKET", d.Rx, d.Versions)}
+	var bad *verbs.Error
+	if errors.As(CheckRxPath(d.Versions, d.Rx), &bad) {
+		return &verbs.Error{Op: "link add", Device: d.Name, Detail: bad.Detail, Err: bad.Err}
 	}
 	unlock, err := r.lock()
 	if err != nil {

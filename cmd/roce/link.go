@@ -358,9 +358,8 @@ func parseLinkAdd(args []string) (linkAddArgs, error) {
 			a.versions = ver
 		case "rx-path":
 			p, err := host.ParseRxPath(v)
-			if err != nil || p == host.RxDefault {
-				return a, &errnoError{op: "link add " + a.name, errno: syscall.EINVAL,
-					detail: fmt.Sprintf("rx-path %q: valid values are ring and socket", v)}
+			if err != nil {
+				return a, opError("link add "+a.name, err)
 			}
 			a.rx = p
 		}
@@ -374,9 +373,8 @@ func parseLinkAdd(args []string) (linkAddArgs, error) {
 	if a.versions == "" {
 		a.versions = host.VersionsBoth
 	}
-	if a.rx != host.RxDefault && a.versions != host.VersionsV2 {
-		return a, &errnoError{op: "link add " + a.name, errno: syscall.EINVAL,
-			detail: fmt.Sprintf("rx-path %s needs roce-versions v2: a port that speaks RoCE v1 (roce-versions %s) reads every frame from the netdev with AF_PACKET", a.rx, a.versions)}
+	if err := host.CheckRxPath(a.versions, a.rx); err != nil {
+		return a, opError("link add "+a.name, err)
 	}
 	return a, nil
 }
