@@ -73,6 +73,24 @@ func loopQPs(t *testing.T, d *Device) (pd *verbs.PD, cq *verbs.CQ, a, b *verbs.Q
 	return pd, cq, a, b
 }
 
+// writeMRs registers a WRITE's source and destination on pd, 1 MiB each,
+// the source's byte i being byte(i).
+func writeMRs(t *testing.T, pd *verbs.PD) (src, dst []byte, mrA, mrB *verbs.MR) {
+	t.Helper()
+	src, dst = make([]byte, 1<<20), make([]byte, 1<<20)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	var err error
+	if mrA, err = pd.RegMR(src, verbs.AccessLocalWrite); err != nil {
+		t.Fatal(err)
+	}
+	if mrB, err = pd.RegMR(dst, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+		t.Fatal(err)
+	}
+	return src, dst, mrA, mrB
+}
+
 // readCapture reads a capture's pcapng stream to its end: the frames and
 // the last statistics block.
 type captureResult struct {
@@ -168,18 +186,7 @@ func TestControlLoopback(t *testing.T) {
 	go func() { fastc <- readCapture(fast) }()
 
 	// Wait until both captures are subscribed (the reply line is sent after).
-	src, dst := make([]byte, 1<<20), make([]byte, 1<<20)
-	for i := range src {
-		src[i] = byte(i)
-	}
-	mrA, err := pd.RegMR(src, verbs.AccessLocalWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mrB, err := pd.RegMR(dst, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, _, mrA, mrB := writeMRs(t, pd)
 	const writes = 4
 	for i := range writes {
 		if err := a.PostSend(verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,

@@ -83,18 +83,7 @@ func TestRxPathOpen(t *testing.T) {
 func writeOnce(t *testing.T, d *Device) {
 	t.Helper()
 	pd, cq, a, _ := loopQPs(t, d)
-	src, dst := make([]byte, 1<<20), make([]byte, 1<<20)
-	for i := range src {
-		src[i] = byte(i * 7)
-	}
-	mrA, err := pd.RegMR(src, verbs.AccessLocalWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mrB, err := pd.RegMR(dst, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, dst, mrA, mrB := writeMRs(t, pd)
 	if err := a.PostSend(verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
 		SGList: []verbs.SGE{mrA.SGE(0, len(src))}, RemoteAddr: mrB.Addr(), RKey: mrB.RKey()}); err != nil {
 		t.Fatal(err)
