@@ -37,12 +37,12 @@ import (
 // arrives and the next message alone after it, two sendmmsg calls per
 // side and round trip, as Linux rxe acknowledges (from the kernel, before
 // the program sees the message). With one P (GOMAXPROCS 1, as in the
-// lab's one-vCPU VMs) the sendmmsg is a raw system call, as goroce's link makes it (link/udp,
-// mmsg.go): an ordinary one tells the scheduler, and sysmon hands the P to
-// another thread whenever a send outlasts its tick, which under TCG most
-// do; -entersyscall sends the ordinary way. A reader that gets them unsegmented (over loopback or a veth,
-// which carry GSO packets whole) splits them at the message's length, the
-// segment size. Per datagram each side computes a CRC-32 (the ICRC) when it
+// lab's one-vCPU VMs) the sendmmsg is a raw system call, as goroce's link
+// makes it (link/udp, mmsg.go): an ordinary one tells the scheduler, and
+// sysmon hands the P to another thread whenever a send outlasts its tick,
+// which under TCG most do; -entersyscall sends the ordinary way. A reader
+// that gets them unsegmented (over loopback or a veth, which carry GSO
+// packets whole) splits them at the message's length, the segment size. Per datagram each side computes a CRC-32 (the ICRC) when it
 // sends and checks it when it receives, and copies a message's payload out of
 // a source buffer and into a destination one (the MRs). No PSNs checked, no
 // retransmission (a datagram lost ends the run with an error), no verbs.
