@@ -463,7 +463,8 @@ func TestRingFrameFor(t *testing.T) {
 // whole data packet of path MTU 1024, so a WRITE sent one datagram a
 // packet (as rxe sends, and as GRO leaves them where the kernel cannot
 // give this socket a superpacket) is read from the frames, none from
-// the socket's queue, in order, each ICRC verified.
+// the socket's queue, in order, each ICRC verified: a packet of the same
+// size with a wrong ICRC, read from a frame too, is dropped.
 func TestRingWholeFrames(t *testing.T) {
 	ha, hb := nettest.VethPair(t, nettest.Options{MTU: 1500})
 	var a *Link
@@ -493,12 +494,16 @@ func TestRingWholeFrames(t *testing.T) {
 		}
 		pkts = append(pkts, build(a.Headroom(), &f, addr))
 	}
+	// First a hostile copy of the first packet, sent raw with ICRC 0: it
+	// too lands whole in a frame, and is dropped there.
+	bad := pkts[0]
+	sendRaw(t, ha, addr, bad.Buf[bad.Off:bad.Off+bad.Len])
 	send(t, a, pkts)
 	checkPSNs(t, recvPSNs(t, b, n), psnRange(0, n-1)...)
-	if g.framed.Load() != n || g.copied.Load() != 0 {
-		t.Errorf("from frames %d (want %d), from the queue %d (want 0)", g.framed.Load(), n, g.copied.Load())
+	if g.framed.Load() != n+1 || g.copied.Load() != 0 {
+		t.Errorf("from frames %d (want %d), from the queue %d (want 0)", g.framed.Load(), n+1, g.copied.Load())
 	}
-	if s := b.Stats(); s.RxBadICRC.Load()+s.RxMalformed.Load() != 0 {
-		t.Errorf("rx_drop_bad_icrc %d, rx_drop_malformed %d", s.RxBadICRC.Load(), s.RxMalformed.Load())
+	if s := b.Stats(); s.RxBadICRC.Load() != 1 || s.RxMalformed.Load() != 0 {
+		t.Errorf("rx_drop_bad_icrc %d (want 1), rx_drop_malformed %d (want 0)", s.RxBadICRC.Load(), s.RxMalformed.Load())
 	}
 }
