@@ -89,7 +89,8 @@ listening() {
 # Such a run shows a call edge of one or two calls carrying a large share
 # of the count from a function that runs once per round trip (in a sound
 # run only the tool's outer loop, latency -> latSend, and the floor's
-# set-up do). Prints the edge and succeeds when the run is confused.
+# set-up do), or shares no sound run has (below). Prints what it found and
+# succeeds when the run is confused.
 confused() {
 	callgrind_annotate --threshold=100 --inclusive=yes --tree=calling "$1" 2>/dev/null | python3 -c '
 import re, sys
@@ -131,7 +132,7 @@ if who == "roce" and tot:
         sys.exit(0)
 # The floor sends two datagrams (two CRC-32s, their headers, the system
 # call) for the two it checks (two CRC-32s): 1.8-1.95 times the count of
-# the check in sound runs, 2.6 in one that lost a switch and said nothing.
+# the check in sound runs, about 2.6 in one that lost a switch unseen.
 if who == "floor":
     snd = max((v for k, v in incl.items() if k.endswith("main.(*latPeer).sendAckAndMsg")), default=0)
     chk = max((v for k, v in incl.items() if k.endswith("main.(*latPeer).segment")), default=0)
@@ -143,7 +144,8 @@ sys.exit(1)
 }
 
 # runcg WHO PORT SERVER... -- CLIENT...: the server under callgrind, the
-# client natively, until a run is sound (up to 16 attempts; half or more are not).
+# client natively, until a run is sound (up to 16 attempts; a third to a
+# half are not).
 runcg() {
 	local who=$1 port=$2 srv=() cli=() sp why
 	shift 2

@@ -12,14 +12,14 @@ import (
 
 // TestCallgrindScript runs bench/callgrind.sh with 1,000 round trips
 // (more than the 512 receives posted up front, so that one of the rows,
-// the reposts, has calls; callgrind loses track of a goroutine in about
-// half the runs of that length, in more of the 3,000-round-trip runs
-// BENCHMARKS.md quotes, and the script runs again up to 16 times), so that the script, which finds each stage in
-// callgrind's call graph by the functions' names, cannot rot when one is
-// renamed: every row it prints has a count, goroce's total is above the
-// floor's (the floor does less than any RoCE stack must), the receive half
-// of goroce's path holds its share of the total, and it leaves no namespace
-// behind. The counts themselves are BENCHMARKS.md's business.
+// the reposts, has calls; callgrind loses track of a goroutine in a third
+// to a half of the runs, and the script runs again up to 16 times), so
+// that the script, which finds each stage in callgrind's call graph by the
+// functions' names, cannot rot when one is renamed: every row it prints
+// has a count, goroce's total is above the floor's (the floor does less
+// than any RoCE stack must), the receive half of goroce's path holds its
+// share of the total, and it leaves no namespace behind. The counts
+// themselves are BENCHMARKS.md's business.
 func TestCallgrindScript(t *testing.T) {
 	testenv.Root(t)
 	_, err := exec.LookPath("valgrind")
