@@ -42,9 +42,10 @@ import (
 // sysmon hands the P to another thread whenever a send outlasts its tick,
 // which under TCG most do; -entersyscall sends the ordinary way. A reader
 // that gets them unsegmented (over loopback or a veth, which carry GSO
-// packets whole) splits them at the message's length, the segment size. Per datagram each side computes a CRC-32 (the ICRC) when it
-// sends and checks it when it receives, and copies a message's payload out of
-// a source buffer and into a destination one (the MRs). No PSNs checked, no
+// packets whole) splits them at the message's length, the segment size.
+// Per datagram each side computes a CRC-32 (the ICRC) when it sends and
+// checks it when it receives, and copies a message's payload out of a
+// source buffer and into a destination one (the MRs). No PSNs checked, no
 // retransmission (a datagram lost ends the run with an error), no verbs.
 //
 // The client prints both tools' reports: perftest's latency table (the time
