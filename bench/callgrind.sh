@@ -90,9 +90,10 @@ listening() {
 # of the count from a function that runs once per round trip (in a sound
 # run only the tool's outer loop, latency -> latSend, and the floor's
 # set-up do), or shares no sound run has (below). Prints what it found and
-# succeeds when the run is confused.
+# succeeds when the run is confused. The call tree it reads stays beside
+# the file (FILE.tree) for the report.
 confused() {
-	callgrind_annotate --threshold=100 --inclusive=yes --tree=calling "$1" 2>/dev/null | python3 -c '
+	callgrind_annotate --threshold=100 --inclusive=yes --tree=calling "$1" 2>/dev/null | tee "${1%.cg}.tree" | python3 -c '
 import re, sys
 who, cur, tot = sys.argv[1], None, 0
 # Callers whose edges may carry the run: the set-up and the outer loops.
@@ -182,8 +183,8 @@ echo "callgrind.sh: udpfloor -lat -size 64 -n $n, the server under callgrind" >&
 runcg floor 18712 "${FLOOR_STAGES[@]}" --callgrind-out-file="$D/floor.cg" "$D/udpfloor" -s -a 10.79.0.1 -P 18712 \
 	-- "$D/udpfloor" -a 10.79.0.1 -P 18712 -lat -size 64 -n "$n" -m 1024 10.79.0.1
 
+# The call trees are confused()'s of the sound runs.
 for f in roce floor; do
-	callgrind_annotate --threshold=100 --inclusive=yes --tree=calling "$D/$f.cg" >"$D/$f.tree" 2>/dev/null
 	callgrind_annotate --threshold=100 "$D/$f.cg" >"$D/$f.self" 2>/dev/null
 done
 [ -n "$keep" ] && mkdir -p "$keep" && cp "$D"/*.cg "$D"/*.srv "$D"/*.cli "$keep"/
