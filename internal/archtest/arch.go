@@ -63,6 +63,8 @@ var Table = map[string]rule{
 		"wire/mad internal/testenv link/pcap"},
 	"wire/mad":        {0, "", "internal/testenv"},
 	"internal/rundir": {0, "", "internal/testenv"},
+	// The goroce_turn builds' turnaround split (link/udp, the UDP floor).
+	"internal/turnsplit": {0, "", ""},
 
 	// 1: links, and the rdma_cm settings beside the stack.
 	"link":          {1, "wire", ""},
@@ -72,7 +74,7 @@ var Table = map[string]rule{
 	"link/fabric":   {1, "link wire", "link/linktest"},
 	"link/pcap":     {1, "link wire", "link/fabric link/linktest"},
 	"link/linktest": {1, "link wire", ""},
-	"link/udp": {1, "link link/pktring link/pktstat wire",
+	"link/udp": {1, "link link/pktring link/pktstat wire internal/turnsplit",
 		// TestPairings moves RC traffic over the link between namespaces.
 		"link/linktest internal/nettest internal/testenv verbs verbs/verbstest"},
 	"link/afpacket": {1, "link link/neigh link/pktring link/pktstat wire wire/mad",
@@ -140,7 +142,7 @@ var Table = map[string]rule{
 	// engine; its latency floor reads an AF_PACKET ring with the ring
 	// primitive goroce's link uses (mmap and status words, nothing else),
 	// so that its empty looks cost what goroce's do.
-	"bench/cmd/udpfloor": {9, "link/pktring", "internal/testenv"},
+	"bench/cmd/udpfloor": {9, "link/pktring internal/turnsplit", "internal/testenv"},
 	// Times goroce's ICRC beside the runtime's operations.
 	"bench/cmd/opcost": {9, "wire", ""},
 }

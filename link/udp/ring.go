@@ -273,6 +273,7 @@ func (l *Link) ringDirect(pkts []link.Packet) (int, bool) {
 			taken++
 			continue
 		}
+		l.turn.seen(g, i)
 		p, plen, segSize, ok := l.parseHeaders(b[:min(len(b), frameHdrMax)], len(b), pktring.Name(f))
 		if !ok {
 			g.framed.Add(1)

@@ -137,6 +137,7 @@ type Link struct {
 	raw    *rawRecv // nil in unprivileged mode
 	local  atomic.Pointer[link.AddrSet]
 	mc     mcastState // multicast groups joined (mcast.go)
+	turn   turnSplit  // empty but with the goroce_turn build tag (turn_on.go)
 	stats  link.Stats
 	ids    idSolver
 
@@ -352,6 +353,7 @@ func (l *Link) Close() error {
 	if l.raw != nil {
 		l.raw.close(&l.rxMu)
 	}
+	l.turn.closed(&l.txMu)
 	return err
 }
 
@@ -614,7 +616,9 @@ type txKey struct {
 // buffer; an error is about the first message.
 func (l *Link) sendMsgs(hdrs []unix.Mmsghdr) (int, error) {
 	l.txMsgs = hdrs
+	t0 := l.turn.start()
 	err := l.rc.Write(l.writeFn)
+	l.turn.sent(t0)
 	l.txMsgs = nil
 	if err != nil {
 		return 0, net.ErrClosed

@@ -170,7 +170,14 @@ func (l *latPeer) send(hdrs []unix.Mmsghdr, to unix.Sockaddr) error {
 			hdrs[i].Hdr.Name, hdrs[i].Hdr.Namelen = (*byte)(name), n
 		}
 	}
+	var t0 int64
+	if l.ring != nil {
+		t0 = l.ring.turn.start()
+	}
 	calls, err := sendAll(l.fd, hdrs, l.rawSend)
+	if l.ring != nil {
+		l.ring.turn.sent(t0)
+	}
 	if l.rawSend {
 		l.rawSent += int64(calls)
 	}

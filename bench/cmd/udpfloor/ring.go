@@ -27,6 +27,7 @@ type rxRing struct {
 	cur   int32
 	from4 unix.SockaddrInet4 // the last datagram's sender, reused
 	from6 unix.SockaddrInet6
+	turn  turnSplit // empty but with the goroce_turn build tag (turn_on.go)
 }
 
 // ringFrame holds a whole 64-byte SEND and its headers (-lat's packets).
@@ -65,6 +66,7 @@ func newRxRing(udp int, local netip.AddrPort) (*rxRing, error) {
 }
 
 func (r *rxRing) close() {
+	r.turn.flush()
 	unix.Close(r.fd)
 	r.ring.Unmap()
 }
@@ -87,6 +89,9 @@ func (r *rxRing) next(stop *atomic.Bool) ([]byte, unix.Sockaddr, error) {
 		f, h := r.ring.Frame(i)
 		b, whole := pktring.Data(f, h, 0)
 		if d, from := r.udpPayload(b); whole && d != nil {
+			if len(d) != ackLen {
+				r.turn.seen(h.Sec, h.Nsec) // a message, not an ACK
+			}
 			return d, from, nil
 		}
 		r.ring.Release(i) // not ours after all (the filter lets only ours in)
