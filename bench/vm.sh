@@ -64,6 +64,16 @@
 #                 departure) and the wire both ways, from bench/cmd/turnaround;
 #                 the capture costs each packet a tap, so those rounds'
 #                 send_lat figures are a little slower than without it
+#   -T            the turnaround split: roce and the floor built with the
+#                 goroce_turn tag (link/udp/turn_on.go), which print, every
+#                 1,000 round trips and at the end, where each side's
+#                 turnaround went: wake
+#                 (the kernel's timestamp of a message's first frame in the
+#                 receive ring to the program taking it), path (then to its
+#                 answer's sendmmsg) and send (the sendmmsg call); a table of
+#                 them for pingpong and send_lat, goroce and the floor (implies
+#                 -f; with -b, build the binary with -tags goroce_turn; a run
+#                 of fewer than 100 round trips prints nothing)
 #   --quick       -r 1 with few iterations (the Go test TestLabVMScript runs this)
 #
 # The lab's lock (/run/roce-lab.lock, internal/lab's) is held for the whole
@@ -78,7 +88,7 @@ set -euo pipefail
 
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 2; }
 
-rounds=3 kinds=v2 iters= json= logdir= bin= limit= quick= profdir= genv=() floor= floorflags= capture=
+rounds=3 kinds=v2 iters= json= logdir= bin= limit= quick= profdir= genv=() floor= floorflags= capture= split=
 while [ $# -gt 0 ]; do
 	case $1 in -r | -k | -n | -j | -l | -b | -t | -p | -e | -F) [ $# -ge 2 ] || { echo "bench/vm.sh: $1 needs a value (-h says which)" >&2; exit 2; } ;; esac
 	case $1 in
@@ -93,6 +103,7 @@ while [ $# -gt 0 ]; do
 	-e) genv+=("$2"); shift ;;
 	-f) floor=1 ;;
 	-c) capture=1 ;;
+	-T) split=1 floor=1 ;;
 	-F) floorflags=$2; shift ;;
 	--quick) quick=1 ;;
 	-h | --help) usage ;;
@@ -192,11 +203,11 @@ if [ -n "$bin" ]; then
 	commit="$commit, binary $bin"
 else
 	log "building a static roce (CGO_ENABLED=0) of $REPO at $commit"
-	(cd "$REPO" && CGO_ENABLED=0 go build -o "$work/extra/roce" ./cmd/roce) 9>&- || die "go build failed"
+	(cd "$REPO" && CGO_ENABLED=0 go build ${split:+-tags goroce_turn} -o "$work/extra/roce" ./cmd/roce) 9>&- || die "go build failed"
 fi
 chmod 755 "$work/extra/roce"
 if [ -n "$floor" ]; then
-	(cd "$REPO" && CGO_ENABLED=0 go build -o "$work/extra/udpfloor" ./bench/cmd/udpfloor) 9>&- || die "go build of bench/cmd/udpfloor failed"
+	(cd "$REPO" && CGO_ENABLED=0 go build ${split:+-tags goroce_turn} -o "$work/extra/udpfloor" ./bench/cmd/udpfloor) 9>&- || die "go build of bench/cmd/udpfloor failed"
 	chmod 755 "$work/extra/udpfloor"
 fi
 [ -z "$profdir" ] || cp "$work/extra/roce" "$profdir/roce" # what pprof reads the profiles with
@@ -766,11 +777,45 @@ if [ -n "$capture" ]; then
 		"over the runs. Each VM's own clock; runs with tcpdump on both sides' eth0."
 	echo
 fi
+if [ -n "$split" ]; then
+	# -T: each run's goroce_turn line (both sides), medians over the rounds.
+	for f in "$logdir"/r*-{goroce,floor}*-{pingpong,send_lat}.{server,client}.log; do
+		[ -e "$f" ] || continue
+		b=${f##*/}
+		b=${b#r*-}
+		{ grep -h '^goroce_turn:' "$f" || true; } | tail -1 | sed "s|^|${b%.log}\t|"
+	done | awk -F'\t' '
+	function sortn(a, n,   i, j, t) { for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t } }
+	function median(a, n) { sortn(a, n); return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+	function col(a, n) { return n ? sprintf("%.1f [%.1f–%.1f]", median(a, n), a[1], a[n]) : "—" }
+	function mid(q,   p) { split(q, p, "/"); return p[2] }
+	{ k = $1; sub(/\.(server|client)$/, "", k); side = ($1 ~ /server$/) ? "vm1 (server)" : "vm2 (client)"
+	  key = k SUBSEP side; if (!(key in seen)) { seen[key] = 1; order[++no] = key }
+	  n = ++cnt[key]
+	  split($2, w, " "); for (i = 1; i <= length(w); i++) { if (w[i] == "wake") W[key, n] = mid(w[i + 1]); if (w[i] == "path") P[key, n] = mid(w[i + 1]); if (w[i] == "send") S[key, n] = mid(w[i + 1]) } }
+	END {
+		if (!no) { print "No turnaround split: no run printed one (fewer than 100 round trips, or binaries built without -tags goroce_turn)."; exit }
+		print "| turnaround split (-T), per side, medians µs | side | wake | path | send (sendmmsg) | runs |"
+		print "|---|---|---|---|---|---|"
+		for (i = 1; i <= no; i++) {
+			key = order[i]; split(key, kk, SUBSEP); n = cnt[key]
+			for (j = 1; j <= n; j++) { a[j] = W[key, j]; b[j] = P[key, j]; c[j] = S[key, j] }
+			printf "| %s | %s | %s | %s | %s | %d |\n", kk[1], kk[2], col(a, n), col(b, n), col(c, n), n
+			delete a; delete b; delete c
+		}
+	}'
+	echo
+	echo "Each side, per round trip: wake, the kernel's timestamp of a message's first frame in the receive ring" \
+		"(where tcpdump taps) to the program taking it; path, then to the start of its answer's sendmmsg; send," \
+		"the sendmmsg call (the packet leaves during it). Binaries built with -tags goroce_turn; each run's" \
+		"medians, then median [range] over the runs."
+	echo
+fi
 echo "Packets the client sent on eth0 in a run, median [min–max], against the least the test needs" \
 	"(each message and each ACK of the peer's once, 64 packets per 64 KiB WRITE at MTU 1024; more is" \
 	"retransmission): $(summary pkts)."
 echo
-echo "Measured by \`bench/vm.sh -r $rounds -k ${kinds} -n $pp_n,$lat_n,$bw_n${floor:+ -f}${floorflags:+ -F $floorflags}${capture:+ -c}\` at $commit (built with $gover), $started:" \
+echo "Measured by \`bench/vm.sh -r $rounds -k ${kinds} -n $pp_n,$lat_n,$bw_n${floor:+ -f}${floorflags:+ -F $floorflags}${capture:+ -c}${split:+ -T}\` at $commit (built with $gover), $started:" \
 	"the lab's two QEMU VMs (TCG, 1 vCPU each, Debian 12 kernel 6.1) over the same virtio link, the TCP exchange" \
 	"over the management link. rxe: rdma_rxe's rxe0 with rdma-core 44 and perftest 4.5; goroce: a static build" \
 	"in both VMs, rdma_rxe unloaded (it holds UDP 4791), the device $(kind_note). Medians [min–max] of $rounds" \

@@ -48,8 +48,9 @@ type vmSummary struct {
 	RatioMedian *float64 `json:"ratio_median"`
 }
 
-// TestLabVMScript runs bench/vm.sh --quick -f (one round, few iterations,
-// and the UDP floors under the three tests) on the lab: it must boot or reuse the
+// TestLabVMScript runs bench/vm.sh --quick -f -c -T (one round, few
+// iterations, the UDP floors under the three tests, send_lat captured and
+// the turnaround split) on the lab: it must boot or reuse the
 // lab with this tree's roce and udpfloor in the VMs, run every test on rxe
 // and on goroce and the floor, print the tables with a figure and a ratio
 // in every cell, write each run to its JSON with the ratios the tables'
@@ -78,7 +79,7 @@ func TestLabVMScript(t *testing.T) {
 	defer cancel()
 	jsonPath := filepath.Join(t.TempDir(), "runs.json")
 	logs := t.TempDir()
-	cmd := exec.CommandContext(ctx, filepath.Join(testenv.RepoRoot(t), "bench", "vm.sh"), "--quick", "-f", "-c", "-j", jsonPath, "-l", logs)
+	cmd := exec.CommandContext(ctx, filepath.Join(testenv.RepoRoot(t), "bench", "vm.sh"), "--quick", "-f", "-c", "-T", "-n", "150,150,20", "-j", jsonPath, "-l", logs)
 	cmd.Env = append(os.Environ(), "ROCE_LAB_DIR="+labDir,
 		"ROCE_LAB_LOCK_WAIT="+strconv.Itoa(int(time.Until(deadline).Seconds())-300))
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) } // the script restores the VMs on SIGINT
@@ -187,6 +188,15 @@ func TestLabVMScript(t *testing.T) {
 				t.Errorf("%s's send_lat capture in %s: %v", st, vm, err)
 			}
 		}
+	}
+
+	// -T: binaries built with the goroce_turn tag; each side of the
+	// pingpong and send_lat runs of goroce and of the floor says where its
+	// turnarounds went (150 round trips: the split prints from 100).
+	srow := regexp.MustCompile(`(?m)^\| (goroce-v2|floor)-(pingpong|send_lat) \| (vm1 \(server\)|vm2 \(client\)) \| ` +
+		`\d+\.\d \[[\d.]+–[\d.]+\] \| \d+\.\d \[[\d.]+–[\d.]+\] \| \d+\.\d \[[\d.]+–[\d.]+\] \| 1 \|$`)
+	if rows := srow.FindAllStringSubmatch(table, -1); !strings.Contains(table, "| turnaround split (-T), per side, medians µs | side | wake | path | send (sendmmsg) | runs |\n") || len(rows) != 8 {
+		t.Errorf("no turnaround split table with a row for each side of goroce's and the floor's pingpong and send_lat (%d rows)", len(rows))
 	}
 
 	if len(doc.Captures) != 3 {
