@@ -67,13 +67,13 @@
 #   -T            the turnaround split: roce and the floor built with the
 #                 goroce_turn tag (link/udp/turn_on.go), which print, every
 #                 1,000 round trips and at the end, where each side's
-#                 turnaround went: wake
-#                 (the kernel's timestamp of a message's first frame in the
-#                 receive ring to the program taking it), path (then to its
-#                 answer's sendmmsg) and send (the sendmmsg call); a table of
-#                 them for pingpong and send_lat, goroce and the floor (implies
-#                 -f; with -b, build the binary with -tags goroce_turn; a run
-#                 of fewer than 100 round trips prints nothing)
+#                 turnaround went: wake (the kernel's timestamp of a
+#                 message's first frame in the receive ring to the program
+#                 taking it), path (then to its answer's sendmmsg) and send
+#                 (the sendmmsg call); a table of them for pingpong and
+#                 send_lat, goroce and the floor (implies -f; with -b, build
+#                 the binary with -tags goroce_turn; a run of fewer than 100
+#                 round trips prints nothing)
 #   --quick       -r 1 with few iterations (the Go test TestLabVMScript runs this)
 #
 # The lab's lock (/run/roce-lab.lock, internal/lab's) is held for the whole
@@ -792,7 +792,7 @@ if [ -n "$split" ]; then
 	{ k = $1; sub(/\.(server|client)$/, "", k); side = ($1 ~ /server$/) ? "vm1 (server)" : "vm2 (client)"
 	  key = k SUBSEP side; if (!(key in seen)) { seen[key] = 1; order[++no] = key }
 	  n = ++cnt[key]
-	  split($2, w, " "); for (i = 1; i <= length(w); i++) { if (w[i] == "wake") W[key, n] = mid(w[i + 1]); if (w[i] == "path") P[key, n] = mid(w[i + 1]); if (w[i] == "send") S[key, n] = mid(w[i + 1]) } }
+	  nw = split($2, w, " "); for (i = 1; i < nw; i++) { if (w[i] == "wake") W[key, n] = mid(w[i + 1]); if (w[i] == "path") P[key, n] = mid(w[i + 1]); if (w[i] == "send") S[key, n] = mid(w[i + 1]) } }
 	END {
 		if (!no) { print "No turnaround split: no run printed one (fewer than 100 round trips, or binaries built without -tags goroce_turn)."; exit }
 		print "| turnaround split (-T), per side, medians µs | side | wake | path | send (sendmmsg) | runs |"

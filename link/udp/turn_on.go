@@ -16,26 +16,26 @@ package udp
 import (
 	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/goroce/goroce/internal/turnsplit"
 )
 
 type turnSplit struct {
-	kts, at atomic.Int64      // the frame's kernel timestamp and when the link saw it, ns; at 0: none since the last send
+	mu      sync.Mutex        // the receive path sets kts and at, the send path takes them
+	kts, at int64             // the frame's kernel timestamp and when the link saw it, ns; at 0: none since the last send
 	s       turnsplit.Samples // under txMu
 }
 
 // seen notes frame i of g, the ring's head, unless a frame was seen since
 // the last send. Called with rxMu held.
 func (t *turnSplit) seen(g *rxRing, i int32) {
-	if t.at.Load() != 0 {
-		return
+	t.mu.Lock()
+	if t.at == 0 {
+		_, h := g.Frame(i)
+		t.kts, t.at = int64(h.Sec)*1e9+int64(h.Nsec), time.Now().UnixNano()
 	}
-	_, h := g.Frame(i)
-	t.kts.Store(int64(h.Sec)*1e9 + int64(h.Nsec))
-	t.at.Store(time.Now().UnixNano())
+	t.mu.Unlock()
 }
 
 // start is the time a sendmmsg starts.
@@ -45,8 +45,12 @@ func (t *turnSplit) start() int64 { return time.Now().UnixNano() }
 // returned. Called with txMu held.
 func (t *turnSplit) sent(t0 int64) {
 	t1 := time.Now().UnixNano()
-	if at := t.at.Swap(0); at != 0 {
-		t.s.Add(os.Stderr, at-t.kts.Load(), t0-at, t1-t0)
+	t.mu.Lock()
+	kts, at := t.kts, t.at
+	t.at = 0
+	t.mu.Unlock()
+	if at != 0 {
+		t.s.Add(os.Stderr, at-kts, t0-at, t1-t0)
 	}
 }
 
