@@ -219,7 +219,7 @@ func TestOtherPorts(t *testing.T) {
 		{"cat " + mode1, "IB/RoCE v1", 0},
 		{`echo "IB/RoCE v1" > ` + mode1 + "; echo $?; cat " + mode1, "0\nIB/RoCE v1", 0},
 		// One write(2) of "RoCE v2\n\n" is EINVAL and changes nothing ...
-		{`printf 'RoCE v2\n\n' | dd of=` + mode1 + ` bs=64 status=none`, "dd: …: Invalid argument", 1},
+		{`printf 'RoCE v2\n\n' | dd of=` + mode1 + ` bs=64 count=1 iflag=fullblock status=none`, "dd: …: Invalid argument", 1},
 		{"cat " + mode1, "IB/RoCE v1", 0},
 		// ... but bash's printf writes line by line: "RoCE v2\n" is
 		// taken, then "\n" alone is EINVAL — as on Linux.
@@ -236,7 +236,7 @@ func TestOtherPorts(t *testing.T) {
 		{"echo 7 >> " + tos1 + "; cat " + tos1, "7", 0},
 		// A write(2) stores its first 4095 bytes (the value 0) and says so;
 		// dd writes the rest, "9", in a second store.
-		{"printf '%04096d' 9 | dd of=" + tos1 + " bs=8192 status=none; cat " + tos1, "9", 0},
+		{"printf '%04096d' 9 | dd of=" + tos1 + " bs=8192 count=1 iflag=fullblock status=none; cat " + tos1, "9", 0},
 		// Written, then fsync: configfs has none (EINVAL).
 		{"echo 5 | dd of=" + tos1 + " conv=fsync status=none; cat " + tos1, "dd: …: Invalid argument\n5", 0},
 		{"echo 0 > " + tos1, "", 0},
