@@ -605,11 +605,18 @@ touched=
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # --- the table ------------------------------------------------------------------------
-summary() {
-	awk -F'\t' -v kinds="${kind_list[*]}" -v rounds="$rounds" -v fmt="$1" \
-		-v pp="$pp_n" -v lat="$lat_n" -v bw="$bw_n" '
+# AWK_MEDIAN: the awk functions the tables' programs share: an insertion
+# sort, the median (which sorts the array in place) and range, "median
+# [min–max]" of an array, each figure in printf format f ("—" when empty).
+AWK_MEDIAN='
 	function sortn(a, n,   i, j, t) { for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t } }
 	function median(a, n) { sortn(a, n); return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+	function range(a, n, f) { return n ? sprintf(f " [" f "–" f "]", median(a, n), a[1], a[n]) : "—" }
+'
+
+summary() {
+	awk -F'\t' -v kinds="${kind_list[*]}" -v rounds="$rounds" -v fmt="$1" \
+		-v pp="$pp_n" -v lat="$lat_n" -v bw="$bw_n" "$AWK_MEDIAN"'
 	function num(v, t) { return t == "write_bw" ? sprintf("%.2f", v) : (v >= 100 ? sprintf("%.0f", v) : sprintf("%.1f", v)) }
 	function cell(t, a, n, failed,   s, lo, hi, m) {
 		if (n == 0) return "— (" failed " failed)"
@@ -679,9 +686,7 @@ summary() {
 # test (and goroce kind).
 floor_summary() {
 	awk -F'\t' -v kinds="${kind_list[*]}" -v rounds="$rounds" -v fmt="$1" \
-		-v pp="$pp_n" -v lat="$lat_n" -v bw="$bw_n" '
-	function sortn(a, n,   i, j, t) { for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t } }
-	function median(a, n) { sortn(a, n); return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+		-v pp="$pp_n" -v lat="$lat_n" -v bw="$bw_n" "$AWK_MEDIAN"'
 	function ok(x) { return x != "" && x != "NA" && x + 0 > 0 }
 	function col(a, n, f, x) { return n ? sprintf(f x " [" f "–" f "]", median(a, n), a[1], a[n]) : "—" }
 	function jv(a, n) { return n ? sprintf("%.4f", median(a, n)) : "null" }
@@ -754,10 +759,7 @@ fi
 if [ -n "$capture" ]; then
 	# turn_summary: per stack, the medians over the rounds of each side's
 	# turnaround and of the wire, from the captured send_lat runs.
-	awk -F'\t' '
-	function sortn(a, n,   i, j, t) { for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t } }
-	function median(a, n) { sortn(a, n); return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
-	function col(a, n) { return n ? sprintf("%.0f [%.0f–%.0f]", median(a, n), a[1], a[n]) : "—" }
+	awk -F'\t' "$AWK_MEDIAN"'
 	{ k = $2 ($3 == "-" ? "" : " " $3); if (!(k in seen)) { seen[k] = 1; order[++no] = k }
 	  n = ++cnt[k]; A[k, n] = $5; B[k, n] = $6; W[k, n] = $7 }
 	END {
@@ -766,7 +768,7 @@ if [ -n "$capture" ]; then
 		for (i = 1; i <= no; i++) {
 			k = order[i]; n = cnt[k]
 			for (j = 1; j <= n; j++) { a[j] = A[k, j]; b[j] = B[k, j]; w[j] = W[k, j] }
-			printf "| %s | %s | %s | %s | %d |\n", k, col(a, n), col(b, n), col(w, n), n
+			printf "| %s | %s | %s | %s | %d |\n", k, range(a, n, "%.0f"), range(b, n, "%.0f"), range(w, n, "%.0f"), n
 			delete a; delete b; delete w
 		}
 	}' "$turns"
@@ -784,10 +786,7 @@ if [ -n "$split" ]; then
 		b=${f##*/}
 		b=${b#r*-}
 		{ grep -h '^goroce_turn:' "$f" || true; } | tail -1 | sed "s|^|${b%.log}\t|"
-	done | awk -F'\t' '
-	function sortn(a, n,   i, j, t) { for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t } }
-	function median(a, n) { sortn(a, n); return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
-	function col(a, n) { return n ? sprintf("%.1f [%.1f–%.1f]", median(a, n), a[1], a[n]) : "—" }
+	done | awk -F'\t' "$AWK_MEDIAN"'
 	function mid(q,   p) { split(q, p, "/"); return p[2] }
 	{ k = $1; sub(/\.(server|client)$/, "", k); side = ($1 ~ /server$/) ? "vm1 (server)" : "vm2 (client)"
 	  key = k SUBSEP side; if (!(key in seen)) { seen[key] = 1; order[++no] = key }
@@ -800,7 +799,7 @@ if [ -n "$split" ]; then
 		for (i = 1; i <= no; i++) {
 			key = order[i]; split(key, kk, SUBSEP); n = cnt[key]
 			for (j = 1; j <= n; j++) { a[j] = W[key, j]; b[j] = P[key, j]; c[j] = S[key, j] }
-			printf "| %s | %s | %s | %s | %s | %d |\n", kk[1], kk[2], col(a, n), col(b, n), col(c, n), n
+			printf "| %s | %s | %s | %s | %s | %d |\n", kk[1], kk[2], range(a, n, "%.1f"), range(b, n, "%.1f"), range(c, n, "%.1f"), n
 			delete a; delete b; delete c
 		}
 	}'
