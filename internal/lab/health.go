@@ -110,10 +110,13 @@ func (w *watcher) run() {
 		}
 		if vm, line := stalled(w.dir); vm != "" {
 			w.broken.Store(true)
+			// Report before halting: the commands halt stops return
+			// at once and their tests' failures follow, so the stall
+			// is logged first, the cause ahead of its effects.
+			w.errorf("%s", stallError(vm, line))
 			if w.halt != nil {
 				w.halt()
 			}
-			w.errorf("%s", stallError(vm, line))
 			return
 		}
 	}

@@ -217,6 +217,13 @@ func TestExecStopsWhenBroken(t *testing.T) {
 	if b, _ := os.ReadFile(ran); strings.Count(string(b), "x") != 1 {
 		t.Errorf("vm-exec ran %d times, want 1 (none after the stall)", strings.Count(string(b), "x"))
 	}
+	// The watcher returns once it has reported; wait for that rather
+	// than assume the report came before Exec returned.
+	select {
+	case <-w.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("watcher still runs 30 s after the stall")
+	}
 	if got := r.got(); len(got) != 1 {
 		t.Errorf("watcher errors %q, want one", got)
 	}
