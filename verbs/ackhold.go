@@ -71,7 +71,7 @@ func (b *txBatch) onlyACKs() bool {
 // produced, for the device's next send; it reports whether it did (else
 // the caller sends out as usual).
 func (d *Device) holdACKs(out *txBatch) bool {
-	if !out.onlyACKs() || d.isClosed() || !out.answerable() || !d.held.CompareAndSwap(nil, out) {
+	if !out.onlyACKs() || d.isClosed() || !out.answerable() || !d.held.Put(out) {
 		return false
 	}
 	d.heldDue.Store(monoNow() + int64(ackHoldFor))
@@ -89,7 +89,7 @@ func (d *Device) holdACKs(out *txBatch) bool {
 // of the two at least one sees the other and sets the timer.
 func (d *Device) onHeldTimer() {
 	d.heldTimerOn.Store(false)
-	if d.held.Load() == nil {
+	if !d.held.Full() {
 		return
 	}
 	if wait := d.heldDue.Load() - monoNow(); wait > 0 {
@@ -124,11 +124,11 @@ func (b *txBatch) answerable() bool {
 // sends it and then calls sentHeld. It returns nil, unlocked, when nothing
 // is held.
 func (d *Device) takeHeld() *txBatch {
-	if d.held.Load() == nil {
+	if !d.held.Full() {
 		return nil
 	}
 	d.heldMu.Lock()
-	h := d.held.Swap(nil)
+	h := d.held.Take()
 	if h == nil {
 		d.heldMu.Unlock()
 	}

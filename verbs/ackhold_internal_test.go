@@ -23,12 +23,12 @@ func TestHeldTimerWaitsTheRest(t *testing.T) {
 	h := getTxBatch(d)
 	pk := h.next()
 	finish(pk, append(pk.Buf, make([]byte, wire.BTHLen+wire.AETHLen)...))
-	d.held.Store(h)
+	d.held.Put(h)
 	// Set by an earlier hold, and firing now, an hour before this one's time.
 	d.heldTimerOn.Store(true)
 	d.heldDue.Store(monoNow() + int64(time.Hour))
 	d.onHeldTimer()
-	if d.held.Load() != h || lk.now.Load() != 0 {
+	if d.held.peek() != h || lk.now.Load() != 0 {
 		t.Fatalf("the timer sent the held ACK before its time (%d packets sent)", lk.now.Load())
 	}
 	if !d.heldTimerOn.Load() || !d.heldTimer.Stop() {
@@ -38,8 +38,8 @@ func TestHeldTimerWaitsTheRest(t *testing.T) {
 	// Firing at the ACK's time.
 	d.heldDue.Store(monoNow() - 1)
 	d.onHeldTimer()
-	if d.held.Load() != nil || lk.now.Load() != 1 {
-		t.Fatalf("at its time the held ACK is held: %v, %d packets sent", d.held.Load() != nil, lk.now.Load())
+	if d.held.peek() != nil || lk.now.Load() != 1 {
+		t.Fatalf("at its time the held ACK is held: %v, %d packets sent", d.held.peek() != nil, lk.now.Load())
 	}
 	// Nothing held: the timer stops, and the next hold sets it.
 	d.onHeldTimer()

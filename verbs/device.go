@@ -36,13 +36,13 @@ type Device struct {
 	activeMTU MTU
 	mem       *mem.Table
 	events    eventQueue
-	counters  Counters                              // port 1's
-	ecn       atomic.Pointer[ECNConfig]             // port 1's congestion control; nil: the defaults (off)
-	atomicMu  sync.Mutex                            // makes responder atomics atomic across QPs (rxe: atomic_ops_lock)
-	txPool    sync.Pool                             // of *[]byte, link.MaxFrameSize each
-	spare     [spareBatches]atomic.Pointer[txBatch] // getTxBatch's first choice
-	headroom  int                                   // the link's, for each packet sent
-	batchSize int                                   // the link's
+	counters  Counters                    // port 1's
+	ecn       atomic.Pointer[ECNConfig]   // port 1's congestion control; nil: the defaults (off)
+	atomicMu  sync.Mutex                  // makes responder atomics atomic across QPs (rxe: atomic_ops_lock)
+	txPool    sync.Pool                   // of *[]byte, link.MaxFrameSize each
+	spare     [spareBatches]slot[txBatch] // getTxBatch's first choice
+	headroom  int                         // the link's, for each packet sent
+	batchSize int                         // the link's
 
 	mu      sync.RWMutex
 	gids    []GIDEntry     // guarded by mu
@@ -94,7 +94,7 @@ type Device struct {
 	// the device's next send (ackhold.go), or nil; heldMu is held from
 	// taking it to having sent it, and heldTimer sends it if nothing else
 	// does within ackHoldFor.
-	held      atomic.Pointer[txBatch]
+	held      slot[txBatch]
 	heldMu    sync.Mutex
 	heldTimer *time.Timer
 	// heldDue is when the held ACKs go at the latest (monoNow);

@@ -245,10 +245,8 @@ const (
 func getTxBatch(d *Device) *txBatch {
 	var b *txBatch
 	for i := range d.spare {
-		if d.spare[i].Load() != nil {
-			if b = d.spare[i].Swap(nil); b != nil {
-				break
-			}
+		if b = d.spare[i].Take(); b != nil {
+			break
 		}
 	}
 	if b == nil {
@@ -263,7 +261,7 @@ func putTxBatch(b *txBatch) {
 	b.release()
 	d := b.dev
 	for i := range d.spare {
-		if d.spare[i].CompareAndSwap(nil, b) {
+		if d.spare[i].Put(b) {
 			return
 		}
 	}
