@@ -332,7 +332,7 @@ func (t *HeaderTemplate) NetLen() int { return t.nlen }
 // network header. dst must have room for t.Len() bytes.
 func (t *HeaderTemplate) Put(dst []byte, transportLen int, id uint16) int {
 	h := dst[:t.n]
-	copy(h, t.b[:t.n])
+	CopyHeaders(h, t.b[:t.n])
 	n := h[t.nethdr:]
 	if t.version == RoCEv2 && t.ipVer == 4 {
 		IPv4(n).SetID(id)

@@ -90,10 +90,25 @@ func ICRCv2(hdrs []byte, netLen int, t []byte) uint32 {
 	}
 	// As icrc: the headers, the BTH and as many bytes more as leave the
 	// rest a multiple of 16 long go through the stack copy.
-	var buf [maxMaskedPrefix + 15]byte
-	h := copy(buf[:], hdrs)
+	// The copies are moves of constant lengths where they can be (IP
+	// without options, the transport's first 16 or 32 bytes): see
+	// CopyHeaders.
+	var buf [maxMaskedPrefix - BTHLen + 32]byte
+	h := CopyHeaders(buf[:], hdrs)
 	k := BTHLen + (len(t)-BTHLen)&15
-	copy(buf[h:h+k], t)
+	switch {
+	// buf has room for 32 bytes past h, at most maxMaskedPrefix-BTHLen;
+	// the bytes past k are copied and left out of b. In 16-byte moves:
+	// at a variable offset, a longer or odd one the compiler leaves to
+	// memmove (go tool objdump).
+	case len(t) >= 32:
+		*(*[16]byte)(buf[h:]) = [16]byte(t)
+		*(*[16]byte)(buf[h+16:]) = [16]byte(t[16:])
+	case k <= 16 && len(t) >= 16: // an ACK: BTH and AETH
+		*(*[16]byte)(buf[h:]) = [16]byte(t)
+	default:
+		copy(buf[h:h+k], t)
+	}
 	b := buf[:h+k]
 	maskPrefix(b, netLen, h, ipVer, RoCEv2)
 	crc := updateSlicing8(icrcLRH, b)

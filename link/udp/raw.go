@@ -165,7 +165,7 @@ func (l *Link) parseHeaders(h []byte, n int, name []byte) (p, plen, segSize int,
 	default:
 		return 0, 0, 0, false
 	}
-	copy(m.hdr[:], ip[:m.hlen])
+	wire.CopyHeaders(m.hdr[:], ip[:m.hlen])
 	p = l2 + m.hlen
 	// The IP length, not the frame's: Ethernet pads short frames.
 	if plen < wire.BTHLen+wire.ICRCLen || p+plen > n {
