@@ -1,5 +1,7 @@
+//go:generate go run gencalls.go
+
 // Command opcost times the operations goroce's packet path is made of —
-// clock reads, locks, atomics, channel sends, copies, a map lookup, CRC-32
+// calls, clock reads, locks, atomics, channel sends, copies, a map lookup, CRC-32
 // and goroce's ICRC at packet sizes, system calls, yields — one loop each,
 // and prints nanoseconds per operation. Instruction counts
 // (bench/callgrind.sh) weigh every instruction alike; under the lab VMs'
@@ -143,6 +145,34 @@ func ops() []op {
 			x := uint64(1)
 			for range n {
 				x = chain8(x, 7)
+			}
+			sink += x
+		}},
+		// A packet's path calls a few hundred functions, each once: the
+		// loops above call one, over and over. Per call.
+		{fmt.Sprintf("call and return, %d distinct in turn", callFns), false, func(n int) {
+			x := uint64(1)
+			for range max(n/callFns, 1) {
+				x = chainCalls(x)
+			}
+			sink += x
+		}},
+		// The same after each pass's system call, as the path runs
+		// between sendmmsg calls: a sendto of 64 bytes over loopback
+		// (to the discard port, or nothing: the kernel's work is what
+		// matters). Per call, the send's own cost shared among them
+		// (a few ns a call, by the system call rows).
+		{"… the same after a UDP sendto (per call)", false, func(n int) {
+			fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_DGRAM, 0)
+			if err != nil {
+				panic(err)
+			}
+			defer syscall.Close(fd)
+			to := &syscall.SockaddrInet4{Port: 9, Addr: [4]byte{127, 0, 0, 1}}
+			x := uint64(1)
+			for range max(n/callFns, 1) {
+				syscall.Sendto(fd, buf[:64], 0, to)
+				x = chainCalls(x)
 			}
 			sink += x
 		}},
