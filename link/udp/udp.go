@@ -160,6 +160,13 @@ type Link struct {
 	txPkts  []int   // packets per message
 	txBytes []int   // bytes per message
 	gsoOff  atomic.Bool
+	// The socket's descriptor, for sendMsgs's first try without the
+	// poller; fdMu's read side covers each such use, and Close sets
+	// fdClosed under its write side before the socket closes, so a
+	// descriptor number never outlives its socket (and is never another's).
+	fd       uintptr
+	fdMu     sync.RWMutex
+	fdClosed bool
 	// The sendmmsg in progress (see write).
 	writeFn  func(fd uintptr) bool
 	txMsgs   []unix.Mmsghdr
@@ -223,7 +230,10 @@ func New(cfg Config) (*Link, error) {
 		return nil, fmt.Errorf("RoCE v2 UDP port %d: %w", cfg.Port, err)
 	}
 	l.conn = conn
-	if l.rc, err = conn.SyscallConn(); err != nil {
+	if l.rc, err = conn.SyscallConn(); err == nil {
+		err = l.rc.Control(func(fd uintptr) { l.fd = fd })
+	}
+	if err != nil {
 		conn.Close()
 		return nil, err
 	}
@@ -349,6 +359,9 @@ func (l *Link) GSO() bool { return l.gso && !l.gsoOff.Load() }
 
 // Close closes the sockets; Recv and Send return net.ErrClosed.
 func (l *Link) Close() error {
+	l.fdMu.Lock()
+	l.fdClosed = true
+	l.fdMu.Unlock()
 	err := l.conn.Close()
 	if l.raw != nil {
 		l.raw.close(&l.rxMu)
@@ -617,7 +630,23 @@ type txKey struct {
 func (l *Link) sendMsgs(hdrs []unix.Mmsghdr) (int, error) {
 	l.txMsgs = hdrs
 	t0 := l.turn.start()
-	err := l.rc.Write(l.writeFn)
+	// First on the descriptor itself: most sends find room in the
+	// socket's buffer, and rc.Write's way there (the descriptor's lock,
+	// the poller's reset, the callback) is nine calls, which in the lab's
+	// QEMU VMs cost some 130 ns each (BENCHMARKS.md, "What a call costs
+	// inside the VMs"). Only a full buffer (EAGAIN) waits in rc.Write.
+	l.fdMu.RLock()
+	closed := l.fdClosed
+	if !closed {
+		l.write(l.fd)
+	}
+	l.fdMu.RUnlock()
+	var err error
+	if closed {
+		err = net.ErrClosed
+	} else if l.txErrno == unix.EAGAIN {
+		err = l.rc.Write(l.writeFn)
+	}
 	l.turn.sent(t0)
 	l.txMsgs = nil
 	if err != nil {
