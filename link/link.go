@@ -80,7 +80,10 @@ type Link interface {
 	Headroom() int
 	// MTU is the largest transport packet (BTH through ICRC) the link carries.
 	MTU() int
-	// Stats returns the link's counters.
+	// Stats returns the link's counters: the same pointer on every call,
+	// which a device reads once (it mirrors them into its port's counters
+	// after each batch, and a call through the links wrapping this one
+	// costs three calls a batch).
 	Stats() *Stats
 	// Close stops the link and unblocks Recv.
 	Close() error

@@ -32,6 +32,7 @@ type DeviceConfig struct {
 type Device struct {
 	name      string
 	link      link.Link
+	linkStats *link.Stats // link.Stats(), the same on every call
 	guid      uint64
 	activeMTU MTU
 	mem       *mem.Table
@@ -117,15 +118,16 @@ func openDevice(cfg DeviceConfig, sched bool) (*Device, error) {
 		return nil, errorf("open device", cfg.Name, 0, syscall.EINVAL, "%d GIDs, the table holds %d", len(cfg.GIDs), GIDTableLen)
 	}
 	d := &Device{
-		name:    cfg.Name,
-		link:    cfg.Link,
-		guid:    cfg.GUID,
-		mem:     newMemTable(),
-		gids:    append([]GIDEntry(nil), cfg.GIDs...),
-		qps:     make(map[uint32]*QP),
-		nextQPN: firstQPN,
-		portUp:  true,
-		rxDone:  make(chan struct{}),
+		name:      cfg.Name,
+		link:      cfg.Link,
+		linkStats: cfg.Link.Stats(),
+		guid:      cfg.GUID,
+		mem:       newMemTable(),
+		gids:      append([]GIDEntry(nil), cfg.GIDs...),
+		qps:       make(map[uint32]*QP),
+		nextQPN:   firstQPN,
+		portUp:    true,
+		rxDone:    make(chan struct{}),
 	}
 	if d.guid == 0 {
 		d.guid = NodeGUIDFromMAC(cfg.MAC)
@@ -628,7 +630,7 @@ func (l *rxWaitLock) Unlock() { l.d.rxMu.Unlock() }
 func (d *Device) handleBatch(k int) *txBatch {
 	r := &d.rx
 	// Mirror the link's drop counters into the port's.
-	st := d.link.Stats()
+	st := d.linkStats
 	if v := st.RxBadICRC.Load(); v != r.prevICRC {
 		d.counters[RcvdBadICRC].Add(v - r.prevICRC)
 		r.prevICRC = v
