@@ -121,16 +121,19 @@ func (l *Link) Recv(pkts []link.Packet) (int, error) {
 // wraps (perhaps through decorators that hide it), recording what p's
 // TryRecv and RecvLocked take as Recv records, so that a recorded link's
 // CQ pollers still drive it (verbs' run to completion).
-func (l *Link) WithPoller(p link.Poller) link.Link { return pollerLink{l, p} }
+func (l *Link) WithPoller(p link.Poller) link.Link { return &pollerLink{l, p} }
 
-// pollerLink is a Link whose wrapped link is a link.Poller.
+// pollerLink is a Link whose wrapped link is a link.Poller. A pointer in
+// the interface, its methods with pointer receivers: a value's would be
+// reached through a wrapper, one call more on each empty look of a CQ
+// poller.
 type pollerLink struct {
 	*Link
 	p link.Poller
 }
 
 // TryRecv takes what has arrived, then records it.
-func (l pollerLink) TryRecv(pkts []link.Packet) (int, error) {
+func (l *pollerLink) TryRecv(pkts []link.Packet) (int, error) {
 	n, err := l.p.TryRecv(pkts)
 	l.recordRecv(pkts[:max(n, 0)])
 	return n, err
@@ -138,7 +141,7 @@ func (l pollerLink) TryRecv(pkts []link.Packet) (int, error) {
 
 // Pending asks the wrapped link (link.PendingReporter); a link that
 // cannot tell is taken to have packets, so that TryRecv looks.
-func (l pollerLink) Pending() bool {
+func (l *pollerLink) Pending() bool {
 	if r, ok := l.p.(link.PendingReporter); ok {
 		return r.Pending()
 	}
@@ -146,7 +149,7 @@ func (l pollerLink) Pending() bool {
 }
 
 // RecvLocked takes what arrives with mu held, then records it.
-func (l pollerLink) RecvLocked(pkts []link.Packet, mu sync.Locker) (int, error) {
+func (l *pollerLink) RecvLocked(pkts []link.Packet, mu sync.Locker) (int, error) {
 	n, err := l.p.RecvLocked(pkts, mu)
 	l.recordRecv(pkts[:max(n, 0)])
 	return n, err
