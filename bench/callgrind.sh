@@ -4,7 +4,9 @@
 # round trips (`udpfloor -lat`): what issue 15's send_lat goal in the lab's VMs
 # depends on, since under QEMU's TCG each instruction of the receive-to-answer
 # path costs some 4.5 ns (BENCHMARKS.md, "Instructions per round trip").
-# Instruction counts do not drift with the machine's load, as times do.
+# Instruction counts do not drift with the machine's load, as times do. It
+# also counts the calls made while the stages ran, which the VMs price apart
+# (some 130 ns each on the path).
 #
 #   bench/callgrind.sh [-n ROUND_TRIPS] [-b ROCE_BINARY] [-k DIR]
 #
@@ -26,7 +28,7 @@ while getopts n:b:k: o; do
 	n) n=$OPTARG ;;
 	b) bin=$OPTARG ;;
 	k) keep=$OPTARG ;;
-	*) sed -n '2,21s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
+	*) sed -n '2,23s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
 	esac
 done
 command -v valgrind >/dev/null || { echo "callgrind.sh: needs valgrind (apt-get install valgrind)" >&2; exit 1; }
@@ -271,7 +273,7 @@ rows = [
         + sum(edge(e, 'verbs.(*txBatch).flush', c) for c in ('sentHeld', 'recycle', 'takeHeld', 'typedslicecopy', 'memclrHasPointers', 'BatchSize'))),
     ('link/udp Send before the system call (ICRCs, headers, cmsgs)', own(o, U)
         + sum(edge(e, U, c) for c in ('wire.ICRC', 'prepareMsg', 'pseudoHeaders', 'tally', 'sendable'))),
-    ('the system call\'s Go wrapper (RawConn.Write, sendmmsg)', own(o, 'udp.(*Link).sendMsgs', 'net.(*rawConn).Write', 'poll.(*FD).RawWrite',
+    ('the system call\'s Go wrapper (sendMsgs, sendmmsg)', own(o, 'udp.(*Link).sendMsgs', 'net.(*rawConn).Write', 'poll.(*FD).RawWrite',
         'udp.(*Link).write', 'udp.(*Link).write-fm', 'udp.mmsg', 'syscall.RawSyscall6', 'linux.Syscall6')
         + edge(e, 'poll.(*FD).RawWrite', 'RawWrite.deferwrap1')),
 ]
@@ -279,6 +281,12 @@ print(f'roce perf send --lat -s 64, one side, instructions per round trip ({n} r
 for name, v in rows:
     print(f'  {name:62s} {v / n:7,.0f}')
 print(f'  {"total (every instruction while a stage ran)":62s} {o.get("", 0) / n:7,.0f}')
+# Calls, which the lab's VMs price apart: some 130 ns each on the path
+# (BENCHMARKS.md, "What a call costs inside the VMs"). Every call
+# callgrind recorded while a stage ran (its calls= lines), a call to a
+# stage's function from outside included.
+calls = sum(int(line[6:].split()[0]) for line in open(rt[:-len('.tree')] + '.cg') if line.startswith('calls='))
+print(f'  {"calls made while a stage ran":62s} {calls / n:7,.0f}')
 missing = [name for name, v in rows + [('the total', o.get('', 0))] if v == 0]
 ft, f = load(fl)
 rows = [
