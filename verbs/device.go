@@ -91,8 +91,8 @@ type Device struct {
 	rxWait rxWaitLock
 	// sched gives the QPs with bulk work their turns (sched.go).
 	sched sched
-	// held is a batch of ACKs a CQ poller's receive produced, held for
-	// the device's next send (ackhold.go), or nil; heldMu is held from
+	// held holds a batch of ACKs a CQ poller's receive produced, kept for
+	// the device's next send (ackhold.go), if any; heldMu is held from
 	// taking it to having sent it, and heldTimer sends it if nothing else
 	// does within ackHoldFor.
 	held      slot[txBatch]

@@ -89,10 +89,9 @@ func ICRCv2(hdrs []byte, netLen int, t []byte) uint32 {
 		ipVer = 4
 	}
 	// As icrc: the headers, the BTH and as many bytes more as leave the
-	// rest a multiple of 16 long go through the stack copy.
-	// The copies are moves of constant lengths where they can be (IP
-	// without options, the transport's first 16 or 32 bytes): see
-	// CopyHeaders.
+	// rest a multiple of 16 long go through the stack copy, in moves of
+	// constant lengths where they can be (IP without options, the
+	// transport's first 16 or 32 bytes): see CopyHeaders.
 	var buf [maxMaskedPrefix - BTHLen + 32]byte
 	h := CopyHeaders(buf[:], hdrs)
 	k := BTHLen + (len(t)-BTHLen)&15
