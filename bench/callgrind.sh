@@ -2,11 +2,14 @@
 # callgrind.sh: instructions per 64-byte round trip on one side of `roce perf
 # send --lat`, stage by stage, and on one side of the UDP floor making the same
 # round trips (`udpfloor -lat`): what issue 15's send_lat goal in the lab's VMs
-# depends on, since under QEMU's TCG each instruction of the receive-to-answer
-# path costs some 4.5 ns (BENCHMARKS.md, "Instructions per round trip").
+# depends on, for under QEMU's TCG the receive-to-answer path's time follows
+# the code it runs (BENCHMARKS.md, "Instructions per round trip" and "What
+# the VMs charge for").
 # Instruction counts do not drift with the machine's load, as times do. It
-# also counts the calls made while the stages ran, which the VMs price apart
-# (some 130 ns each on the path).
+# also counts the calls made while the stages ran, and takes a census of the
+# distinct code each side's round trip runs: its instructions, call sites
+# and conditional branches (bounds, stack and write-barrier checks apart),
+# which the VMs price apart (some 30 ns a distinct branch).
 #
 #   bench/callgrind.sh [-n ROUND_TRIPS] [-b ROCE_BINARY] [-k DIR]
 #
@@ -28,7 +31,7 @@ while getopts n:b:k: o; do
 	n) n=$OPTARG ;;
 	b) bin=$OPTARG ;;
 	k) keep=$OPTARG ;;
-	*) sed -n '2,23s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
+	*) sed -n '2,26s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
 	esac
 done
 command -v valgrind >/dev/null || { echo "callgrind.sh: needs valgrind (apt-get install valgrind)" >&2; exit 1; }
@@ -56,7 +59,8 @@ ip netns exec $B "$bin" --rundir "$D/b" link add cgrxe1 type rxe netdev cgv1 roc
 
 # Valgrind 3.19 does not know RDTSCP, which Go's runtime uses when the CPU
 # has it; asynchronous preemption's signals only add noise.
-VG=(env GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off valgrind --tool=callgrind)
+# --dump-instr=yes: counts per instruction, for the census at the end.
+VG=(env GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off valgrind --tool=callgrind --dump-instr=yes)
 # goroce's server counts only while a stage of the receive-to-answer path
 # runs: the busy poll's empty looks, the setup and the runtime's own work
 # between are not counted, so the run's total is the path's.
@@ -303,4 +307,111 @@ missing += [name for name, v in rows[:1] if v == 0]
 if missing:
     sys.exit('callgrind.sh: no instructions found for: ' + '; '.join(missing) +
              ' (a function renamed? the call graph is read by name)')
+EOF
+
+# The census: what each side's path is made of, instruction by instruction.
+# In the lab's VMs (QEMU's TCG) a round trip's time follows its distinct
+# conditional branches more than its instructions: some 30 ns for each
+# branch a round trip runs once, about 1 ns an instruction of straight-line
+# code (BENCHMARKS.md, "What the VMs charge for"). Each instruction
+# callgrind counted at least 0.9 times a round trip is looked up in the
+# binary's disassembly (go tool objdump); a conditional jump is a bounds
+# check when it leads to runtime.panicIndex or panicSlice*, a stack check
+# when to runtime.morestack, a write barrier's when it follows a load of
+# runtime.writeBarrier.
+(cd "$REPO" && go tool objdump "$bin") >"$D/roce.dis"
+(cd "$REPO" && go tool objdump "$D/udpfloor") >"$D/floor.dis"
+python3 - "$D/roce.cg" "$D/roce.dis" "$D/floor.cg" "$D/floor.dis" "$n" <<'EOF'
+import collections, re, sys
+
+def counts(path):
+    """Instructions per address, from a callgrind file written with
+    --dump-instr=yes (positions: instr line; positions relative to the
+    last, or repeated, as the format allows)."""
+    ir, last, npos, after_call = collections.Counter(), [0, 0], 2, False
+    for line in open(path):
+        if line.startswith('positions:'):
+            npos = len(line.split()) - 1
+            continue
+        if line.startswith('calls='):
+            after_call = True  # the next line is the call's inclusive cost
+            continue
+        if not line or not (line[0].isdigit() or line[0] in '+-*'):
+            continue
+        f = line.split()
+        for i in range(npos):
+            tok = f[i]
+            if tok == '*':
+                continue
+            if tok[0] in '+-':
+                v = int(tok[1:], 0)
+                last[i] += v if tok[0] == '+' else -v
+            else:
+                last[i] = int(tok, 0)
+        if after_call:
+            after_call = False
+            continue
+        if len(f) > npos:
+            ir[last[0]] += int(f[npos])
+    return ir
+
+def census(cg, dis, n):
+    ir = counts(cg)
+    hot = {a for a, v in ir.items() if v >= 0.9 * n}
+    ins, order = {}, []
+    for line in open(dis):
+        if not line.startswith('  '):
+            continue
+        f = [x for x in line.split('\t') if x.strip()]
+        if len(f) < 4:
+            continue
+        a = int(f[1], 16)
+        ins[a] = f[3].strip()
+        order.append(a)
+    nxt = {a: b for a, b in zip(order, order[1:])}
+    prv = {b: a for a, b in zip(order, order[1:])}
+    def lands(a):
+        # The call a jump leads to, within a few instructions.
+        for _ in range(5):
+            t = ins.get(a, '')
+            if t.startswith('CALL'):
+                return t
+            if t.startswith(('J', 'RET')) or a not in nxt:
+                return ''
+            a = nxt[a]
+        return ''
+    k = collections.Counter()
+    for a in hot:
+        t = ins.get(a)
+        if t is None:
+            k['unknown'] += 1
+            continue
+        k['instructions'] += 1
+        if t.startswith('CALL'):
+            k['calls'] += 1
+        if not t.startswith('J') or t.startswith('JMP'):
+            continue
+        k['branches'] += 1
+        m = re.search(r'0x[0-9a-f]+', t)
+        c = lands(int(m.group(0), 16)) if m else ''
+        if re.search(r'runtime\.panic(Index|Slice|Bounds)', c):
+            k['bounds'] += 1
+        elif 'runtime.morestack' in c:
+            k['stack'] += 1
+        elif 'runtime.writeBarrier' in ins.get(prv.get(a), ''):
+            k['barrier'] += 1
+    return k
+
+n = int(sys.argv[5])
+for who, cg, dis in (('roce perf send --lat -s 64', sys.argv[1], sys.argv[2]), ('udpfloor -lat -size 64', sys.argv[3], sys.argv[4])):
+    k = census(cg, dis, n)
+    if k['unknown'] > k['instructions'] // 10:
+        sys.exit(f'callgrind.sh: {k["unknown"]} of the instructions counted are not in the disassembly of {dis}: another binary?')
+    print(f'{who}, one side, the distinct code a round trip runs (each instruction at least 0.9 times):')
+    for name, v in (('instructions', k['instructions']), ('call sites', k['calls']),
+                    ('conditional branches', k['branches']),
+                    ('conditional branches: bounds checks', k['bounds']),
+                    ("conditional branches: stack checks (a function's entry)", k['stack']),
+                    ("conditional branches: write barriers' checks", k['barrier'])):
+        print(f'  {name:62s} {v:7,}')
 EOF
