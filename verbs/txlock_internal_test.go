@@ -497,3 +497,34 @@ func TestHostileResponsesAfterRewind(t *testing.T) {
 		t.Fatalf("sent PSNs %v: want the third WRITE (PSN %v) resent, and only it", psns, wire.PSN(txlockSQPSN+n-1))
 	}
 }
+
+// TestRTTSampleNotBeforeSent: an ACK that covers the sampled PSN before
+// the sample's batch has gone to the link (a forged or stale one can) ends
+// the sample without a round trip: the sample's clock starts only when its
+// packet is sent (onSent), so it has no start to measure from, and a
+// round trip from the zero time would make the retransmit timer's SRTT
+// centuries long. The next sample starts afresh.
+func TestRTTSampleNotBeforeSent(t *testing.T) {
+	_, _, q, _ := newLockEnv(t, 20)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	start := q.comp.psn
+	q.sampleSent(start.Add(3))
+	if !q.comp.rttValid || !q.comp.rttUnsent {
+		t.Fatalf("after sampleSent: valid %v unsent %v, want a sample waiting for its send", q.comp.rttValid, q.comp.rttUnsent)
+	}
+	q.comp.psn = start.Add(4) // acknowledged past the sampled PSN
+	q.sampleAcked()
+	if q.comp.rttValid || q.comp.srtt != 0 || q.req.win.lastRTT != 0 {
+		t.Fatalf("valid %v srtt %v window's last RTT %v after an ACK of a sample never sent, want no sample taken", q.comp.rttValid, q.comp.srtt, q.req.win.lastRTT)
+	}
+	// Sent, then acknowledged: a sample of the time between.
+	q.sampleSent(start.Add(7))
+	q.onSent()
+	time.Sleep(time.Millisecond) // a round trip the clock sees
+	q.comp.psn = start.Add(8)
+	q.sampleAcked()
+	if q.comp.rttValid || q.comp.srtt < time.Millisecond || q.comp.srtt > time.Minute {
+		t.Fatalf("valid %v srtt %v after a sample sent and acknowledged, want one taken, short", q.comp.rttValid, q.comp.srtt)
+	}
+}
