@@ -47,7 +47,7 @@ type compState struct {
 	// a retransmission (Karn's rule), so the timer does not fire before a
 	// slow peer could have answered.
 	rttPSN   wire.PSN
-	rttSent  time.Time
+	rttSent  int64 // monoNow's clock
 	rttValid bool
 	// rttUnsent: the sample's packet is built but its batch has not gone
 	// to the link yet; rttSent is stamped when it has (onSent).
@@ -93,12 +93,14 @@ func (q *QP) sampleSent(last wire.PSN) {
 // times the wait for a response to a packet sent. Called with q.mu held.
 func (q *QP) onSent() {
 	q.req.armOnSend = false
+	var now int64 // one clock read for the sample and the timer
 	if q.comp.rttValid && q.comp.rttUnsent {
-		q.comp.rttSent = time.Now()
+		now = monoNow()
+		q.comp.rttSent = now
 	}
 	q.comp.rttUnsent = false
 	if !q.destroyed {
-		q.armRetrans()
+		q.armRetransAt(now)
 	}
 }
 
@@ -111,8 +113,8 @@ func (q *QP) sampleAcked() {
 			q.comp.rttValid = false
 			return
 		}
-		now := time.Now()
-		r := now.Sub(q.comp.rttSent)
+		now := monoNow()
+		r := time.Duration(now - q.comp.rttSent)
 		q.req.win.sampled(r, q.comp.rttSent, now, q.delayHeadroom())
 		if q.comp.srtt == 0 {
 			q.comp.srtt, q.comp.rttvar = r, r/2
@@ -141,14 +143,21 @@ func addrOf(p *path, sport uint16) link.Addr {
 // not yet sent. Every caller that has just run the requester (the ACK's
 // afterProgress, the NAK's lossRetry, the RNR timer's resend) relies on
 // this, not on a check of its own.
-func (q *QP) armRetrans() {
+func (q *QP) armRetrans() { q.armRetransAt(0) }
+
+// armRetransAt is armRetrans with the clock already read (monoNow), or 0
+// to read it if the timer is armed.
+func (q *QP) armRetransAt(now int64) {
 	d := q.retransTimeout()
 	if d == 0 || q.comp.timerArmed || q.comp.rnrWait || q.req.armOnSend || q.sq.head == q.sq.cur && q.req.off == 0 {
 		return
 	}
 	q.comp.timerArmed = true
 	q.comp.armedAt = q.comp.progress
-	q.comp.due = monoNow() + int64(d)
+	if now == 0 {
+		now = monoNow()
+	}
+	q.comp.due = now + int64(d)
 	if q.comp.fireAt != 0 && q.comp.fireAt <= q.comp.due {
 		return // it fires first and waits the rest (onRetransTimer)
 	}
@@ -246,7 +255,7 @@ func (q *QP) onRetransTimer() {
 		return
 	}
 	q.spendRetry()
-	q.req.win.timedOut(time.Now())
+	q.req.win.timedOut(monoNow())
 	out := getTxBatch(q.dev)
 	q.retry(out)
 	q.mu.Unlock()
@@ -334,7 +343,7 @@ func (q *QP) retry(out *txBatch) {
 // lossRetry is the retry a NAK starts (a sequence error, or an implicit
 // NAK): a packet was lost, and the window halves first.
 func (q *QP) lossRetry(out *txBatch) {
-	q.req.win.lost(time.Now())
+	q.req.win.lost(monoNow())
 	q.retry(out)
 }
 

@@ -91,10 +91,11 @@ type cwnd struct {
 	// does not grow until a sample is not.
 	over   bool
 	minRTT time.Duration // the base: the smallest round trip sampled; 0: none yet
-	// cutAt is when the window was last cut. A sample of a packet sent
-	// before it measured the queue the window had before the cut; it
-	// does not cut again (Swift cuts at most once per round trip).
-	cutAt   time.Time
+	// cutAt is when the window was last cut (monoNow's clock; 0: never). A
+	// sample of a packet sent before it measured the queue the window had
+	// before the cut; it does not cut again (Swift cuts at most once per
+	// round trip).
+	cutAt   int64
 	lastRTT time.Duration // the latest sample, for QPInfo
 	cuts    uint64        // cuts for delay, for QPInfo
 	// undo is the window before a timeout cut it, until an
@@ -154,7 +155,7 @@ func (c *cwnd) acked(d int) {
 // cwndMaxCut, down to cwndFloor, unless the window was cut after the
 // packet was sent; ssthresh follows the window down, so it grows back
 // additively. It reports whether it cut.
-func (c *cwnd) sampled(r time.Duration, sent, now time.Time, headroom time.Duration) bool {
+func (c *cwnd) sampled(r time.Duration, sent, now int64, headroom time.Duration) bool {
 	if r <= 0 {
 		return false // a clock that did not move: no information
 	}
@@ -172,7 +173,7 @@ func (c *cwnd) sampled(r time.Duration, sent, now time.Time, headroom time.Durat
 		// the target would overshoot it twofold — past the ACK timeout.
 		c.ssthresh = n
 	}
-	if !c.over || sent.Before(c.cutAt) {
+	if !c.over || sent < c.cutAt {
 		return false
 	}
 	f := max(1-cwndBeta*float64(r-tgt)/float64(r), 1-cwndMaxCut)
@@ -187,7 +188,7 @@ func (c *cwnd) sampled(r time.Duration, sent, now time.Time, headroom time.Durat
 // recovery does; ssthresh follows it. The cut is the answer to the
 // congestion seen so far: growth resumes (over is cleared), and the next
 // sample, of a packet sent after the retry, decides again.
-func (c *cwnd) lost(now time.Time) {
+func (c *cwnd) lost(now int64) {
 	c.undo = 0
 	n := max(c.size()/2, cwndFloor)
 	c.n, c.ssthresh, c.acc, c.cutAt, c.over = n, n, 0, now, false
@@ -200,7 +201,7 @@ func (c *cwnd) lost(now time.Time) {
 // back to in a few round trips, and undo remembers it for spuriousTimeout.
 // A queue that persists is the delay rule's (sampled). Growth resumes, as
 // after lost.
-func (c *cwnd) timedOut(now time.Time) {
+func (c *cwnd) timedOut(now int64) {
 	c.undo = max(c.undo, c.size()) // a second timeout before the first is resolved keeps the larger
 	c.ssthresh = max(c.size(), cwndFloor)
 	c.n, c.acc, c.cutAt, c.over = cwndFloor, 0, now, false

@@ -9,9 +9,8 @@ import (
 	"time"
 )
 
-var cwndT0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-
-func cat(d time.Duration) time.Time { return cwndT0.Add(d) }
+// cat is a time d after an arbitrary start, on monoNow's clock.
+func cat(d time.Duration) int64 { return 1<<62 + int64(d) }
 
 const ms = time.Millisecond
 
@@ -227,7 +226,7 @@ func TestRetransTimeoutVariance(t *testing.T) {
 		q := &QP{}
 		q.attr.Timeout = 14 // 67 ms
 		sample := func(r time.Duration) {
-			q.comp.rttPSN, q.comp.rttSent, q.comp.rttValid = 10, time.Now().Add(-r), true
+			q.comp.rttPSN, q.comp.rttSent, q.comp.rttValid = 10, monoNow()-int64(r), true
 			q.comp.psn = 11
 			q.sampleAcked()
 		}

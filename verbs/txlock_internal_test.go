@@ -32,23 +32,23 @@ type lockCheckLink struct {
 	// armedAtSend counts the Sends that found the QP's local ACK timer
 	// armed already.
 	armedAtSend atomic.Int64
-	// firstSend is when the first Send began, after the clock has moved
-	// past the moment it was called (so anything stamped before the Send
-	// is strictly earlier); zero before any.
-	firstSend atomic.Pointer[time.Time]
+	// firstSend is when the first Send began (monoNow), after the clock
+	// has moved past the moment it was called (so anything stamped before
+	// the Send is strictly earlier); zero before any.
+	firstSend atomic.Int64
 
 	qmu   sync.Mutex
 	queue []link.Packet // guarded by qmu
 }
 
 func (l *lockCheckLink) Send(pkts []link.Packet) (int, error) {
-	if l.firstSend.Load() == nil {
-		t0 := time.Now()
+	if l.firstSend.Load() == 0 {
+		t0 := monoNow()
 		now := t0
-		for !now.After(t0) {
-			now = time.Now()
+		for now <= t0 {
+			now = monoNow()
 		}
-		l.firstSend.CompareAndSwap(nil, &now)
+		l.firstSend.CompareAndSwap(0, now)
 	}
 	if q := l.q.Load(); q != nil {
 		if q.mu.TryLock() {
@@ -380,8 +380,8 @@ func TestRTTSampleStartsWhenSent(t *testing.T) {
 	if !valid || psn != wire.PSN(txlockSQPSN).Add(7) {
 		t.Fatalf("RTT sample valid %v on PSN %v, want one on %v", valid, psn, wire.PSN(txlockSQPSN).Add(7))
 	}
-	if at.Before(*sent) {
-		t.Errorf("the RTT sample started %v before its packet was sent", sent.Sub(at))
+	if at < sent {
+		t.Errorf("the RTT sample started %v before its packet was sent", time.Duration(sent-at))
 	}
 }
 
@@ -495,6 +495,28 @@ func TestHostileResponsesAfterRewind(t *testing.T) {
 	psns, _ = lk.sentPSNs()
 	if len(psns) != n+1 || psns[n] != txlockSQPSN+n-1 {
 		t.Fatalf("sent PSNs %v: want the third WRITE (PSN %v) resent, and only it", psns, wire.PSN(txlockSQPSN+n-1))
+	}
+}
+
+// TestSentReadsClockOnce: when the packets a run built have gone to the
+// link, the RTT sample they carry and the local ACK timer start from one
+// clock read (onSent), not two: in the lab's VMs each read costs some
+// 150-180 ns of a round trip's path. The timer's deadline is then exactly
+// the sample's start plus the timeout; a second read would be later.
+func TestSentReadsClockOnce(t *testing.T) {
+	_, _, q, mr := newLockEnv(t, 20)
+	if err := q.PostSend(writeWR(mr, 4096)); err != nil {
+		t.Fatal(err)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.comp.rttValid || q.comp.rttUnsent || !q.comp.timerArmed {
+		t.Fatalf("after the send: sample valid %v unsent %v, timer armed %v; want a sample started and the timer armed",
+			q.comp.rttValid, q.comp.rttUnsent, q.comp.timerArmed)
+	}
+	if d := q.retransTimeout(); q.comp.due != q.comp.rttSent+int64(d) {
+		t.Errorf("timer due %d, sample started %d, timeout %v: due %v after the sample's start plus the timeout, want the same clock read",
+			q.comp.due, q.comp.rttSent, d, time.Duration(q.comp.due-q.comp.rttSent-int64(d)))
 	}
 }
 
