@@ -9,7 +9,7 @@
 # also counts the calls made while the stages ran, and takes a census of the
 # distinct code each side's round trip runs: its instructions, call sites
 # and conditional branches (bounds, stack and write-barrier checks apart),
-# which the VMs price apart (some 5-30 ns a distinct branch).
+# which the VMs price far above an instruction.
 #
 #   bench/callgrind.sh [-n ROUND_TRIPS] [-b ROCE_BINARY] [-k DIR]
 #
@@ -310,15 +310,15 @@ if missing:
 EOF
 
 # The census: what each side's path is made of, instruction by instruction.
-# In the lab's VMs (QEMU's TCG) a round trip's time follows its distinct
-# conditional branches more than its instructions: some 5-30 ns for each
-# branch a round trip runs, about 1 ns an instruction of straight-line code
-# (BENCHMARKS.md, "What the VMs charge for"). Each instruction callgrind
-# counted at least 0.9 times a round trip is looked up in the binary's
-# disassembly (go tool objdump); a conditional jump is a bounds check when
-# it leads to runtime.panicBounds (or panicIndex, panicSlice*), a stack
-# check when to runtime.morestack, a write barrier's when it follows a load
-# of runtime.writeBarrier.
+# In the lab's VMs (QEMU's TCG) a round trip's time follows the distinct
+# code it runs far more than its instructions: some 150 ns for a call of
+# code it runs nowhere else, 5-30 ns for a distinct branch, about 1 ns an
+# instruction of straight-line code (BENCHMARKS.md, "What the VMs charge
+# for"). Each instruction callgrind counted at least 0.9 times a round trip
+# is looked up in the binary's disassembly (go tool objdump); a conditional
+# jump is a bounds check when it leads to runtime.panicBounds (or
+# panicIndex, panicSlice*), a stack check when to runtime.morestack, a
+# write barrier's when it follows a load of runtime.writeBarrier.
 (cd "$REPO" && go tool objdump "$bin") >"$D/roce.dis"
 (cd "$REPO" && go tool objdump "$D/udpfloor") >"$D/floor.dis"
 python3 - "$D/roce.cg" "$D/roce.dis" "$D/floor.cg" "$D/floor.dis" "$n" <<'EOF'
