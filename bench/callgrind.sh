@@ -285,8 +285,9 @@ print(f'roce perf send --lat -s 64, one side, instructions per round trip ({n} r
 for name, v in rows:
     print(f'  {name:62s} {v / n:7,.0f}')
 print(f'  {"total (every instruction while a stage ran)":62s} {o.get("", 0) / n:7,.0f}')
-# Calls, which the lab's VMs price apart: some 130 ns each on the path
-# (BENCHMARKS.md, "What a call costs inside the VMs"). Every call
+# Calls, which the lab's VMs price apart: 15-150 ns each on the path, by
+# whether the round trip runs the callee elsewhere too (BENCHMARKS.md,
+# "What the VMs charge for"). Every call
 # callgrind recorded while a stage ran (its calls= lines), a call to a
 # stage's function from outside included.
 calls = sum(int(line[6:].split()[0]) for line in open(rt[:-len('.tree')] + '.cg') if line.startswith('calls='))

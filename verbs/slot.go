@@ -8,8 +8,9 @@ import "sync/atomic"
 // (sync/atomic's pointer operations carry the garbage collector's write
 // barrier), two calls each; a round trip of `roce perf send --lat` made
 // seven of them per side (getTxBatch, putTxBatch, the held ACKs), and in
-// the lab's QEMU VMs a call costs some 130 ns (BENCHMARKS.md, "What a call
-// costs inside the VMs").
+// the lab's QEMU VMs a call costs some 15-25 ns when the round trip runs
+// the callee anyway, up to 150 when it runs it nowhere else (BENCHMARKS.md,
+// "What the VMs charge for").
 //
 // Put and Take fail (false, nil) while another Put or Take is halfway
 // through, as they would a moment earlier or later: callers take that as

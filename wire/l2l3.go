@@ -359,9 +359,10 @@ func (f *UDPFields) Append(b []byte) []byte {
 // bytes copied; made for a packet's network and UDP headers, it copies
 // those of RoCE v2 over IPv4 without options (28 bytes) and over IPv6 (48)
 // in moves of constant length, which the compiler emits inline, where copy
-// calls runtime.memmove: in the lab's QEMU VMs a call costs some 130 ns
-// (BENCHMARKS.md, "What a call costs inside the VMs"), and the packet path
-// copies headers several times a round trip. The moves are 16 bytes at
+// calls runtime.memmove: in the lab's QEMU VMs a call costs 15-150 ns,
+// by how much of the rest of a round trip runs the callee too
+// (BENCHMARKS.md, "What the VMs charge for"), and the packet path copies
+// headers several times a round trip. The moves are 16 bytes at
 // most: a longer one at a variable address the compiler leaves to
 // memmove, since source and destination might overlap (a 16-byte move
 // loads all of its source before it stores).

@@ -633,8 +633,9 @@ func (l *Link) sendMsgs(hdrs []unix.Mmsghdr) (int, error) {
 	// First on the descriptor itself: most sends find room in the
 	// socket's buffer, and rc.Write's way there (the descriptor's lock,
 	// the poller's reset, the callback) is nine calls, which in the lab's
-	// QEMU VMs cost some 130 ns each (BENCHMARKS.md, "What a call costs
-	// inside the VMs"). Only a full buffer (EAGAIN) waits in rc.Write.
+	// QEMU VMs cost 15-150 ns each, by how much of the rest of a round trip
+	// runs them too (BENCHMARKS.md, "What the VMs charge for"). Only a full
+	// buffer (EAGAIN) waits in rc.Write.
 	l.fdMu.RLock()
 	closed := l.fdClosed
 	if !closed {
