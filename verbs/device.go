@@ -102,6 +102,10 @@ type Device struct {
 	// heldTimerOn: heldTimer is set (onHeldTimer).
 	heldDue     atomic.Int64
 	heldTimerOn atomic.Bool
+	// generalOnly sends every packet through the general path, none
+	// through the short ones (shortSend): tests compare the two. Set
+	// before the device's first packet and never changed.
+	generalOnly bool
 }
 
 // Open starts a device on cfg.Link. Close it to stop its receive

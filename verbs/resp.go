@@ -36,6 +36,9 @@ type respState struct {
 	// message's first packet, and released when it completes.
 	wqe    curRecv
 	ucDrop bool // UC: drop packets until the next FIRST/ONLY
+	// short counts the packets shortSend took, for tests to see that a
+	// short path ran.
+	short uint64
 	// Responder resources (max_dest_rd_atomic of them): the ATOMICs
 	// executed last and their results, recycled oldest first as rxe
 	// does, for answering a duplicate (IBTA §9.7.5.1.3). See duplicate.
@@ -213,6 +216,10 @@ func (r *respQueue) pop() {
 // receive goroutine; replies go to out.
 func (q *QP) receive(p *wire.Packet, a *link.Addr, out *txBatch) {
 	q.mu.Lock()
+	if p.Opcode() == wire.OpcodeRCSendOnly && q.shortSend(p, a, out) {
+		q.mu.Unlock()
+		return
+	}
 	defer q.mu.Unlock()
 	q.counters[RcvdPkts].Add(1)
 	op := p.Opcode()
@@ -265,6 +272,63 @@ func (q *QP) receive(p *wire.Packet, a *link.Addr, out *txBatch) {
 	default:
 		q.udRequest(p, a)
 	}
+}
+
+// shortSend is the responder's short path for the common case (issue 15):
+// an RC SEND ONLY, at the expected PSN, outside a message, on a QP in RTS
+// from its peer's address, into the next receive of the QP's own receive
+// queue, whose first SGE holds the whole payload. It checks all of that,
+// and the receive's lkey, before it changes anything, and when a check
+// fails it reports false having changed nothing: the general path
+// (rcRequest) then takes the packet and gives it the answer it is due. What
+// it takes it leaves as the general path would — the bytes, the receive's
+// completion, the counters, the expected PSN and MSN, the ACK
+// (TestShortSendAsGeneral, FuzzShortSendDiff) — in one function and a
+// few calls, not eleven functions' (receive's checks, rcRequest, msgStep,
+// sendStep, takeRecv, scatter, completeRecv, respond, emit ...): in the
+// lab's VMs a round trip's path pays more for the distinct calls and
+// branches it runs than for its instructions (BENCHMARKS.md, "What the VMs
+// charge for"). Called with q.mu held.
+func (q *QP) shortSend(p *wire.Packet, a *link.Addr, out *txBatch) bool {
+	// Checks the others imply are left out: a QP with an SRQ has no
+	// receive of its own (q.rq.n is 0), and an RC QP in RTS holds a
+	// receive taken (resp.wqe) only inside a SEND message (msg.kind): a
+	// fault that ends one in error sends the QP to ERR.
+	r, data, psn := &q.resp, p.Payload(), p.BTH().PSN()
+	if q.typ != RC || q.state != QPSRTS || r.msg.kind != msgNone || psn != r.psn || a.SrcGID != q.path.dgid ||
+		len(data) > q.pmtu || q.rq.n == 0 || q.dev.generalOnly {
+		return false
+	}
+	e := &q.rq.ring[q.rq.head]
+	if len(e.sge) == 0 || uint64(len(data)) > uint64(e.sge[0].Length) {
+		return false
+	}
+	b, err := q.dev.mem.SliceCached(&q.keyRecv, q.pd.pd, e.sge[0].LKey, true, e.sge[0].Addr, uint64(len(data)), mem.LocalWrite)
+	if err != nil {
+		// The general path fails the receive with IBV_WC_LOC_PROT_ERR,
+		// or, for a SEND without payload, which checks no key, completes it.
+		return false
+	}
+	copy(b, data)
+	r.short++
+	q.counters[RcvdPkts].Add(1)
+	wc := WC{WRID: e.wrID, Status: WCSuccess, Opcode: WCRecv, ByteLen: uint32(len(data)), QPNum: q.num}
+	q.rq.pop()
+	r.nakSent = false
+	r.msn = (r.msn + 1) & wire.PSNMask
+	r.psn = psn.Next()
+	q.count(RDMARecvs)
+	q.recvCQ.push(wc)
+	if p.BTH().AckReq() {
+		if r.pend.len() == 0 && (q.respBatch == nil || q.respBatch == out) {
+			// respond's case of an ACK with nothing queued before it.
+			q.ackMSN(out, wire.SyndromeACK, psn, r.msn)
+			out.ownResp(q)
+		} else {
+			q.ack(out, wire.SyndromeACK, psn)
+		}
+	}
+	return true
 }
 
 // respond sends a response, or queues it behind the responses that wait
