@@ -38,9 +38,10 @@ type compState struct {
 	// progress the timer then fires about once per timeout, not never.
 	fireAt int64
 	// For the words an error completion carries.
-	heard    bool // any response ever arrived from the peer QP
-	seqNAKs  int  // PSN sequence error NAKs in a row
-	rnrNAKs  int  // RNR NAKs in a row
+	heard    bool   // any response ever arrived from the peer QP
+	short    uint64 // ACKs shortACK took, for tests to see that it ran
+	seqNAKs  int    // PSN sequence error NAKs in a row
+	rnrNAKs  int    // RNR NAKs in a row
 	rnrSince time.Time
 	timeouts int // retransmit timeouts in a row
 	// Round-trip time, sampled on one AckReq packet at a time and never on
@@ -428,6 +429,51 @@ func (q *QP) receiveResponse(p *wire.Packet, out *txBatch) {
 		// no longer needs) does not end the run.
 		q.comp.timeouts = 0
 	}
+}
+
+// shortACK is the completer's short path for the common case (issue 15;
+// shortSend is the responder's): a positive ACK, on an RC QP in RTS from its
+// peer's address, of the last PSN of the only WQE outstanding — sent in
+// full, a SEND, WRITE or ATOMIC_WRITE, no timeout's cut of the window to
+// settle (cwnd.undo), no batch of another goroutine's holding the QP's
+// packets. It checks all of that before it changes anything and reports
+// false, having changed nothing, when a check fails: the general path
+// (receiveResponse) then takes the packet. What it takes it leaves as
+// receiveResponse, onACK, completeThrough and afterProgress would (the
+// completion, the completer's PSN, window and RTT sample, the retry
+// counters; with nothing left to send, the requester's run and the timer's
+// arming do nothing), in one function and three calls (TestShortACK,
+// FuzzShortACKDiff). Called with q.mu held.
+//
+// Checks the others imply are left out: head+1 == tail and cur == tail make
+// the WQE at the head the only one outstanding, sent in full (so started,
+// req.off 0, its last PSN sent: maxSent) and make a UC or UD QP, which
+// completes its WQEs when sent, fail; an ACK of its last PSN is no
+// duplicate (comp.psn stays at or before it until it completes); an RNR
+// wait changes nothing the general path would do here.
+func (q *QP) shortACK(p *wire.Packet, a *link.Addr) bool {
+	psn, head := p.BTH().PSN(), q.sq.head
+	if q.state != QPSRTS || head+1 != q.sq.tail || q.sq.cur != q.sq.tail || a.SrcGID != q.path.dgid ||
+		q.req.win.undo != 0 || q.reqBatch != nil || q.dev.generalOnly {
+		return false
+	}
+	if aeth := p.AETH(); aeth == nil || !aeth.Syndrome().IsACK() {
+		return false
+	}
+	w := q.sq.at(head)
+	if w.isRdAtom || psn != w.lastPSN {
+		return false
+	}
+	q.counters[RcvdPkts].Add(1)
+	q.comp.short++
+	q.comp.heard = true
+	q.completeSend(w, WCSuccess, "")
+	q.sq.head++
+	q.advanceCompPSN(psn.Next())
+	q.progress()
+	q.comp.timerArmed = false
+	q.comp.seqNAKs, q.comp.rnrNAKs, q.comp.timeouts = 0, 0, 0
+	return true
 }
 
 // resendDue reports whether the WQE at the requester's position was sent

@@ -216,9 +216,17 @@ func (r *respQueue) pop() {
 // receive goroutine; replies go to out.
 func (q *QP) receive(p *wire.Packet, a *link.Addr, out *txBatch) {
 	q.mu.Lock()
-	if p.Opcode() == wire.OpcodeRCSendOnly && q.shortSend(p, a, out) {
-		q.mu.Unlock()
-		return
+	switch p.Opcode() {
+	case wire.OpcodeRCSendOnly:
+		if q.shortSend(p, a, out) {
+			q.mu.Unlock()
+			return
+		}
+	case wire.OpcodeRCAcknowledge:
+		if q.shortACK(p, a) {
+			q.mu.Unlock()
+			return
+		}
 	}
 	defer q.mu.Unlock()
 	q.counters[RcvdPkts].Add(1)

@@ -286,6 +286,11 @@ func FuzzShortSendDiff(f *testing.F) {
 	})
 }
 
+// shortCNP: the differential runs skip the CNPs an input holds. A CNP
+// cuts the QP's rate (DCQCN's reaction point), and the pacer then lets the
+// requester go on after a time, so that the same input sends at different
+// moments in the two runs; the short paths do not touch either.
+
 // shortDiffSeeds are FuzzShortSendDiff's seeds.
 func shortDiffSeeds() (seeds [][]byte) {
 	rc := func(op wire.Opcode) wire.Opcode { return wire.TransportRC | op }
@@ -353,6 +358,9 @@ func shortDiffRun(t *testing.T, h *fuzzHarness, data []byte, general bool) (stri
 		data = data[fuzzRecLen:]
 		pkt, a, _ := h.build(0, r, pb[:0])
 		pb = pkt
+		if wire.BTH(pkt).Opcode() == wire.OpcodeCNP {
+			continue // shortCNP
+		}
 		if err := h.deliver(pkt, a); err != nil {
 			t.Fatal(err)
 		}
@@ -407,4 +415,245 @@ func shortDiffRun(t *testing.T, h *fuzzHarness, data []byte, general bool) (stri
 	hits := h.qps[0].resp.short
 	h.qps[0].mu.Unlock()
 	return b.String(), hits
+}
+
+// FuzzShortACKDiff is FuzzShortSendDiff for the completer's short path
+// (shortACK): FuzzRCResponses' inputs — four WRs posted on the RC QP, then
+// responses and timers — run with the short paths and without, and the
+// transcripts compared.
+func FuzzShortACKDiff(f *testing.F) {
+	for _, s := range shortACKSeeds() {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		h := harness(t)
+		defer func() { h.dev.generalOnly = false }()
+		short, _ := shortACKDiffRun(t, h, data, false, nil)
+		general, hits := shortACKDiffRun(t, h, data, true, nil)
+		if hits != 0 {
+			t.Fatalf("with the short path off it took %d ACKs", hits)
+		}
+		if short != general {
+			t.Fatalf("the short path's outcome differs from the general path's:\nshort:\n%s\ngeneral:\n%s", short, general)
+		}
+	})
+}
+
+// shortACKSeeds are FuzzShortACKDiff's seeds: reqSeed's encoding.
+func shortACKSeeds() [][]byte {
+	const (
+		ack, timer, rnrTimer   = 0, 6, 7
+		oldest, nextPSN, wqe   = 0, 1, 2
+		synACK, synCredits     = 0, 1
+		synRNR, synSeq         = 2, 3
+		mixSends, mixWrites    = 0b11_11_11_11, 0
+		mixLastRead            = 0b01_00_00_00
+		l1, l8, l256, l700     = 0, 1, 3, 6
+		wqe1, wqe2, wqe3, last = wqe | 1<<2, wqe | 2<<2, wqe | 3<<2, nextPSN
+	)
+	return [][]byte{
+		// Each WR acknowledged alone, in order: the last one's ACK is
+		// the short path's; then a duplicate of it.
+		reqSeed(mixSends, [4]uint8{l1, l8, l256, l1},
+			reqStep{kind: ack, base: wqe}, reqStep{kind: ack, base: wqe1}, reqStep{kind: ack, base: wqe2},
+			reqStep{kind: ack, base: wqe3}, reqStep{kind: ack, base: wqe3}),
+		// Multi-packet WRITEs: the last one acknowledged in parts, with
+		// credits, then beyond what was sent, then exactly.
+		reqSeed(mixWrites, [4]uint8{l700, l1, l8, l700},
+			reqStep{kind: ack, base: wqe2}, reqStep{kind: ack, base: wqe3, dpsn: 1, syn: synCredits},
+			reqStep{kind: ack, base: last}, reqStep{kind: ack, base: last, dpsn: -1}),
+		// A timeout before the last ACK (the window's cut to settle), an
+		// RNR NAK and its wait, a sequence error.
+		reqSeed(mixSends, [4]uint8{l1, l1, l1, l1},
+			reqStep{kind: ack, base: wqe2}, reqStep{kind: timer}, reqStep{kind: ack, base: wqe3}),
+		reqSeed(mixSends, [4]uint8{l1, l1, l1, l1},
+			reqStep{kind: ack, base: wqe2}, reqStep{kind: ack, base: wqe3, syn: synRNR}, reqStep{kind: ack, base: wqe3},
+			reqStep{kind: rnrTimer}, reqStep{kind: ack, base: last, dpsn: -1}),
+		reqSeed(mixSends, [4]uint8{l1, l1, l1, l1},
+			reqStep{kind: ack, base: wqe2}, reqStep{kind: ack, base: wqe3, syn: synSeq}, reqStep{kind: ack, base: oldest},
+			reqStep{kind: ack, base: last, dpsn: -1}),
+		// A READ last: an ACK of its last PSN is an implicit NAK.
+		reqSeed(mixLastRead, [4]uint8{l1, l1, l1, l700},
+			reqStep{kind: ack, base: wqe2}, reqStep{kind: ack, base: last, dpsn: -1}),
+		// A WRITE of three packets last, resent after a timeout, the
+		// original's ACK arriving while the resend is under way.
+		reqSeed(mixWrites, [4]uint8{l1, l1, l1, l700},
+			reqStep{kind: ack, base: wqe2}, reqStep{kind: timer}, reqStep{kind: ack, base: wqe3, dpsn: 2}),
+	}
+}
+
+// TestShortACKDiffTaken: the seeds run the short path.
+func TestShortACKDiffTaken(t *testing.T) {
+	h := harness(t)
+	defer func() { h.dev.generalOnly = false }()
+	for i, s := range shortACKSeeds()[:2] {
+		if _, hits := shortACKDiffRun(t, h, s, false, nil); hits == 0 {
+			t.Errorf("seed %d: the short path took no ACK", i)
+		}
+	}
+}
+
+// shortACKDiffRun runs one of FuzzRCResponses' inputs with the short paths
+// or without (general) and returns its transcript and the ACKs shortACK
+// took. tweak, if not nil, is called before each step's packet is
+// delivered, and may change it or the QP; what it returns is called after.
+func shortACKDiffRun(t *testing.T, h *fuzzHarness, data []byte, general bool, tweak func(n int, a *link.Addr) func()) (string, uint64) {
+	h.dev.generalOnly = general
+	s := h.reqSink(t)
+	h.reset(t)
+	s.reset()
+	q := h.qps[0]
+	base := h.nextWRID
+	if len(data) < 3 {
+		return "", 0
+	}
+	// A local ACK timeout, so that the timer's arming shows (armed); one
+	// of hours, so that it never fires during a run. (RTS to RTS does not
+	// take the attribute; reset sets it back to 0.)
+	q.mu.Lock()
+	q.attr.Timeout = 31
+	q.mu.Unlock()
+	start := q.Counters().Snapshot()
+	var b strings.Builder
+	record := func(what string) {
+		fmt.Fprintf(&b, "%s:\n", what)
+		for _, p := range h.lk.take() {
+			if wire.BTH(p).Opcode() != wire.OpcodeCNP {
+				fmt.Fprintf(&b, "  sent % x\n", p)
+			}
+		}
+		for _, w := range h.pollWCs(t, what) {
+			if w.Opcode == WCRecv {
+				w.WRID -= base // reset posts receives with new wr_ids
+			}
+			w.QPNum = 0
+			fmt.Fprintf(&b, "  completion %+v\n", w)
+		}
+		for h.dev.events.len() > 0 {
+			ev, _ := h.dev.events.get(nil)
+			fmt.Fprintf(&b, "  event %v %s\n", ev.Type, ev.Detail)
+		}
+		q.mu.Lock()
+		c := &q.comp
+		fmt.Fprintf(&b, "  window %d undo %d deferred %v\n", q.req.win.size(), q.req.win.undo, q.reqDeferred)
+		fmt.Fprintf(&b, "  %v SQ %d %d %d req PSN %v off %d maxSent %v comp PSN %v retry %d rnr %d timeouts %d seqNAKs %d rnrNAKs %d armed %v rnrWait %v retrying %v heard %v\n",
+			q.state, q.sq.head, q.sq.cur, q.sq.tail, q.req.psn, q.req.off, q.req.maxSent, c.psn, c.retryLeft, c.rnrLeft,
+			c.timeouts, c.seqNAKs, c.rnrNAKs, c.timerArmed, c.rnrWait, c.retrying, c.heard)
+		q.mu.Unlock()
+		fmt.Fprintf(&b, "  memory %x\n", sha256.Sum256(s.buf))
+		var d []string
+		for k, v := range q.Counters().Snapshot() {
+			if v != start[k] && !strings.HasPrefix(k, "np_cnp_") && !strings.HasPrefix(k, "rp_cnp_") {
+				d = append(d, fmt.Sprintf("%s+%d", k, v-start[k]))
+			}
+		}
+		slices.Sort(d)
+		fmt.Fprintf(&b, "  counters %v\n", d)
+	}
+	var wrs [reqWRs]reqWR
+	h.reqPost(t, s, data[0], uint16(data[1])|uint16(data[2])<<8, &wrs)
+	record("posted")
+	data = data[3:]
+	var pb []byte
+	for n := 0; len(data) >= reqRecLen && n < reqMaxSteps; n++ {
+		r := data[:reqRecLen]
+		data = data[reqRecLen:]
+		pkt, a, ok := h.reqBuild(r, s, &wrs, pb[:0])
+		switch {
+		case ok && wire.BTH(pkt).Opcode() == wire.OpcodeCNP:
+			continue // shortCNP
+		case ok:
+			pb = pkt
+			after := func() {}
+			if tweak != nil {
+				after = tweak(n, &a)
+			}
+			if err := h.deliver(pkt, a); err != nil {
+				t.Fatal(err)
+			}
+			after()
+		case r[0]&1 == 0:
+			fuzzFireRetrans(q)
+		default:
+			fuzzFireRNR(q)
+		}
+		if err := fuzzSettle(h.dev); err != nil {
+			t.Fatal(err)
+		}
+		record(fmt.Sprintf("step %d % x", n, r))
+	}
+	q.mu.Lock()
+	hits := q.comp.short
+	q.mu.Unlock()
+	return b.String(), hits
+}
+
+// TestShortACK: the checks of shortACK the fuzzer's responses do not
+// reach. Each case runs the first seed (four SENDs, each acknowledged
+// alone) with a change before its last ACK, with the short paths and
+// without: the short path must not take that ACK, and both must end alike.
+func TestShortACK(t *testing.T) {
+	h := harness(t)
+	defer func() { h.dev.generalOnly = false }()
+	q := h.qps[0]
+	seed := shortACKSeeds()[0]
+	const lastACK = 3 // the step of the last WQE's ACK
+	for _, c := range []struct {
+		name  string
+		tweak func(a *link.Addr) func()
+	}{
+		{"another source", func(a *link.Addr) func() {
+			a.SrcGID = netip.MustParseAddr("::ffff:192.0.2.66")
+			return func() {}
+		}},
+		{"SQD", func(*link.Addr) func() {
+			if err := q.Modify(&QPAttr{State: QPSSQD, EnSQDAsyncNotify: true}, AttrState|AttrEnSQDAsyncNotify); err != nil {
+				t.Fatal(err)
+			}
+			return func() {}
+		}},
+		{"a resend not yet begun", func(*link.Addr) func() {
+			// A go-back-N retry that the window or the pacer stopped
+			// before the WQE's first packet: its original ACK completes it.
+			q.mu.Lock()
+			q.rewind()
+			q.mu.Unlock()
+			return func() {}
+		}},
+		{"another goroutine's batch", func(*link.Addr) func() {
+			q.mu.Lock()
+			q.reqBatch = &txBatch{}
+			q.mu.Unlock()
+			return func() {
+				q.mu.Lock()
+				q.reqBatch = nil
+				q.mu.Unlock()
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tweak := func(n int, a *link.Addr) func() {
+				if n != lastACK {
+					return func() {}
+				}
+				q.mu.Lock()
+				before := q.comp.short
+				q.mu.Unlock()
+				after := c.tweak(a)
+				return func() {
+					after()
+					q.mu.Lock()
+					defer q.mu.Unlock()
+					if q.comp.short != before {
+						t.Errorf("the short path took the ACK")
+					}
+				}
+			}
+			short, _ := shortACKDiffRun(t, h, seed, false, tweak)
+			general, _ := shortACKDiffRun(t, h, seed, true, tweak)
+			if short != general {
+				t.Fatalf("the short path's outcome differs from the general path's:\nshort:\n%s\ngeneral:\n%s", short, general)
+			}
+		})
+	}
 }
