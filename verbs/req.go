@@ -76,6 +76,7 @@ type reqState struct {
 	psn   wire.PSN // next PSN to send
 	off   uint64   // bytes of the WQE at sq.cur already sent
 	noack int      // packets sent since the last AckReq
+	short uint64   // WQEs shortPost sent, for tests to see that it ran
 	// win is how many PSNs may be unacknowledged (cwnd.go): grown by
 	// acknowledgements, cut when the round trip grows past its target,
 	// halved by a NAK's go-back-N retry, cut to the floor by a timeout
@@ -133,10 +134,76 @@ func (q *QP) PostSend(wrs ...SendWR) error {
 	// The application's goroutine sends what the window allows: the
 	// work is its own, and no other QP waits for this goroutine.
 	out.unlimited = true
-	q.reqRun(out)
+	if len(wrs) != 1 || err != nil || !q.shortPost(out) {
+		q.reqRun(out)
+	}
 	q.mu.Unlock()
 	putTxBatch(out)
 	return err
+}
+
+// shortPost is the requester's short path for the common case (issue 15;
+// shortSend and shortACK are the responder's and the completer's): the WR
+// PostSend just posted is an RC SEND of at most the path MTU, inline or
+// from one SGE, and the requester had nothing else to send — no message
+// part-sent, no other batch holding the QP's packets, the window open, no
+// RNR wait, no pacer or congestion control, no fence to wait on. It checks
+// all of that and the SGE's lkey before it changes anything and reports
+// false, having changed nothing, when a check fails: reqRun then takes the
+// WQE. What it sends and leaves is what reqRun would (the packet, the
+// WQE's PSNs, the requester's PSN, highest PSN sent and RTT sample, the
+// counters; TestShortPost, FuzzShortPostDiff), without reqRun's loop and
+// the nine functions a packet goes through there (sendPacket, startWQE,
+// requestFields, ackReq, encodeRequest, appendHeaders, gather, countSent,
+// advance). out is PostSend's fresh batch. Called with q.mu held.
+func (q *QP) shortPost(out *txBatch) bool {
+	w, c := q.sq.at(q.sq.cur), q.dev.ecn.Load()
+	// The requester was idle before the post (cur+1 == tail), so no
+	// message is part-sent (req.off is 0).
+	if q.typ != RC || q.sq.cur+1 != q.sq.tail || w.wr.Opcode != WRSend || w.length > uint64(q.pmtu) ||
+		q.reqBatch != nil || q.comp.rnrWait || q.pacer != nil || q.cc != nil || c != nil && c.RPEnable != 0 ||
+		w.wr.Flags&SendFence != 0 && q.req.rdAtomic > 0 || int(q.req.psn.Diff(q.comp.psn)) >= q.window() || q.dev.generalOnly {
+		return false
+	}
+	var data []byte
+	switch {
+	case w.wr.Flags&SendInline != 0:
+		data = w.inline
+	case w.length > 0:
+		if len(w.sge) != 1 {
+			return false
+		}
+		b, err := q.dev.mem.SliceCached(&q.keySend, q.pd.pd, w.sge[0].LKey, true, w.sge[0].Addr, w.length, 0)
+		if err != nil {
+			return false // reqRun fails the WQE with IBV_WC_LOC_PROT_ERR
+		}
+		data = b
+	}
+	psn, n := q.req.psn, int(w.length)
+	q.req.short++
+	w.started, w.firstPSN, w.lastPSN = true, psn, psn
+	q.req.noack = 0 // the AckReq of a message's end
+	bth := wire.BTHFields{Opcode: wire.OpcodeRCSendOnly, SolicitedEvent: w.wr.Flags&SendSolicited != 0,
+		PadCount: (4 - n%4) % 4, PKey: wire.DefaultPKey, DestQP: q.attr.DestQPN, AckReq: true, PSN: psn}
+	pk := out.next()
+	finish(pk, appendPad(append(bth.Append(pk.Buf), data...), n))
+	out.budget -= pk.Len
+	pk.Addr = addrOf(&q.path, q.sport)
+	q.counters[SentPkts].Add(1)
+	if q.retransmitting() {
+		q.count(RetransPkts)
+	} else {
+		q.count(RDMASends)
+		q.sampleSent(psn)
+	}
+	q.req.psn = psn.Next()
+	if !q.req.sentAny || psn.After(q.req.maxSent) {
+		q.req.maxSent, q.req.sentAny = psn, true
+	}
+	out.own(q)
+	q.sq.cur++
+	q.req.armOnSend = true
+	return true
 }
 
 func (q *QP) postOne(wr *SendWR) error {

@@ -126,17 +126,50 @@ func TestShortSendAsGeneral(t *testing.T) {
 	}
 }
 
-// runShortCase runs c on a fresh device and returns what it saw, and how
-// many packets the short path took.
-func runShortCase(t *testing.T, c shortCase, general bool) (string, uint64) {
-	lk := &fuzzLink{closed: make(chan struct{})}
-	local, peer := netip.MustParseAddr("::ffff:192.0.2.1"), netip.MustParseAddr("::ffff:192.0.2.2")
+// shortDevice opens a device of a case's own on a fuzzLink, with the short
+// paths or without (general), closed when the test ends.
+func shortDevice(t testing.TB, general bool) (d *Device, lk *fuzzLink, local, peer netip.Addr) {
+	lk = &fuzzLink{closed: make(chan struct{})}
+	local, peer = netip.MustParseAddr("::ffff:192.0.2.1"), netip.MustParseAddr("::ffff:192.0.2.2")
 	d, err := openFuzzDevice(DeviceConfig{Name: "short0", Link: lk, GIDs: []GIDEntry{{GID: local, Type: GIDTypeRoCEv2}}, ActiveMTU: MTU1024})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.Close()
+	t.Cleanup(func() { d.Close() })
 	d.generalOnly = general
+	return d, lk, local, peer
+}
+
+// shortConnect moves q, a QP of a case's own device, to RTS (or only to RTR),
+// connected to QP fuzzPeerQPN at peer, with the local ACK timeout given.
+func shortConnect(t testing.TB, q *QP, acc Access, peer netip.Addr, rts bool, timeout uint8) {
+	if err := q.Modify(&QPAttr{State: QPSInit, PortNum: 1, AccessFlags: acc}, AttrState|AttrPKeyIndex|AttrPort|AttrAccessFlags); err != nil {
+		t.Fatal(err)
+	}
+	m := AttrState | AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN
+	if q.typ == RC {
+		m |= AttrMaxDestRdAtomic | AttrMinRNRTimer
+	}
+	if err := q.Modify(&QPAttr{State: QPSRTR, PathMTU: MTU1024, DestQPN: fuzzPeerQPN, RQPSN: fuzzPSN, MaxDestRdAtomic: 4, MinRNRTimer: 1,
+		AH: AHAttr{IsGlobal: true, PortNum: 1, GRH: GlobalRoute{DGID: peer, HopLimit: 64}}}, m); err != nil {
+		t.Fatal(err)
+	}
+	if !rts {
+		return
+	}
+	m = AttrState | AttrSQPSN
+	if q.typ == RC {
+		m |= AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxQPRdAtomic
+	}
+	if err := q.Modify(&QPAttr{State: QPSRTS, SQPSN: 0x800, Timeout: timeout, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4}, m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runShortCase runs c on a fresh device and returns what it saw, and how
+// many packets the short path took.
+func runShortCase(t *testing.T, c shortCase, general bool) (string, uint64) {
+	d, lk, local, peer := shortDevice(t, general)
 	pd, _ := d.AllocPD()
 	buf := make([]byte, shortBuf)
 	mr, err := pd.RegMRIOVA(buf, 0, mem.LocalWrite|mem.RemoteWrite|mem.RemoteRead)
@@ -160,26 +193,7 @@ func runShortCase(t *testing.T, c shortCase, general bool) (string, uint64) {
 	if c.typ == RC {
 		acc |= mem.RemoteRead
 	}
-	if err := q.Modify(&QPAttr{State: QPSInit, PortNum: 1, AccessFlags: acc}, AttrState|AttrPKeyIndex|AttrPort|AttrAccessFlags); err != nil {
-		t.Fatal(err)
-	}
-	m := AttrState | AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN
-	if c.typ == RC {
-		m |= AttrMaxDestRdAtomic | AttrMinRNRTimer
-	}
-	if err := q.Modify(&QPAttr{State: QPSRTR, PathMTU: MTU1024, DestQPN: fuzzPeerQPN, RQPSN: fuzzPSN, MaxDestRdAtomic: 4, MinRNRTimer: 1,
-		AH: AHAttr{IsGlobal: true, PortNum: 1, GRH: GlobalRoute{DGID: peer, HopLimit: 64}}}, m); err != nil {
-		t.Fatal(err)
-	}
-	if !c.rtr {
-		m = AttrState | AttrSQPSN
-		if c.typ == RC {
-			m |= AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxQPRdAtomic
-		}
-		if err := q.Modify(&QPAttr{State: QPSRTS, SQPSN: 0x800, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4}, m); err != nil {
-			t.Fatal(err)
-		}
-	}
+	shortConnect(t, q, acc, peer, !c.rtr, 0)
 	for i, sges := range c.recvs {
 		s := make([]SGE, len(sges))
 		for j, g := range sges {
