@@ -271,7 +271,8 @@ rows = [
     ('the ACK held for the answer (holdACKs)', incl(t, 'verbs.(*Device).holdACKs')),
     ('the receive reposted (postRecvs)', incl(t, 'perftest.(*run).postRecvs')),
     ('PostSend: the WR queued (postOne)', incl(t, 'verbs.(*QP).postOne')),
-    ('PostSend: the requester builds the packet (reqRun)', incl(t, 'verbs.(*QP).reqRun')),
+    # The requester's short path (shortPost) or its general one.
+    ('PostSend: the requester builds the packet (shortPost, reqRun)', incl(t, 'verbs.(*QP).shortPost') + incl(t, 'verbs.(*QP).reqRun')),
     ('PostSend: the send recorded (onSent)', incl(t, 'verbs.(*QP).onSent')),
     ('PostSend: the batch, its buffers, the held ACK merged', own(o, 'verbs.(*txBatch).flush', 'verbs.(*txBatch).send', 'verbs.(*txBatch).release', 'verbs.putTxBatch')
         + sum(edge(e, 'verbs.(*txBatch).flush', c) for c in ('sentHeld', 'recycle', 'takeHeld', 'typedslicecopy', 'memclrHasPointers', 'BatchSize'))),
