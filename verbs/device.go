@@ -102,9 +102,11 @@ type Device struct {
 	// heldTimerOn: heldTimer is set (onHeldTimer).
 	heldDue     atomic.Int64
 	heldTimerOn atomic.Bool
-	// generalOnly sends every packet through the general path, none
-	// through the short ones (shortSend): tests compare the two. Set
-	// before the device's first packet and never changed.
+	// generalOnly sends every packet and every post through the general
+	// paths, none through the short ones (shortSend, shortACK,
+	// shortPost): tests compare the two. Set only while nothing else uses
+	// the device: before its first packet, or between the fuzz harness's
+	// runs, whose packets come from the one goroutine that sets it.
 	generalOnly bool
 }
 
