@@ -38,6 +38,15 @@
 // No goroutine is started per packet or per work request. Every method may
 // be called from any goroutine.
 //
+// Short paths: the common case of a latency-bound program — an RC SEND ONLY
+// into a posted receive (resp.go shortSend), the ACK of the only WQE
+// outstanding (comp.go shortACK), PostSend of one SEND while the requester
+// is idle (req.go shortPost) — runs in one function each, which checks
+// everything the general path would decide before it changes anything and
+// otherwise leaves the packet or the WQE to the general path untouched.
+// Tests run every case both ways and compare all that a program or a peer
+// can see (short_test.go, shortpost_test.go).
+//
 // # Congestion control
 //
 // Device.SetECN turns on DCQCN, the congestion control of hardware RoCE
