@@ -13,8 +13,9 @@ import (
 	"github.com/goroce/goroce/wire"
 )
 
-// The short paths (shortSend) must leave everything as the general path
-// would. TestShortSendAsGeneral runs each case twice on fresh devices, once
+// The short paths (shortSend and shortACK here, shortPost in
+// shortpost_test.go) must leave everything as the general paths would.
+// TestShortSendAsGeneral runs each case twice on fresh devices, once
 // with the short path and once without (Device.generalOnly), and compares
 // what a program and a peer can see: the packets sent, the completions,
 // the memory, the QP's responder state and every counter. Each check the
@@ -22,7 +23,7 @@ import (
 // path must not take the packet (short hits 0), and the general path's
 // answer (an error, a NAK, a completion through another route) is the one
 // given. FuzzShortSendDiff does the same for the fuzzer's packet
-// sequences.
+// sequences; TestShortACK and FuzzShortACKDiff for shortACK, below.
 
 // shortPkt is one packet of a case, to the case's QP.
 type shortPkt struct {
