@@ -14,9 +14,10 @@ import (
 
 // The requester's short path (shortPost) must send and leave what reqRun
 // would. As TestShortSendAsGeneral: each case runs on fresh devices with
-// the short paths and without, and the transcripts must match; in each
-// case but the first only one of shortPost's checks fails, at the step
-// marked, and the short path must not take that WR.
+// the short paths and without, and the transcripts must match, and each
+// post is taken by the short path or not as its step says. "taken" and
+// "after a timeout" are posts it must take; in each other case one of
+// shortPost's checks, and only that one, fails at a step marked general.
 
 // postStep is one step of a case: a post, an answer from the peer, or a
 // timer.
