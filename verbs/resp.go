@@ -328,7 +328,7 @@ func (q *QP) shortSend(p *wire.Packet, a *link.Addr, out *txBatch) bool {
 	q.count(RDMARecvs)
 	q.recvCQ.push(wc)
 	if p.BTH().AckReq() {
-		if r.pend.len() == 0 && (q.respBatch == nil || q.respBatch == out) {
+		if q.respFree(out) {
 			// respond's case of an ACK with nothing queued before it.
 			q.ackMSN(out, wire.SyndromeACK, psn, r.msn)
 			out.ownResp(q)
@@ -343,8 +343,7 @@ func (q *QP) shortSend(p *wire.Packet, a *link.Addr, out *txBatch) bool {
 // (PSN order). A READ sends what out's budget allows now and queues the
 // rest for the device's scheduler.
 func (q *QP) respond(out *txBatch, it respItem) {
-	free := q.resp.pend.len() == 0 && (q.respBatch == nil || q.respBatch == out)
-	if free {
+	if q.respFree(out) {
 		if it.kind != itemRead {
 			q.emit(out, &it)
 			return
@@ -357,6 +356,12 @@ func (q *QP) respond(out *txBatch, it respItem) {
 	if q.respBatch == nil {
 		q.dev.sched.push(q)
 	} // else the batch holding q's responses gives it a turn when it is sent (release)
+}
+
+// respFree reports whether a response may go into out now: none waits
+// before it, and no other batch holds q's earlier responses.
+func (q *QP) respFree(out *txBatch) bool {
+	return q.resp.pend.len() == 0 && (q.respBatch == nil || q.respBatch == out)
 }
 
 // ownResp records that b holds q's latest response packets: no other batch
