@@ -1,6 +1,8 @@
 package udp
 
 import (
+	"encoding/binary"
+	"net/netip"
 	"sync/atomic"
 	"unsafe"
 
@@ -8,6 +10,7 @@ import (
 
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/pktring"
+	"github.com/goroce/goroce/wire"
 )
 
 // The privileged receive path reads from a ring the kernel fills
@@ -239,8 +242,8 @@ func (r *rxState) scatter(j int, b []byte) bool {
 }
 
 // ringDirect is TryRecv's common case with a ring: it takes the frames
-// ready at the ring's head as they lie there, each frame's headers parsed
-// in the frame (parseHeaders) and each segment copied once, to its
+// ready at the ring's head as they lie there, each frame read in place
+// (shortFrame, or generalFrame) and each segment copied once, to its
 // caller buffer at FH, where the general read lays out a read (plan),
 // copies the frames into it (read, scatter), gathers the headers back
 // out and then delivers the segments (process): 2,000 instructions per
@@ -274,38 +277,20 @@ func (l *Link) ringDirect(pkts []link.Packet) (int, bool) {
 			continue
 		}
 		l.turn.seen(g, i)
-		p, plen, segSize, ok := l.parseHeaders(b[:min(len(b), frameHdrMax)], len(b), pktring.Name(f))
+		got, nseg, lay, ok := l.shortFrame(pkts[out:], b, pktring.Name(f))
 		if !ok {
-			g.framed.Add(1)
-			r.record(1)
-			g.Release(i)
-			taken++
-			continue
-		}
-		nseg, segSize := segments(plen, segSize)
-		if nseg > len(pkts)-out {
-			break // for the next look, or the general read's queue
+			var stop bool
+			got, nseg, lay, stop = l.generalFrame(pkts[out:], b, pktring.Name(f))
+			if stop {
+				break // for the next look, or the general read's queue
+			}
 		}
 		taken++
 		g.framed.Add(1)
 		r.record(nseg)
-		gmax = max(gmax, layoutSize(nseg, segSize))
-		r.meta.gso = nseg > 1
-		for s := range nseg {
-			seg := b[p+s*segSize : p+min(plen, (s+1)*segSize)]
-			pk := &pkts[out]
-			if len(seg) > cap(pk.Buf)-fh {
-				l.stats.RxMalformed.Add(1)
-				continue
-			}
-			pk.Buf = pk.Buf[:fh+len(seg)]
-			copy(pk.Buf[fh:], seg)
-			pk.Off, pk.Len = fh, len(seg)
-			if l.acceptFrame(pk, s) {
-				out++
-				r.nInPlace++ // one copy, the only one: in place
-			}
-		}
+		gmax = max(gmax, lay)
+		out += got
+		r.nInPlace += uint64(got) // one copy, the only one: in place
 		g.Release(i)
 	}
 	if taken == 0 {
@@ -313,4 +298,162 @@ func (l *Link) ringDirect(pkts []link.Packet) (int, bool) {
 	}
 	r.follow(gmax)
 	return out, true
+}
+
+// generalFrame is ringDirect's work for frame b, whose sockaddr_ll is name:
+// its headers parsed in the frame (parseHeaders) and each segment copied
+// once, to its buffer in pkts, and checked (acceptFrame). It returns how
+// many it accepted, the frame's segment count (0 for a frame it drops
+// unread, as the general read records it, 1) and layoutSize's figure for
+// them; stop when pkts has too few buffers left for the frame's segments,
+// which it leaves in the ring, untouched.
+func (l *Link) generalFrame(pkts []link.Packet, b, name []byte) (got, nseg, lay int, stop bool) {
+	p, plen, segSize, ok := l.parseHeaders(b[:min(len(b), frameHdrMax)], len(b), name)
+	if !ok {
+		return 0, 1, 0, false
+	}
+	nseg, segSize = segments(plen, segSize)
+	if nseg > len(pkts) {
+		return 0, 0, 0, true
+	}
+	l.rx.meta.gso = nseg > 1
+	for s := range nseg {
+		pk := &pkts[got]
+		if !l.takeSeg(pk, b[p+s*segSize:p+min(plen, (s+1)*segSize)]) {
+			continue
+		}
+		if l.acceptFrame(pk, s) {
+			got++
+		}
+	}
+	return got, nseg, layoutSize(nseg, segSize), false
+}
+
+// takeSeg copies a segment of a frame into pk's buffer, at FH, as a
+// packet received; or, too long for it, counts it malformed and reports
+// false.
+func (l *Link) takeSeg(pk *link.Packet, seg []byte) bool {
+	if len(seg) > cap(pk.Buf)-fh {
+		l.stats.RxMalformed.Add(1)
+		return false
+	}
+	pk.Buf = pk.Buf[:fh+len(seg)]
+	copy(pk.Buf[fh:], seg)
+	pk.Off, pk.Len = fh, len(seg)
+	return true
+}
+
+// shortFrame is generalFrame for the frame of the common case, in fewer
+// steps: an IPv4 RoCE v2 datagram (or a UDP GSO message of them) without
+// IP options or fragmentation, to the link's port and a local address,
+// sent to this host, whose segments pkts has room for. Checked in that
+// order, before anything changes; for any other frame it returns false,
+// having changed nothing, and generalFrame takes it, which decides what
+// is malformed or not for us and counts it. What it takes it delivers as
+// generalFrame would: the same packets, addresses and counters, each
+// segment's outcome (too long, malformed, ICRC wrong, accepted) decided
+// in the same order.
+//
+// Where generalFrame copies each segment's headers to a stack buffer,
+// masks them there and runs them through a CRC loop of its own before
+// the segment (wire.ICRCv2), shortFrame writes them into the frame itself,
+// just before the segment, as the segment's own sender would have sent
+// them, and computes the ICRC over the frame in one pass (wire.ICRC); the
+// frame is the link's until it is released. For segment 0 that is where
+// the headers were; for a later one, the tail of the segments before it,
+// already copied out. And it keeps the last addressing it derived, with
+// the local addresses and groups it was checked against, so a run of
+// frames from one peer converts and looks up no address.
+func (l *Link) shortFrame(pkts []link.Packet, b, name []byte) (got, nseg, lay int, ok bool) {
+	const (
+		l2 = vnetLen + wire.EthernetLen
+		p  = l2 + wire.IPv4MinLen + wire.UDPLen // the payload: the first segment
+	)
+	if len(b) < p || name[10] != unix.PACKET_HOST || l.generalOnly {
+		return 0, 0, 0, false
+	}
+	ip := b[l2:p]
+	gsoType, gsoSize := b[1], int(binary.NativeEndian.Uint16(b[4:]))
+	plen := int(binary.BigEndian.Uint16(ip[2:])) - wire.IPv4MinLen - wire.UDPLen
+	if gsoType != vnetGSONone && gsoType != vnetGSOUDPL4 ||
+		binary.BigEndian.Uint16(b[vnetLen+12:]) != wire.EtherTypeIPv4 ||
+		ip[0] != 0x45 || ip[9] != wire.IPProtocolUDP ||
+		binary.BigEndian.Uint16(ip[6:])&0x3FFF != 0 || // MF, fragment offset
+		binary.BigEndian.Uint16(ip[wire.IPv4MinLen+2:]) != l.cfg.Port ||
+		plen < wire.BTHLen+wire.ICRCLen || p+plen > len(b) {
+		return 0, 0, 0, false
+	}
+	sa := &l.rx.lastAddr
+	local, groups := l.local.Load(), l.mc.groups.Load()
+	if sa.local != local || sa.groups != groups || sa.ips != [8]byte(ip[12:20]) {
+		src, dst := netip.AddrFrom16(netip.AddrFrom4([4]byte(ip[12:16])).As16()), netip.AddrFrom16(netip.AddrFrom4([4]byte(ip[16:20])).As16())
+		if !l.isLocal(dst) {
+			return 0, 0, 0, false
+		}
+		*sa = shortAddr{local: local, groups: groups, ips: [8]byte(ip[12:20]), src: src, dst: dst}
+	}
+	segSize := 0
+	if gsoType == vnetGSOUDPL4 {
+		segSize = gsoSize
+	}
+	nseg, segSize = segments(plen, segSize)
+	if nseg > len(pkts) {
+		return 0, 0, 0, false
+	}
+	// Taken: from here on the frame is shortFrame's.
+	a := link.Addr{Version: wire.RoCEv2, UDPSrcPort: binary.BigEndian.Uint16(ip[wire.IPv4MinLen:]),
+		SrcGID: sa.src, DstGID: sa.dst, TrafficClass: ip[1], HopLimit: ip[8]}
+	hdr := [wire.IPv4MinLen + wire.UDPLen]byte(ip)
+	id0 := binary.BigEndian.Uint16(ip[4:])
+	l.rx.hguess = len(hdr)
+	for s := range nseg {
+		start := p + s*segSize
+		seg := b[start : p+min(plen, (s+1)*segSize)]
+		pk := &pkts[got]
+		if !l.takeSeg(pk, seg) {
+			continue
+		}
+		if err := pk.Parsed.ParseTransport(pk.Buf[fh:], wire.RoCEv2); err != nil {
+			l.stats.RxMalformed.Add(1)
+			continue
+		}
+		// The headers this segment's sender sent it with, before it.
+		h := b[start-len(hdr) : start]
+		*(*[len(hdr)]byte)(h) = hdr
+		binary.BigEndian.PutUint16(h[2:], uint16(len(hdr)+len(seg)))
+		binary.BigEndian.PutUint16(h[4:], id0+uint16(s))
+		binary.BigEndian.PutUint16(h[wire.IPv4MinLen+4:], uint16(wire.UDPLen+len(seg)))
+		end := start + len(seg) - wire.ICRCLen
+		rx := binary.LittleEndian.Uint32(b[end:])
+		if c := wire.ICRC(b[start-len(hdr):end], wire.IPv4MinLen, wire.RoCEv2); c != rx {
+			// As acceptFrame: a GSO sender that kept the ID fixed. (For
+			// segment 0 no ID but its own can pass the check below.)
+			d, ok := uint16(0), false
+			if s > 0 {
+				d, ok = l.ids.basis(len(hdr) + end - start - 6).solve(c ^ rx)
+			}
+			if !ok || (id0+uint16(s))^d != id0 {
+				l.stats.RxBadICRC.Add(1)
+				continue
+			}
+		}
+		pk.Addr = a
+		l.stats.RxPackets.Add(1)
+		l.stats.RxBytes.Add(uint64(len(hdr) + len(seg)))
+		got++
+	}
+	return got, nseg, layoutSize(nseg, segSize), true
+}
+
+// shortAddr is the addressing shortFrame derived last: for the IPv4
+// source and destination ips, the GIDs, found local in the sets of local
+// addresses and joined groups named. The zero shortAddr names no set of
+// local addresses, and a link always has one (New sets it), so it is
+// never taken for one derived.
+type shortAddr struct {
+	local  *link.AddrSet
+	groups *map[netip.Addr]bool
+	ips    [8]byte
+	src    netip.Addr
+	dst    netip.Addr
 }

@@ -81,24 +81,25 @@ type rxState struct {
 	ring *rxRing // AF_PACKET: the socket's receive ring, if it has one (ring.go)
 	// full counts the AF_PACKET socket's drops (RxSocketFull), read from
 	// the kernel by drops (sampleDrops).
-	full    *atomic.Uint64
-	drops   pktstat.SocketDrops
-	hdrs    []unix.Mmsghdr
-	iovs    []unix.Iovec // maxIov per message
-	names   []byte       // nameLen per message
-	ctl     []byte       // rxCtlLen per message
-	lead    []byte       // leadMax per message
-	over    [][]byte     // per message
-	first   []int        // per message: its first reserved caller buffer
-	nres    []int        // per message: how many it reserves
-	niov    []int        // per message: iovecs used
-	leadLen []int        // per message: bytes the lead iovec takes
-	g       int          // the segment size the layout expects; 0: single datagrams
-	gIdle   int          // reads in a row without a coalesced message
-	hguess  int          // AF_PACKET: the IP+UDP header length expected
-	scratch []byte       // one message, gathered (maxDatagram+leadMax)
-	meta    rxMeta       // of the message (or pending segment) being accepted
-	pseudo  pseudoCache  // the headers the last datagram came with
+	full     *atomic.Uint64
+	drops    pktstat.SocketDrops
+	hdrs     []unix.Mmsghdr
+	iovs     []unix.Iovec // maxIov per message
+	names    []byte       // nameLen per message
+	ctl      []byte       // rxCtlLen per message
+	lead     []byte       // leadMax per message
+	over     [][]byte     // per message
+	first    []int        // per message: its first reserved caller buffer
+	nres     []int        // per message: how many it reserves
+	niov     []int        // per message: iovecs used
+	leadLen  []int        // per message: bytes the lead iovec takes
+	g        int          // the segment size the layout expects; 0: single datagrams
+	gIdle    int          // reads in a row without a coalesced message
+	hguess   int          // AF_PACKET: the IP+UDP header length expected
+	scratch  []byte       // one message, gathered (maxDatagram+leadMax)
+	meta     rxMeta       // of the message (or pending segment) being accepted
+	pseudo   pseudoCache  // the headers the last datagram came with
+	lastAddr shortAddr    // the addressing shortFrame derived last
 
 	// lastRx is the nanotime of the last read that returned data; atomic,
 	// as WaitRecv's spin reads it without rxMu.

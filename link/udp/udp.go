@@ -140,6 +140,10 @@ type Link struct {
 	turn   turnSplit  // empty but with the goroce_turn build tag (turn_on.go)
 	stats  link.Stats
 	ids    idSolver
+	// generalOnly sends every frame through the general path
+	// (generalFrame), never shortFrame: for the tests that hold the one
+	// to the other. Set before the link receives.
+	generalOnly bool
 
 	// IDSolved counts unprivileged IPv4 receives whose ICRC was verified
 	// with the IP ID solved for (see the package comment).
