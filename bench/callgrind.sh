@@ -279,8 +279,10 @@ rows = [
     ('PostSend: the send recorded (onSent)', incl(t, 'verbs.(*QP).onSent')),
     ('PostSend: the batch, its buffers, the held ACK merged', own(o, 'verbs.(*txBatch).flush', 'verbs.(*txBatch).send', 'verbs.(*txBatch).release', 'verbs.putTxBatch')
         + sum(edge(e, 'verbs.(*txBatch).flush', c) for c in ('sentHeld', 'recycle', 'takeHeld', 'typedslicecopy', 'memclrHasPointers', 'BatchSize'))),
-    ('link/udp Send before the system call (ICRCs, headers, cmsgs)', own(o, U)
-        + sum(edge(e, U, c) for c in ('wire.ICRC', 'prepareMsg', 'pseudoHeaders', 'tally', 'sendable'))),
+    # The common batch's short path (shortMsg) or the general loop.
+    ('link/udp Send: ICRCs, headers, cmsgs, counters (shortMsg, Send)', own(o, U, 'udp.(*Link).shortMsg')
+        + sum(edge(e, U, c) for c in ('wire.ICRC', 'prepareMsg', 'pseudoHeaders', 'tally', 'sendable', '(*Link).sent'))
+        + sum(edge(e, 'udp.(*Link).shortMsg', c) for c in ('wire.ICRC', 'HeaderTemplate).Put', 'sendable', '(*Link).sent'))),
     ('the system call\'s Go wrapper (sendMsgs, sendmmsg)', own(o, 'udp.(*Link).sendMsgs', 'net.(*rawConn).Write', 'poll.(*FD).RawWrite',
         'udp.(*Link).write', 'udp.(*Link).write-fm', 'udp.mmsg', 'syscall.RawSyscall6', 'linux.Syscall6')
         + edge(e, 'poll.(*FD).RawWrite', 'RawWrite.deferwrap1')),

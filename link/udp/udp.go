@@ -140,10 +140,12 @@ type Link struct {
 	turn   turnSplit  // empty but with the goroce_turn build tag (turn_on.go)
 	stats  link.Stats
 	ids    idSolver
-	// generalOnly sends every frame through the general path
-	// (generalFrame), never shortFrame: for the tests that hold the one
-	// to the other. Set before the link receives.
+	// generalOnly sends every frame received and every batch sent
+	// through the general path (generalFrame, Send's loop), never the
+	// short ones (shortFrame, shortMsg): for the tests that hold the ones
+	// to the others. Set before the link is used.
 	generalOnly bool
+	shortMsgs   uint64 // batches shortMsg sent (for tests; under txMu)
 
 	// IDSolved counts unprivileged IPv4 receives whose ICRC was verified
 	// with the IP ID solved for (see the package comment).
@@ -425,10 +427,13 @@ func (c *pseudoCache) set(a *link.Addr, sport, dport uint16) {
 	c.src, c.dst, c.sport = a.SrcGID, a.DstGID, sport
 }
 
-// sendable reports whether the link can send pk.
+// sendable reports whether the link can send pk: a RoCE v2 packet to a
+// destination GID (not the zero netip.Addr, which no header cache or
+// message slot is for until it is set: shortMsg relies on that) of the
+// source's family.
 func (l *Link) sendable(pk *link.Packet) bool {
 	a := &pk.Addr
-	return a.Version == wire.RoCEv2 && a.SrcGID.Is4In6() == a.DstGID.Is4In6() && (!l.v4 || a.DstGID.Is4In6()) &&
+	return a.Version == wire.RoCEv2 && a.DstGID.IsValid() && a.SrcGID.Is4In6() == a.DstGID.Is4In6() && (!l.v4 || a.DstGID.Is4In6()) &&
 		pk.Len >= wire.BTHLen+wire.ICRCLen && pk.Off >= link.FrameHeadroom && pk.Len <= l.cfg.MTU && pk.Off+pk.Len <= len(pk.Buf)
 }
 
@@ -444,6 +449,9 @@ func sameMessage(p, q *link.Addr) bool {
 func (l *Link) Send(pkts []link.Packet) (int, error) {
 	l.txMu.Lock()
 	defer l.txMu.Unlock()
+	if n, err, ok := l.shortMsg(pkts); ok {
+		return n, err
+	}
 	gso := l.GSO()
 	sent := 0
 	for len(pkts) > 0 {
@@ -493,34 +501,16 @@ func (l *Link) Send(pkts []link.Packet) (int, error) {
 		}
 		for off := 0; off < nm; {
 			k, err := l.sendMsgs(l.txHdrs[off:nm])
-			if errors.Is(err, net.ErrClosed) {
-				return sent, net.ErrClosed
-			}
 			if err != nil {
-				k = 1
-				if l.txPkts[off] > 1 && (errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EIO) || errors.Is(err, unix.EOPNOTSUPP)) {
-					// The kernel refused GSO for this route or device: resend
-					// the message's packets one by one, and stop using GSO.
-					l.GSOFallbacks.Add(1)
-					l.gsoOff.Store(true)
-					n, err := l.resendSingly(pkts[l.txFirst[off] : l.txFirst[off]+l.txPkts[off]])
-					if err != nil {
-						return sent, err
-					}
-					sent += n
-				} else {
-					// A send error (no route, EMSGSIZE) loses the packets, like a wire would.
-					l.stats.TxNoRoute.Add(uint64(l.txPkts[off]))
+				n, err := l.sendFailed(pkts, off, err)
+				sent += n
+				if err != nil {
+					return sent, err
 				}
+				k = 1
 			} else {
 				for i := off; i < off+k; i++ {
-					if l.txPkts[i] > 1 {
-						l.GSOMessages.Add(1)
-					}
-					l.tally(pkts[l.txFirst[i]].Addr.DstGID, l.txPkts[i])
-					l.stats.TxPackets.Add(uint64(l.txPkts[i]))
-					l.stats.TxBytes.Add(uint64(l.txBytes[i]))
-					sent += l.txPkts[i]
+					sent += l.sent(pkts, i)
 				}
 			}
 			off += k
@@ -528,6 +518,93 @@ func (l *Link) Send(pkts []link.Packet) (int, error) {
 		pkts = pkts[used:]
 	}
 	return sent, nil
+}
+
+// sendFailed handles sendMsgs' error err about message m (of the batch
+// pkts, as txFirst and txPkts describe it), the first it did not send:
+// the link closed (returned), or the kernel refusing GSO (its packets
+// resent as single datagrams, and the link sends no more GSO messages),
+// or the message lost as a wire would lose it. It returns how many of
+// the message's packets it sent.
+func (l *Link) sendFailed(pkts []link.Packet, m int, err error) (int, error) {
+	if errors.Is(err, net.ErrClosed) {
+		return 0, net.ErrClosed
+	}
+	if l.txPkts[m] > 1 && (errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EIO) || errors.Is(err, unix.EOPNOTSUPP)) {
+		// The kernel refused GSO for this route or device: resend
+		// the message's packets one by one, and stop using GSO.
+		l.GSOFallbacks.Add(1)
+		l.gsoOff.Store(true)
+		return l.resendSingly(pkts[l.txFirst[m] : l.txFirst[m]+l.txPkts[m]])
+	}
+	// A send error (no route, EMSGSIZE) loses the packets, like a wire would.
+	l.stats.TxNoRoute.Add(uint64(l.txPkts[m]))
+	return 0, nil
+}
+
+// sent counts message m of the batch pkts, sent, and returns its packets.
+func (l *Link) sent(pkts []link.Packet, m int) int {
+	if l.txPkts[m] > 1 {
+		l.GSOMessages.Add(1)
+	}
+	l.tally(pkts[l.txFirst[m]].Addr.DstGID, l.txPkts[m])
+	l.stats.TxPackets.Add(uint64(l.txPkts[m]))
+	l.stats.TxBytes.Add(uint64(l.txBytes[m]))
+	return l.txPkts[m]
+}
+
+// shortMsg is Send for the batch of the common case, in fewer steps: one
+// packet, or two that make one GSO message (the second no longer than the
+// first, to the same peer: an answer and the ACK it carries), to the
+// peer the last message went to, from the same source
+// and with the same traffic class, so that the IP and UDP headers the
+// ICRC covers (txPseudo) and message slot 0's name and control messages
+// (txKeys) are already those it needs. It checks that, then writes each
+// packet's headers and ICRC, points slot 0 at the packets and sends it.
+// It reports false, having changed nothing, for any other batch, which
+// Send's general loop then sends (and makes the next such batch
+// shortMsg's). Called with txMu held.
+func (l *Link) shortMsg(pkts []link.Packet) (int, error, bool) {
+	if len(pkts) == 0 || len(pkts) > 2 || l.generalOnly {
+		return 0, nil, false
+	}
+	pk := &pkts[0]
+	a := &pk.Addr
+	c, k := &l.txPseudo, &l.txKeys[0]
+	total := pk.Len
+	var gso uint16
+	if len(pkts) == 2 {
+		q := &pkts[1]
+		if !l.GSO() || q.Len > pk.Len || !sameMessage(a, &q.Addr) || !l.sendable(q) {
+			return 0, nil, false
+		}
+		gso, total = uint16(pk.Len), total+q.Len
+	}
+	// c.ok and k.ok are implied: a cache or slot not yet set is for the
+	// zero Addr, which sendable refuses, and set cannot fail for a
+	// sendable packet's addresses.
+	if !l.sendable(pk) || c.src != a.SrcGID || c.dst != a.DstGID ||
+		k.dst != a.DstGID || k.src != a.SrcGID || k.tc != a.TrafficClass || k.gso != gso {
+		return 0, nil, false
+	}
+	for s := range pkts {
+		q := &pkts[s]
+		start := q.Off - c.t.Len()
+		nlen := c.t.Put(q.Buf[start:q.Off], q.Len, uint16(s))
+		end := q.Off + q.Len - wire.ICRCLen
+		binary.LittleEndian.PutUint32(q.Buf[end:], wire.ICRC(q.Buf[start:end], nlen, wire.RoCEv2))
+		setIov(&l.txIovs[s], q.Buf[q.Off:end+wire.ICRCLen])
+	}
+	h := &l.txHdrs[0].Hdr
+	h.Iov = &l.txIovs[0]
+	h.SetIovlen(len(pkts))
+	l.txFirst[0], l.txPkts[0], l.txBytes[0] = 0, len(pkts), total
+	l.shortMsgs++
+	if _, err := l.sendMsgs(l.txHdrs[:1]); err != nil {
+		n, err := l.sendFailed(pkts, 0, err)
+		return n, err, true
+	}
+	return l.sent(pkts, 0), nil, true
 }
 
 // dstTally counts how the packets to one destination left: in GSO
