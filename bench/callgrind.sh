@@ -267,9 +267,9 @@ rows = [
     # The common frame's headers, transport headers and ICRCs are checked
     # in one function (shortFrame), the others' IP and UDP headers in the
     # ring read and the rest per packet (acceptFrame).
-    ('the ring read: frames, the IP and UDP headers of the rest (ringDirect)', incl(t, 'udp.(*Link).ringDirect') + incl(t, 'udp.(*rxState).try')
+    ('the ring read: frames, the rest\'s IP, UDP headers (ringDirect)', incl(t, 'udp.(*Link).ringDirect') + incl(t, 'udp.(*rxState).try')
         + incl(t, 'udp.(*Link).process') - incl(t, 'udp.(*Link).acceptFrame') - incl(t, 'udp.(*Link).shortFrame')),
-    ('frames checked: headers, transport headers, ICRCs (shortFrame, acceptFrame)', incl(t, 'udp.(*Link).shortFrame') + incl(t, 'udp.(*Link).acceptFrame')),
+    ('headers and ICRCs checked (shortFrame, acceptFrame)', incl(t, 'udp.(*Link).shortFrame') + incl(t, 'udp.(*Link).acceptFrame')),
     ('the engine: the SEND and the ACK (handleBatch)', incl(t, 'verbs.(*Device).handleBatch')),
     ('the ACK held for the answer (holdACKs)', incl(t, 'verbs.(*Device).holdACKs')),
     ('the receive reposted (postRecvs)', incl(t, 'perftest.(*run).postRecvs')),
@@ -280,7 +280,7 @@ rows = [
     ('PostSend: the batch, its buffers, the held ACK merged', own(o, 'verbs.(*txBatch).flush', 'verbs.(*txBatch).send', 'verbs.(*txBatch).release', 'verbs.putTxBatch')
         + sum(edge(e, 'verbs.(*txBatch).flush', c) for c in ('sentHeld', 'recycle', 'takeHeld', 'typedslicecopy', 'memclrHasPointers', 'BatchSize'))),
     # The common batch's short path (shortMsg) or the general loop.
-    ('link/udp Send: ICRCs, headers, cmsgs, counters (shortMsg, Send)', own(o, U, 'udp.(*Link).shortMsg')
+    ('link/udp Send: headers, ICRCs, cmsgs (shortMsg, Send)', own(o, U, 'udp.(*Link).shortMsg')
         + sum(edge(e, U, c) for c in ('wire.ICRC', 'prepareMsg', 'pseudoHeaders', 'tally', 'sendable', '(*Link).sent'))
         + sum(edge(e, 'udp.(*Link).shortMsg', c) for c in ('wire.ICRC', 'HeaderTemplate).Put', 'sendable', '(*Link).sent'))),
     ('the system call\'s Go wrapper (sendMsgs, sendmmsg)', own(o, 'udp.(*Link).sendMsgs', 'net.(*rawConn).Write', 'poll.(*FD).RawWrite',
