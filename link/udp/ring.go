@@ -303,10 +303,10 @@ func (l *Link) ringDirect(pkts []link.Packet) (int, bool) {
 // generalFrame is ringDirect's work for frame b, whose sockaddr_ll is name:
 // its headers parsed in the frame (parseHeaders) and each segment copied
 // once, to its buffer in pkts, and checked (acceptFrame). It returns how
-// many it accepted, the frame's segment count (0 for a frame it drops
-// unread, as the general read records it, 1) and layoutSize's figure for
-// them; stop when pkts has too few buffers left for the frame's segments,
-// which it leaves in the ring, untouched.
+// many it accepted, the frame's segment count (1 for a frame whose
+// headers it drops it for, as the general read records such a frame) and
+// layoutSize's figure for them; or stop, when pkts has too few buffers
+// left for the frame's segments, which it leaves in the ring, untouched.
 func (l *Link) generalFrame(pkts []link.Packet, b, name []byte) (got, nseg, lay int, stop bool) {
 	p, plen, segSize, ok := l.parseHeaders(b[:min(len(b), frameHdrMax)], len(b), name)
 	if !ok {

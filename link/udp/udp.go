@@ -445,7 +445,8 @@ func sameMessage(p, q *link.Addr) bool {
 
 // Send computes each packet's ICRC over the headers the kernel will write
 // and sends the batch with sendmmsg, runs of same-size packets to one
-// destination as GSO messages.
+// destination as GSO messages; the common batch (a packet, or an answer
+// and its ACK, to the last message's peer) in one step (shortMsg).
 func (l *Link) Send(pkts []link.Packet) (int, error) {
 	l.txMu.Lock()
 	defer l.txMu.Unlock()
