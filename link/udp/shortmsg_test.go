@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/testenv"
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/wire"
 )
@@ -87,8 +88,8 @@ func smRun(t *testing.T, port uint16, rx []*net.UDPConn, general bool, batch, of
 		for j := range pkts {
 			out += fmt.Sprintf("  buf %x\n", pkts[j].Buf)
 		}
-		for r, c := range rx {
-			for _, d := range smDrain(t, c) {
+		for r, got := range smCollect(rx, n) {
+			for _, d := range got {
 				out += fmt.Sprintf("  rx%d %s\n", r, d)
 			}
 		}
@@ -102,19 +103,35 @@ func smRun(t *testing.T, port uint16, rx []*net.UDPConn, general bool, batch, of
 	return out, took
 }
 
-// smDrain reads the datagrams waiting on c: each its source address and
-// bytes.
-func smDrain(t *testing.T, c *net.UDPConn) []string {
-	var got []string
+// smCollect reads the datagrams of a batch of n packets from the
+// receivers rx (each packet one datagram: the receivers do not ask for
+// GRO), waiting up to testenv.Slow for all n, then for any more: each
+// receiver's, in the order it got them, as its source address and bytes.
+func smCollect(rx []*net.UDPConn, n int) [][]string {
+	got := make([][]string, len(rx))
 	buf := make([]byte, 65536)
-	for {
-		c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
-		n, from, err := c.ReadFromUDPAddrPort(buf)
+	read := func(r int, wait time.Duration) bool {
+		rx[r].SetReadDeadline(time.Now().Add(wait))
+		k, from, err := rx[r].ReadFromUDPAddrPort(buf)
 		if err != nil {
-			return got
+			return false
 		}
-		got = append(got, fmt.Sprintf("from %v: %x", from.Addr(), buf[:n]))
+		got[r] = append(got[r], fmt.Sprintf("from %v: %x", from.Addr(), buf[:k]))
+		return true
 	}
+	deadline := time.Now().Add(testenv.Slow)
+	for have := 0; have < n && time.Now().Before(deadline); {
+		for r := range rx {
+			if read(r, time.Millisecond) {
+				have++
+			}
+		}
+	}
+	for r := range rx {
+		for read(r, 5*time.Millisecond) {
+		}
+	}
+	return got
 }
 
 func TestShortMsg(t *testing.T) {
