@@ -489,10 +489,8 @@ func (l *Link) Send(pkts []link.Packet) (int, error) {
 			for s := range segs {
 				q := &pkts[used+s]
 				start, nlen := l.pseudoHeaders(&l.txPseudo, q, l.cfg.Port, uint16(s))
-				end := q.Off + q.Len
-				c := wire.ICRC(q.Buf[start:end-wire.ICRCLen], nlen, wire.RoCEv2)
-				binary.LittleEndian.PutUint32(q.Buf[end-wire.ICRCLen:], c)
-				setIov(&l.txIovs[iov+s], q.Buf[q.Off:end])
+				putICRC(q.Buf[start:q.Off+q.Len], nlen)
+				setIov(&l.txIovs[iov+s], q.Transport())
 			}
 			l.prepareMsg(nm, iov, segs, pk)
 			l.txFirst[nm], l.txPkts[nm], l.txBytes[nm] = used, segs, total
@@ -519,6 +517,13 @@ func (l *Link) Send(pkts []link.Packet) (int, error) {
 		pkts = pkts[used:]
 	}
 	return sent, nil
+}
+
+// putICRC writes the ICRC at the end of b, a RoCE v2 packet from its IP
+// header (of nlen bytes) through its ICRC.
+func putICRC(b []byte, nlen int) {
+	end := len(b) - wire.ICRCLen
+	binary.LittleEndian.PutUint32(b[end:], wire.ICRC(b[:end], nlen, wire.RoCEv2))
 }
 
 // sendFailed handles sendMsgs' error err about message m (of the batch
@@ -591,10 +596,8 @@ func (l *Link) shortMsg(pkts []link.Packet) (int, error, bool) {
 	for s := range pkts {
 		q := &pkts[s]
 		start := q.Off - c.t.Len()
-		nlen := c.t.Put(q.Buf[start:q.Off], q.Len, uint16(s))
-		end := q.Off + q.Len - wire.ICRCLen
-		binary.LittleEndian.PutUint32(q.Buf[end:], wire.ICRC(q.Buf[start:end], nlen, wire.RoCEv2))
-		setIov(&l.txIovs[s], q.Buf[q.Off:end+wire.ICRCLen])
+		putICRC(q.Buf[start:q.Off+q.Len], c.t.Put(q.Buf[start:q.Off], q.Len, uint16(s)))
+		setIov(&l.txIovs[s], q.Transport())
 	}
 	h := &l.txHdrs[0].Hdr
 	h.Iov = &l.txIovs[0]
@@ -762,10 +765,8 @@ func (l *Link) resendSingly(pkts []link.Packet) (int, error) {
 	for i := range pkts {
 		q := &pkts[i]
 		start, nlen := l.pseudoHeaders(&l.txPseudo, q, l.cfg.Port, 0)
-		end := q.Off + q.Len
-		c := wire.ICRC(q.Buf[start:end-wire.ICRCLen], nlen, wire.RoCEv2)
-		binary.LittleEndian.PutUint32(q.Buf[end-wire.ICRCLen:], c)
-		setIov(&iov, q.Buf[q.Off:end])
+		putICRC(q.Buf[start:q.Off+q.Len], nlen)
+		setIov(&iov, q.Transport())
 		ctl = l.txControl(ctl[:0], &q.Addr)
 		var m [1]unix.Mmsghdr
 		h := &m[0].Hdr
