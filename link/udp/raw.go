@@ -259,22 +259,28 @@ func (l *Link) acceptFrame(pk *link.Packet, s int) bool {
 	binary.BigEndian.PutUint16(h[ipLen+4:], uint16(wire.UDPLen+pk.Len))
 	end := len(t) - wire.ICRCLen
 	rx := binary.LittleEndian.Uint32(t[end:])
-	if c := wire.ICRCv2(h, ipLen, t[:end]); c != rx {
-		// A superpacket GRO built from a sender that kept the ID fixed: its
-		// segments all carried the first one's ID. Accept exactly that ID.
-		d, ok := uint16(0), false
-		if m.v4 && s > 0 {
-			d, ok = l.ids.basis(m.hlen + end - 6).solve(c ^ rx)
-		}
-		if !ok || id^d != m.id0 {
-			l.stats.RxBadICRC.Add(1)
-			return false
-		}
+	if c := wire.ICRCv2(h, ipLen, t[:end]); c != rx && !(m.v4 && l.keptID(s, m.id0, m.hlen+end-6, c^rx)) {
+		l.stats.RxBadICRC.Add(1)
+		return false
 	}
 	pk.Addr = m.addr
 	l.stats.RxPackets.Add(1)
 	l.stats.RxBytes.Add(uint64(m.hlen + pk.Len))
 	return true
+}
+
+// keptID reports whether an ICRC computed with segment s's own IPv4 ID
+// (id0+s) and found diff away from the one received is right for the ID
+// id0: segment s (not the first) of a superpacket GRO built from a sender
+// that kept the ID fixed, its segments all carrying the first one's ID.
+// Exactly that ID is accepted. tail is the number of bytes the ICRC covers
+// after the ID (idSolver.basis).
+func (l *Link) keptID(s int, id0 uint16, tail int, diff uint32) bool {
+	if s == 0 {
+		return false // no ID but its own can pass
+	}
+	d, ok := l.ids.basis(tail).solve(diff)
+	return ok && (id0+uint16(s))^d == id0
 }
 
 // HoldPort binds the RoCE v2 UDP port with a socket that drops everything,

@@ -425,17 +425,9 @@ func (l *Link) shortFrame(pkts []link.Packet, b, name []byte) (got, nseg, lay in
 		binary.BigEndian.PutUint16(h[wire.IPv4MinLen+4:], uint16(wire.UDPLen+len(seg)))
 		end := start + len(seg) - wire.ICRCLen
 		rx := binary.LittleEndian.Uint32(b[end:])
-		if c := wire.ICRC(b[start-len(hdr):end], wire.IPv4MinLen, wire.RoCEv2); c != rx {
-			// As acceptFrame: a GSO sender that kept the ID fixed. (For
-			// segment 0 no ID but its own can pass the check below.)
-			d, ok := uint16(0), false
-			if s > 0 {
-				d, ok = l.ids.basis(len(hdr) + end - start - 6).solve(c ^ rx)
-			}
-			if !ok || (id0+uint16(s))^d != id0 {
-				l.stats.RxBadICRC.Add(1)
-				continue
-			}
+		if c := wire.ICRC(b[start-len(hdr):end], wire.IPv4MinLen, wire.RoCEv2); c != rx && !l.keptID(s, id0, len(hdr)+end-start-6, c^rx) {
+			l.stats.RxBadICRC.Add(1)
+			continue
 		}
 		pk.Addr = a
 		l.stats.RxPackets.Add(1)
