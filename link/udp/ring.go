@@ -316,7 +316,6 @@ func (l *Link) generalFrame(pkts []link.Packet, b, name []byte) (got, nseg, lay 
 	if nseg > len(pkts) {
 		return 0, 0, 0, true
 	}
-	l.rx.meta.gso = nseg > 1
 	for s := range nseg {
 		pk := &pkts[got]
 		if !l.takeSeg(pk, b[p+s*segSize:p+min(plen, (s+1)*segSize)]) {

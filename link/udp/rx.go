@@ -69,7 +69,6 @@ type rxMeta struct {
 	hdr  [60 + wire.UDPLen]byte
 	hlen int
 	v4   bool
-	gso  bool   // more than one segment
 	id0  uint16 // IPv4 ID of the first segment
 }
 
@@ -822,7 +821,6 @@ func (l *Link) process(pkts []link.Packet, m int) int {
 		nseg, segSize = segments(plen, segSize)
 		g = max(g, layoutSize(nseg, segSize))
 		r.record(nseg)
-		r.meta.gso = nseg > 1
 		if queue {
 			l.queueSegs(j, p, plen, segSize)
 			continue
