@@ -137,6 +137,16 @@ if who == "roce" and tot:
     if rx * 10 < tot * 4:
         print(f"the receive stages hold {100 * rx // tot}% of the count, under 40%")
         sys.exit(0)
+# The calls recorded while a stage ran (the "calls made" of the report, read
+# the same way): one per 30-50 instructions in sound runs (166-217 a round
+# trip for 8,000-10,000 instructions); runs whose other rows were in line
+# counted 657-939, which TestCallgrindScript rejects (more than one per
+# ten instructions): a lost switch these checks did not otherwise see.
+if who == "roce" and tot:
+    calls = sum(int(l[6:].split()[0]) for l in open(sys.argv[2]) if l.startswith("calls="))
+    if calls * 10 > tot:
+        print(f"{calls} calls recorded for {tot} instructions, more than one per ten")
+        sys.exit(0)
 # The floor sends two datagrams (two CRC-32s, their headers, the system
 # call) for the two it checks (two CRC-32s): 1.8-1.95 times the count of
 # the check in sound runs, about 2.6 in one that lost a switch unseen.
@@ -147,7 +157,7 @@ if who == "floor":
         print(f"the send counts {snd}, the check {chk}: more than 2.3 times")
         sys.exit(0)
 sys.exit(1)
-' "$2"
+' "$2" "$1"
 }
 
 # runcg WHO PORT SERVER... -- CLIENT...: the server under callgrind, the
