@@ -40,12 +40,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/internal/rundir"
-	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/afpacket"
-	"github.com/goroce/goroce/link/neigh"
 	"github.com/goroce/goroce/link/pcap"
 	"github.com/goroce/goroce/verbs"
-	"github.com/goroce/goroce/wire"
 )
 
 // Control requests.
@@ -609,26 +606,6 @@ func (d *Device) serveCapture(conn *net.UnixConn, br *bufio.Reader, enc *json.En
 	}
 }
 
-// pathLink answers PathError for the device's link, under the capture tap
-// (pcap.NewTap, which forwards PathError to it).
-type pathLink struct {
-	link.Link
-	res *neigh.Resolver // the device's
-}
-
-// PathError says why packets to dst could not be sent (link.PathReporter):
-// the device's resolver's answer, whichever link sends (link/udp leaves
-// routes and ARP to the kernel, whose neighbour table the resolver reads),
-// else the link's own.
-func (p pathLink) PathError(dst netip.Addr, v wire.Version) error {
-	if p.res != nil {
-		if err := p.res.PathError(dst, v); err != nil {
-			return err
-		}
-	}
-	return link.PathErrorOf(p.Link, dst, v) // link/udp's GSO note, say
-}
-
 // dialControl connects to device name's control socket and sends op.
 func (r *Registry) dialControl(ctx context.Context, name, op string) (*net.UnixConn, *bufio.Reader, controlReply, error) {
 	var rep controlReply
@@ -742,8 +719,6 @@ func (s *CaptureStream) SetReadDeadline(t time.Time) error { return s.conn.SetRe
 
 // Close ends the capture at once.
 func (s *CaptureStream) Close() error { return s.conn.Close() }
-
-var _ link.PathReporter = pathLink{}
 
 // errnoOf is err's errno for a control reply: the one it wraps, else EIO.
 func errnoOf(err error) syscall.Errno {

@@ -207,7 +207,15 @@ func Open(name string, o Options) (*Device, error) {
 	if o.Wrap != nil {
 		l = o.Wrap(l)
 	}
-	d.ctl.tap = pcap.NewTap(pathLink{Link: l, res: d.res}) // captures through the control socket
+	// The tap captures through the control socket, and says why packets
+	// to a destination could not be sent: the device's resolver's answer,
+	// whichever link sends (link/udp leaves routes and ARP to the kernel,
+	// whose neighbour table the resolver reads), else the link's own.
+	var paths link.PathReporter
+	if d.res != nil {
+		paths = d.res
+	}
+	d.ctl.tap = pcap.NewTap(l, paths)
 	if p, ok := l.(link.Poller); ok {
 		l = d.ctl.tap.WithPoller(p) // so that CQ pollers drive the link (run to completion)
 	} else {

@@ -33,7 +33,8 @@ import (
 // costs one atomic load per batch.
 type Link struct {
 	link.Link
-	w     *Writer // nil for a tap
+	paths link.PathReporter // asked before the wrapped link (NewTap); may be nil
+	w     *Writer           // nil for a tap
 	now   func() time.Time
 	sinks atomic.Int32 // w (if any) and len(subs); read without mu on the data path
 
@@ -54,7 +55,12 @@ func New(l link.Link, w *Writer) *Link {
 
 // NewTap wraps l; the packets it sends or receives are recorded for the
 // subscriptions current at the time, and not at all while there are none.
-func NewTap(l link.Link) *Link { return &Link{Link: l, now: time.Now} }
+// paths, if not nil, answers PathError before l does (the host's device:
+// its neighbour resolver), so that no decorator of its own sits between
+// the tap and l on every Send.
+func NewTap(l link.Link, paths link.PathReporter) *Link {
+	return &Link{Link: l, paths: paths, now: time.Now}
+}
 
 // A Subscription receives the frames a Link records, through a queue of
 // bounded length: a subscriber that does not keep up loses frames, never
@@ -163,8 +169,14 @@ func (l *Link) recordRecv(pkts []link.Packet) {
 	}
 }
 
-// PathError forwards the wrapped link's (link.PathReporter).
+// PathError is the reporter's answer (NewTap's paths), else the wrapped
+// link's (link.PathReporter).
 func (l *Link) PathError(dst netip.Addr, v wire.Version) error {
+	if l.paths != nil {
+		if err := l.paths.PathError(dst, v); err != nil {
+			return err
+		}
+	}
 	return link.PathErrorOf(l.Link, dst, v)
 }
 

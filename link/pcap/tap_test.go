@@ -1,6 +1,7 @@
 package pcap_test
 
 import (
+	"errors"
 	"net/netip"
 	"testing"
 
@@ -25,7 +26,7 @@ func tapPair(t *testing.T) (*pcap.Link, func(psn uint32)) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tap := pcap.NewTap(a)
+	tap := pcap.NewTap(a, nil)
 	rx := make([]link.Packet, 1)
 	rx[0].Buf = make([]byte, link.FrameHeadroom+link.MaxFrameSize)
 	return tap, func(psn uint32) {
@@ -81,5 +82,59 @@ func TestTapSubscriptions(t *testing.T) {
 	send(5)
 	if len(s1.C()) != 0 || s2.Dropped() != 2 {
 		t.Errorf("after Unsubscribe: %d queued, %d dropped", len(s1.C()), s2.Dropped())
+	}
+}
+
+// pathsFunc is a link.PathReporter.
+type pathsFunc func(netip.Addr, wire.Version) error
+
+func (f pathsFunc) PathError(dst netip.Addr, v wire.Version) error { return f(dst, v) }
+
+// reportingLink is a link that reports err for every destination; its
+// other methods are never called here.
+type reportingLink struct {
+	link.Link
+	err error
+}
+
+func (r reportingLink) PathError(netip.Addr, wire.Version) error { return r.err }
+
+// TestTapPathError: a tap's PathError is its reporter's answer when it has
+// one (the host's neighbour resolver), else the wrapped link's; the
+// reporter is asked about the destination and version asked of the tap.
+func TestTapPathError(t *testing.T) {
+	own, res := errors.New("the link's"), errors.New("the resolver's")
+	dst := netip.MustParseAddr("::ffff:198.18.2.1")
+	var asked []string
+	says := func(err error) link.PathReporter {
+		return pathsFunc(func(d netip.Addr, v wire.Version) error {
+			asked = append(asked, d.String()+" "+v.String())
+			return err
+		})
+	}
+	for _, c := range []struct {
+		name  string
+		link  error
+		paths link.PathReporter
+		want  error
+	}{
+		{"no reporter", own, nil, own},
+		{"no reporter, nothing wrong", nil, nil, nil},
+		{"the reporter's first", own, says(res), res},
+		{"the reporter has nothing", own, says(nil), own},
+		{"neither has anything", nil, says(nil), nil},
+	} {
+		asked = nil
+		tap := pcap.NewTap(reportingLink{err: c.link}, c.paths)
+		if got := tap.PathError(dst, wire.RoCEv2); got != c.want {
+			t.Errorf("%s: PathError = %v, want %v", c.name, got, c.want)
+		}
+		if c.paths != nil && (len(asked) != 1 || asked[0] != dst.String()+" "+wire.RoCEv2.String()) {
+			t.Errorf("%s: the reporter was asked %q", c.name, asked)
+		}
+		// Through the poller view as well, which the host's devices use.
+		if got := tap.WithPoller(nil).(link.PathReporter).PathError(dst, wire.RoCEv2); got != c.want {
+			t.Errorf("%s: through WithPoller, PathError = %v, want %v", c.name, got, c.want)
+		}
 	}
 }
