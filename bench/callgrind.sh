@@ -138,14 +138,15 @@ if who == "roce" and tot:
         print(f"the receive stages hold {100 * rx // tot}% of the count, under 40%")
         sys.exit(0)
 # The calls recorded while a stage ran (the "calls made" of the report, read
-# the same way): one per 30-50 instructions in sound runs (166-217 a round
-# trip for 8,000-10,000 instructions); runs whose other rows were in line
-# counted 657-939, which TestCallgrindScript rejects (more than one per
-# ten instructions): a lost switch these checks did not otherwise see.
+# the same way): one per 27-50 instructions in sound runs (166-217 a round
+# trip for 8,000-10,000 instructions, 300 in a run of 1,000 with its set-up);
+# runs whose other rows were in line counted 657-939 (one per 10-15), a lost
+# switch these checks did not otherwise see. TestCallgrindScript rejects
+# the same bound: more than one per twenty instructions.
 if who == "roce" and tot:
     calls = sum(int(l[6:].split()[0]) for l in open(sys.argv[2]) if l.startswith("calls="))
-    if calls * 10 > tot:
-        print(f"{calls} calls recorded for {tot} instructions, more than one per ten")
+    if calls * 20 > tot:
+        print(f"{calls} calls recorded for {tot} instructions, more than one per twenty")
         sys.exit(0)
 # The floor sends two datagrams (two CRC-32s, their headers, the system
 # call) for the two it checks (two CRC-32s): 1.8-1.95 times the count of
