@@ -138,15 +138,17 @@ if who == "roce" and tot:
         print(f"the receive stages hold {100 * rx // tot}% of the count, under 40%")
         sys.exit(0)
 # The calls recorded while a stage ran (the "calls made" of the report, read
-# the same way): one per 27-50 instructions in sound runs (166-217 a round
-# trip for 8,000-10,000 instructions, 300 in a run of 1,000 with its set-up);
-# runs whose other rows were in line counted 657-939 (one per 10-15), a lost
-# switch these checks did not otherwise see. TestCallgrindScript rejects
-# the same bound: more than one per twenty instructions.
+# the same way): one per 37-50 instructions in sound runs of 3,000 round
+# trips (166-217 a round trip for 8,000-10,000 instructions); in runs of
+# 1,000, whose set-up weighs three times as much, 300 on a quiet machine and
+# 445-524 (one per 15-18) under the load of the -race pass in CI. Runs whose other
+# rows were in line counted 657-939 and once 758 for 7,955 (one per 9-15),
+# a lost switch these checks did not otherwise see: more than one per twelve
+# is taken for one (TestCallgrindScript fails at one per ten).
 if who == "roce" and tot:
     calls = sum(int(l[6:].split()[0]) for l in open(sys.argv[2]) if l.startswith("calls="))
-    if calls * 20 > tot:
-        print(f"{calls} calls recorded for {tot} instructions, more than one per twenty")
+    if calls * 12 > tot:
+        print(f"{calls} calls recorded for {tot} instructions, more than one per twelve")
         sys.exit(0)
 # The floor sends two datagrams (two CRC-32s, their headers, the system
 # call) for the two it checks (two CRC-32s): 1.8-1.95 times the count of
