@@ -154,19 +154,26 @@ func fail(code int, err error) {
 // ends it. A signal that stops the process (the server serves until one
 // does) ends it too, then exits as the signal would have (128+n).
 func startProfile(name string) (stop func(), err error) {
+	// The handler first: whoever waits for the file to appear (as
+	// TestCPUProfile does) and then signals must find it in place, not the
+	// default action, which kills the process before the profile is
+	// written. A signal that comes before the profile has started waits
+	// in sigs until the goroutine below takes it.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	f, err := os.Create(name)
 	if err != nil {
+		signal.Stop(sigs)
 		return nil, err
 	}
 	if err := pprof.StartCPUProfile(f); err != nil {
+		signal.Stop(sigs)
 		f.Close()
 		return nil, err
 	}
 	var once sync.Once
 	stop = func() { once.Do(func() { pprof.StopCPUProfile(); f.Close() }) }
 	atExit = stop
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
 		sig := <-sigs
 		stop()
