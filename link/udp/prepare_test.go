@@ -58,9 +58,9 @@ func TestPrepareMsgReuse(t *testing.T) {
 		for i, s := range steps {
 			pk := &link.Packet{Len: s.len, Addr: link.Addr{Version: wire.RoCEv2, SrcGID: s.src, DstGID: s.dst, TrafficClass: s.tc}}
 			for m := range 2 { // both slots see every step
-				l.prepareMsg(m, m, s.segs, pk)
+				l.prepareMsg(m, m, s.segs, pk, l.sockFor(&pk.Addr))
 				fresh := txOnly(2, v4)
-				fresh.prepareMsg(m, m, s.segs, pk)
+				fresh.prepareMsg(m, m, s.segs, pk, fresh.sockFor(&pk.Addr))
 				name, ctl := msgBytes(l, m)
 				wantName, wantCtl := msgBytes(fresh, m)
 				if !bytes.Equal(name, wantName) || !bytes.Equal(ctl, wantCtl) {

@@ -66,7 +66,7 @@ func TestSendAfterCloseNotOnReusedFD(t *testing.T) {
 	m[0].Hdr.Name, m[0].Hdr.Namelen = (*byte)(unsafe.Pointer(&to)), unix.SizeofSockaddrInet4
 	m[0].Hdr.Iov, m[0].Hdr.Iovlen = &iov, 1
 	l.txMu.Lock()
-	n, err := l.sendMsgs(m)
+	n, err := l.sendMsgs(nil, m)
 	l.txMu.Unlock()
 	if !errors.Is(err, net.ErrClosed) {
 		t.Errorf("a send after Close: %d sent, error %v; want net.ErrClosed", n, err)

@@ -52,10 +52,16 @@
 //     the link solves for the one ID that makes the ICRC right (idsolve.go):
 //     corruption is still caught, except with probability 2^-16.
 //
-// The UDP source port: the socket is bound to 4791, so every packet leaves
-// from 4791, where Linux varies it per flow (wire.FlowLabelToUDPSport).
-// Receivers ignore it; ECMP hashing sees one flow. link/afpacket sends the
-// exact Linux ports.
+// Source sockets (srcsock.go): a link opened without Bind also has an
+// AF_INET socket bound to each of its IPv4 addresses, and sends unicast
+// IPv4 packets through the one of their source, without the IP_PKTINFO
+// that the dual-stack socket needs (a shorter trip through the kernel).
+//
+// The UDP source port: the main socket is bound to 4791 and a source
+// socket to a port of the kernel's choosing, so a packet leaves from one
+// of those, where Linux varies it per flow (wire.FlowLabelToUDPSport).
+// Receivers ignore it; ECMP hashing sees one flow per socket. link/afpacket
+// sends the exact Linux ports.
 package udp
 
 import (
@@ -146,6 +152,11 @@ type Link struct {
 	// to the others. Set before the link is used.
 	generalOnly bool
 	shortMsgs   uint64 // batches shortMsg sent (for tests; under txMu)
+	// srcs are the source sockets (srcsock.go), opened by New; mainOnly,
+	// set by tests before the link is used, sends everything through the
+	// main socket as before them.
+	srcs     []*srcSock
+	mainOnly bool
 
 	// IDSolved counts unprivileged IPv4 receives whose ICRC was verified
 	// with the IP ID solved for (see the package comment).
@@ -247,15 +258,27 @@ func New(cfg Config) (*Link, error) {
 		conn.Close()
 		return nil, err
 	}
+	if !cfg.Bind.IsValid() {
+		noCheck := 1
+		if l.gso {
+			noCheck = 0
+		}
+		if l.srcs, err = openSrcSocks(cfg.Addrs, noCheck); err != nil {
+			conn.Close()
+			return nil, err
+		}
+	}
 	if cfg.Ifindex > 0 {
 		// cfg.MTU leaves room for IPv6 and UDP: the netdev's MTU is the
 		// largest IP packet a frame must hold.
 		if l.raw, err = newRawRecv(cfg.Ifindex, cfg.Port, ringFrameFor(cfg.MTU+wire.IPv6Len+wire.UDPLen)); err != nil {
+			closeSrcSocks(l.srcs)
 			conn.Close()
 			return nil, err
 		}
 		if err := dropAll(conn); err != nil {
 			l.raw.close(&l.rxMu)
+			closeSrcSocks(l.srcs)
 			conn.Close()
 			return nil, err
 		}
@@ -369,6 +392,7 @@ func (l *Link) Close() error {
 	l.fdClosed = true
 	l.fdMu.Unlock()
 	err := l.conn.Close()
+	closeSrcSocks(l.srcs)
 	if l.raw != nil {
 		l.raw.close(&l.rxMu)
 	}
@@ -457,6 +481,7 @@ func (l *Link) Send(pkts []link.Packet) (int, error) {
 	sent := 0
 	for len(pkts) > 0 {
 		nm, used, iov := 0, 0, 0
+		var bs *srcSock // the socket of the sendmmsg: one for all its messages
 		for used < len(pkts) && nm < len(l.txHdrs) && iov < len(l.txIovs) {
 			pk := &pkts[used]
 			if !l.sendable(pk) {
@@ -464,6 +489,11 @@ func (l *Link) Send(pkts []link.Packet) (int, error) {
 				used++
 				continue
 			}
+			s := l.sockFor(&pk.Addr)
+			if nm > 0 && s != bs {
+				break
+			}
+			bs = s
 			// The message: pk and what may join it.
 			segs, total := 1, pk.Len
 			for gso && used+segs < len(pkts) && segs < maxGSOSegs && iov+segs < len(l.txIovs) {
@@ -488,18 +518,18 @@ func (l *Link) Send(pkts []link.Packet) (int, error) {
 			}
 			for s := range segs {
 				q := &pkts[used+s]
-				start, nlen := l.pseudoHeaders(&l.txPseudo, q, l.cfg.Port, uint16(s))
+				start, nlen := l.pseudoHeaders(&l.txPseudo, q, l.sportOf(bs), uint16(s))
 				putICRC(q.Buf[start:q.Off+q.Len], nlen)
 				setIov(&l.txIovs[iov+s], q.Transport())
 			}
-			l.prepareMsg(nm, iov, segs, pk)
+			l.prepareMsg(nm, iov, segs, pk, bs)
 			l.txFirst[nm], l.txPkts[nm], l.txBytes[nm] = used, segs, total
 			nm++
 			iov += segs
 			used += segs
 		}
 		for off := 0; off < nm; {
-			k, err := l.sendMsgs(l.txHdrs[off:nm])
+			k, err := l.sendMsgs(bs, l.txHdrs[off:nm])
 			if err != nil {
 				n, err := l.sendFailed(pkts, off, err)
 				sent += n
@@ -589,7 +619,10 @@ func (l *Link) shortMsg(pkts []link.Packet) (int, error, bool) {
 	// c.ok and k.ok are implied: a cache or slot not yet set is for the
 	// zero Addr, which sendable refuses, and set cannot fail for a
 	// sendable packet's addresses.
-	if !l.sendable(pk) || c.src != a.SrcGID || c.dst != a.DstGID ||
+	// Slot 0's socket is sockFor's for its addresses (a function of
+	// them); the cache's port must be that socket's (resendSingly builds
+	// the cache for the main socket's).
+	if !l.sendable(pk) || c.src != a.SrcGID || c.dst != a.DstGID || c.sport != l.sportOf(k.sock) ||
 		k.dst != a.DstGID || k.src != a.SrcGID || k.tc != a.TrafficClass || k.gso != gso {
 		return 0, nil, false
 	}
@@ -604,7 +637,7 @@ func (l *Link) shortMsg(pkts []link.Packet) (int, error, bool) {
 	h.SetIovlen(len(pkts))
 	l.txFirst[0], l.txPkts[0], l.txBytes[0] = 0, len(pkts), total
 	l.shortMsgs++
-	if _, err := l.sendMsgs(l.txHdrs[:1]); err != nil {
+	if _, err := l.sendMsgs(k.sock, l.txHdrs[:1]); err != nil {
 		n, err := l.sendFailed(pkts, 0, err)
 		return n, err, true
 	}
@@ -666,9 +699,9 @@ func (l *Link) PathError(dst netip.Addr, v wire.Version) error {
 		dst.Unmap(), c.gsoPkts, c.gsoMsgs)
 }
 
-// prepareMsg fills message m: destination, control messages, and segs
-// iovecs from txIovs[iov:].
-func (l *Link) prepareMsg(m, iov, segs int, pk *link.Packet) {
+// prepareMsg fills message m, to be sent through s (nil: the main
+// socket): destination, control messages, and segs iovecs from txIovs[iov:].
+func (l *Link) prepareMsg(m, iov, segs int, pk *link.Packet, s *srcSock) {
 	h := &l.txHdrs[m].Hdr
 	h.Iov = &l.txIovs[iov]
 	h.SetIovlen(segs)
@@ -678,25 +711,37 @@ func (l *Link) prepareMsg(m, iov, segs int, pk *link.Packet) {
 	}
 	a := &pk.Addr
 	k := &l.txKeys[m]
-	if k.ok && k.dst == a.DstGID && k.src == a.SrcGID && k.tc == a.TrafficClass && k.gso == gso {
+	if k.ok && k.dst == a.DstGID && k.src == a.SrcGID && k.tc == a.TrafficClass && k.gso == gso && k.sock == s {
 		// The name and control messages slot m's last message left
 		// are this one's: a stream, or a round trip, to one peer (the
 		// sockaddr and the cmsgs cost 530 instructions a message,
 		// bench/callgrind.sh).
 		return
 	}
-	*k = txKey{ok: true, src: a.SrcGID, dst: a.DstGID, tc: a.TrafficClass, gso: gso}
+	*k = txKey{ok: true, src: a.SrcGID, dst: a.DstGID, tc: a.TrafficClass, gso: gso, sock: s}
 	name := l.txNames[m*unix.SizeofSockaddrInet6 : (m+1)*unix.SizeofSockaddrInet6]
 	h.Name = &name[0]
-	h.Namelen = uint32(putSockaddr(name, pk.Addr.DstGID.As16(), l.cfg.Port, l.v4))
-	l.setScope(name, &pk.Addr)
-	ctl := l.txControl(l.txCtl[m*txCtlLen:m*txCtlLen:(m+1)*txCtlLen], &pk.Addr)
+	h.Namelen = uint32(putSockaddr(name, pk.Addr.DstGID.As16(), l.cfg.Port, l.v4 || s != nil))
+	ctl := l.txCtl[m*txCtlLen : m*txCtlLen : (m+1)*txCtlLen]
+	if s == nil {
+		l.setScope(name, &pk.Addr)
+		ctl = l.txControl(ctl, &pk.Addr)
+	} else if pk.Addr.TrafficClass != 0 {
+		// The source is the socket's own: only the TOS goes along.
+		var d []byte
+		ctl, d = appendCmsg(ctl, unix.IPPROTO_IP, unix.IP_TOS, 1)
+		d[0] = pk.Addr.TrafficClass
+	}
 	if segs > 1 {
 		var d []byte
 		ctl, d = appendCmsg(ctl, unix.IPPROTO_UDP, unix.UDP_SEGMENT, 2)
 		binary.NativeEndian.PutUint16(d, uint16(pk.Len))
 	}
-	h.Control = &ctl[0]
+	if len(ctl) > 0 {
+		h.Control = &ctl[0]
+	} else {
+		h.Control = nil
+	}
 	h.SetControllen(len(ctl))
 	h.Flags = 0
 }
@@ -707,12 +752,14 @@ type txKey struct {
 	ok       bool
 	src, dst netip.Addr
 	tc       uint8
-	gso      uint16 // the UDP_SEGMENT size, 0 for none
+	gso      uint16   // the UDP_SEGMENT size, 0 for none
+	sock     *srcSock // the socket (nil: the main one)
 }
 
-// sendMsgs sends messages with sendmmsg, waiting for room in the socket's
-// buffer; an error is about the first message.
-func (l *Link) sendMsgs(hdrs []unix.Mmsghdr) (int, error) {
+// sendMsgs sends messages with sendmmsg through s (nil: the main socket),
+// waiting for room in the socket's buffer; an error is about the first
+// message.
+func (l *Link) sendMsgs(s *srcSock, hdrs []unix.Mmsghdr) (int, error) {
 	l.txMsgs = hdrs
 	t0 := l.turn.start()
 	// First on the descriptor itself: most sends find room in the
@@ -721,17 +768,21 @@ func (l *Link) sendMsgs(hdrs []unix.Mmsghdr) (int, error) {
 	// QEMU VMs cost 15-150 ns each, by how much of the rest of a round trip
 	// runs them too (BENCHMARKS.md, "What the VMs charge for"). Only a full
 	// buffer (EAGAIN) waits in rc.Write.
+	fd, rc := l.fd, l.rc
+	if s != nil {
+		fd, rc = s.fd, s.rc
+	}
 	l.fdMu.RLock()
 	closed := l.fdClosed
 	if !closed {
-		l.write(l.fd)
+		l.write(fd)
 	}
 	l.fdMu.RUnlock()
 	var err error
 	if closed {
 		err = net.ErrClosed
 	} else if l.txErrno == unix.EAGAIN {
-		err = l.rc.Write(l.writeFn)
+		err = rc.Write(l.writeFn)
 	}
 	l.turn.sent(t0)
 	l.txMsgs = nil
@@ -776,7 +827,7 @@ func (l *Link) resendSingly(pkts []link.Packet) (int, error) {
 		h.SetIovlen(1)
 		h.Control = &ctl[0]
 		h.SetControllen(len(ctl))
-		k, err := l.sendMsgs(m[:])
+		k, err := l.sendMsgs(nil, m[:])
 		if errors.Is(err, net.ErrClosed) {
 			return sent, err
 		}
