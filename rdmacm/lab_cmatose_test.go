@@ -257,6 +257,7 @@ func TestLabCmatose(t *testing.T) {
 			out, rc, err := l.Exec(vm, fmt.Sprintf("timeout %d ucmatose -s %s", int(toolLimit.Seconds()), ours))
 			if err != nil || rc != 0 || !strings.Contains(out, "data transfers complete") {
 				t.Errorf("ucmatose -s: exit %d %v\n%s", rc, err, out)
+				cancel() // the accept waits for nothing more (not toolLimit)
 			}
 			if err := <-errc; err != nil {
 				t.Fatal(err)

@@ -144,10 +144,46 @@ func Start(t testing.TB) *Lab {
 			t.Fatal("the lab did not come up")
 		}
 	}
+	l.ensureRXE(t)
 	l.ctx, l.halt = context.WithCancel(context.Background())
 	t.Cleanup(l.halt)
 	l.watch(t.Errorf, t.Cleanup)
 	return l
+}
+
+// rxeCheck exits 0 when a VM is in the lab README's state: rdma_rxe's
+// rxe0 on eth0 (with the VM's IPv4 GID, which takes a moment after
+// rdma link add).
+const rxeCheck = `rdma link show 2>/dev/null | grep -q '^link rxe0/' && grep -qx "$(ip -4 -o addr show dev eth0 | awk '{split($4, a, "/"); split(a[1], b, "."); printf "0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x", b[1], b[2], b[3], b[4]}')" /sys/class/infiniband/rxe0/ports/1/gids/* 2>/dev/null`
+
+// rxeRestore puts a VM back in that state: what a tool left running
+// there that holds UDP 4791 (bench/vm.sh's goroce rounds unload rdma_rxe
+// and restore it when they end; one stopped by hand, or a probe run by
+// hand, may not), then rdma_rxe and rxe0, and a wait for the GID.
+const rxeRestore = `for p in $(pidof roce udpfloor 2>/dev/null); do kill $p; done
+grep -q '^rdma_rxe ' /proc/modules || modprobe rdma_rxe || exit 1
+rdma link show | grep -q '^link rxe0/' || rdma link add rxe0 type rxe netdev eth0 || exit 1
+i=0
+until ` + rxeCheck + `; do
+  i=$((i + 1)); if [ $i -ge 150 ]; then rdma link show; exit 1; fi
+  sleep 0.2
+done`
+
+// ensureRXE makes sure each VM has rxe0, as every lab test expects:
+// something run in the VMs may have left them without it (the symptom:
+// ucmatose's "No RDMA devices were detected", and tests that wait out
+// their limits). It says what it restored.
+func (l *Lab) ensureRXE(t testing.TB) {
+	t.Helper()
+	for _, vm := range []VM{VM1, VM2} {
+		if _, rc, err := l.Exec(vm, rxeCheck); err == nil && rc == 0 {
+			continue
+		}
+		t.Logf("lab: %s had no rxe0 with its IPv4 GID (something run there removed it): restoring rdma_rxe and rxe0", vm.Name)
+		if out, rc, err := l.Exec(vm, rxeRestore); err != nil || rc != 0 {
+			t.Fatalf("lab: %s: restoring rxe0: exit %d %v\n%s", vm.Name, rc, err, out)
+		}
+	}
 }
 
 func tail(b []byte, n int) string {
