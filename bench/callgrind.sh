@@ -11,7 +11,7 @@
 # and conditional branches (bounds, stack and write-barrier checks apart),
 # which the VMs price far above an instruction.
 #
-#   bench/callgrind.sh [-n ROUND_TRIPS] [-b ROCE_BINARY] [-k DIR]
+#   bench/callgrind.sh [-n ROUND_TRIPS] [-b ROCE_BINARY] [-k DIR] [-a ATTEMPTS]
 #
 # Two network namespaces joined by a veth pair (MTU 1500), a RoCE v2 device in
 # each (`roce link add ... roce-versions v2`: link/udp, privileged, its receive
@@ -22,16 +22,18 @@
 # called it) divided by the round trips, and around the system call, where
 # Go's stack switches now and then confuse callgrind's call graph, the
 # functions' own instructions. The busy poll's empty looks are in no row.
-# Needs root, valgrind and Go; -k keeps the callgrind files in DIR. The
+# Needs root, valgrind and Go; -k keeps the callgrind files in DIR; -a
+# bounds the runs of each side until one is sound (default 16). The
 # namespaces are always deleted.
 set -euo pipefail
-n=3000 bin= keep=
-while getopts n:b:k: o; do
+n=3000 bin= keep= attempts=16
+while getopts n:b:k:a: o; do
 	case $o in
 	n) n=$OPTARG ;;
 	b) bin=$OPTARG ;;
 	k) keep=$OPTARG ;;
-	*) sed -n '2,26s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
+	a) attempts=$OPTARG ;;
+	*) sed -n '2,27s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
 	esac
 done
 command -v valgrind >/dev/null || { echo "callgrind.sh: needs valgrind (apt-get install valgrind)" >&2; exit 1; }
@@ -164,15 +166,15 @@ sys.exit(1)
 }
 
 # runcg WHO PORT SERVER... -- CLIENT...: the server under callgrind, the
-# client natively, until a run is sound (up to 16 attempts; a third to a
-# half are not).
+# client natively, until a run is sound (up to $attempts attempts, -a; a
+# third to a half are not on a quiet machine, most under a test run's load).
 runcg() {
 	local who=$1 port=$2 srv=() cli=() sp why
 	shift 2
 	while [ "$1" != -- ]; do srv+=("$1"); shift; done
 	shift
 	cli=("$@")
-	for attempt in $(seq 16); do
+	for attempt in $(seq "$attempts"); do
 		ip netns exec $A "${VG[@]}" "${srv[@]}" >"$D/$who.srv" 2>&1 &
 		sp=$!
 		listening $A "$port"
