@@ -32,7 +32,8 @@ while getopts n:b:k:a: o; do
 	n) n=$OPTARG ;;
 	b) bin=$OPTARG ;;
 	k) keep=$OPTARG ;;
-	a) attempts=$OPTARG ;;
+	a) [[ $OPTARG =~ ^[1-9][0-9]*$ ]] || { echo "callgrind.sh: -a $OPTARG: a count of attempts, 1 or more" >&2; exit 2; }
+	   attempts=$OPTARG ;;
 	*) sed -n '2,27s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
 	esac
 done
