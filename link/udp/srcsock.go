@@ -90,32 +90,23 @@ func (s *srcSock) setup(noCheck int) error {
 		return err
 	}
 	s.rc = rc
-	var serr error
+	o := sockOpts{prefix: fmt.Sprintf("source socket %v: ", s.addr.Unmap())}
 	err = rc.Control(func(fd uintptr) {
 		s.fd = fd
-		f := int(fd)
-		set := func(level, opt, v int, what string) {
-			if serr == nil {
-				if e := unix.SetsockoptInt(f, level, opt, v); e != nil {
-					serr = fmt.Errorf("source socket %v: setsockopt %s: %w", s.addr.Unmap(), what, e)
-				}
-			}
-		}
-		set(unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO, "IP_MTU_DISCOVER")
-		set(unix.SOL_SOCKET, unix.SO_NO_CHECK, noCheck, "SO_NO_CHECK")
-		if unix.SetsockoptInt(f, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 8<<20) != nil {
-			set(unix.SOL_SOCKET, unix.SO_SNDBUF, 8<<20, "SO_SNDBUF")
-		}
-		if serr == nil {
-			if e := pktring.Attach(f, pktring.DropAll()); e != nil {
-				serr = fmt.Errorf("source socket %v: drop filter: %w", s.addr.Unmap(), e)
+		o.f = int(fd)
+		o.set(unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO, "IP_MTU_DISCOVER")
+		o.set(unix.SOL_SOCKET, unix.SO_NO_CHECK, noCheck, "SO_NO_CHECK")
+		o.buf(unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, "SO_SNDBUF")
+		if o.err == nil {
+			if e := pktring.Attach(o.f, pktring.DropAll()); e != nil {
+				o.err = fmt.Errorf("%sdrop filter: %w", o.prefix, e)
 			}
 		}
 	})
 	if err != nil {
 		return err
 	}
-	return serr
+	return o.err
 }
 
 func closeSrcSocks(socks []*srcSock) {

@@ -259,11 +259,7 @@ func New(cfg Config) (*Link, error) {
 		return nil, err
 	}
 	if !cfg.Bind.IsValid() {
-		noCheck := 1
-		if l.gso {
-			noCheck = 0
-		}
-		if l.srcs, err = openSrcSocks(cfg.Addrs, noCheck); err != nil {
+		if l.srcs, err = openSrcSocks(cfg.Addrs, l.noCheck()); err != nil {
 			conn.Close()
 			return nil, err
 		}
@@ -304,27 +300,52 @@ func New(cfg Config) (*Link, error) {
 	return l, nil
 }
 
+// noCheck is SO_NO_CHECK's value for the link's sockets: rxe sends UDP
+// checksum 0, but the kernel refuses GSO without a checksum.
+func (l *Link) noCheck() int {
+	if l.gso {
+		return 0
+	}
+	return 1
+}
+
+// sockOpts sets integer socket options on one socket, keeping the first
+// error (after which it sets nothing more).
+type sockOpts struct {
+	f      int
+	prefix string // before "setsockopt" in the error
+	err    error
+}
+
+func (o *sockOpts) set(level, opt, v int, what string) {
+	if o.err == nil {
+		if e := unix.SetsockoptInt(o.f, level, opt, v); e != nil {
+			o.err = fmt.Errorf("%ssetsockopt %s: %w", o.prefix, what, e)
+		}
+	}
+}
+
+// buf sets a buffer of 8 MiB: as root past net.core.[rw]mem_max (force),
+// else as far as the limit allows (opt).
+func (o *sockOpts) buf(force, opt int, what string) {
+	if unix.SetsockoptInt(o.f, unix.SOL_SOCKET, force, 8<<20) != nil {
+		o.set(unix.SOL_SOCKET, opt, 8<<20, what)
+	}
+}
+
 // setup sets the socket options rxe's traffic needs.
 func (l *Link) setup() error {
-	var serr error
+	var o sockOpts
 	err := l.rc.Control(func(fd uintptr) {
 		f := int(fd)
-		set := func(level, opt, v int, what string) {
-			if serr == nil {
-				if e := unix.SetsockoptInt(f, level, opt, v); e != nil {
-					serr = fmt.Errorf("setsockopt %s: %w", what, e)
-				}
-			}
-		}
+		o.f = f
+		set := o.set
 		// GSO where the kernel has it (UDP_SEGMENT is readable since 4.18).
 		if !l.cfg.NoGSO {
 			_, e := unix.GetsockoptInt(f, unix.IPPROTO_UDP, unix.UDP_SEGMENT)
 			l.gso = e == nil
 		}
-		noCheck := 1 // rxe sends UDP checksum 0 ...
-		if l.gso {
-			noCheck = 0 // ... but the kernel refuses GSO without a checksum
-		}
+		noCheck := l.noCheck()
 		v6 := !l.v4 // Go's "udp" wildcard listener is already dual-stack (IPV6_V6ONLY 0)
 		// DF on IPv4, and with it IP ID 0 on an unconnected socket.
 		set(unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO, "IP_MTU_DISCOVER")
@@ -347,16 +368,13 @@ func (l *Link) setup() error {
 		// only for the drop filter to discard them.
 		_ = unix.SetsockoptInt(f, unix.IPPROTO_UDP, unix.UDP_GRO, 1)
 		// Buffers: as root, past net.core.[rw]mem_max.
-		for _, o := range [][2]int{{unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}, {unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}} {
-			if unix.SetsockoptInt(f, unix.SOL_SOCKET, o[0], 8<<20) != nil {
-				set(unix.SOL_SOCKET, o[1], 8<<20, "SO_RCVBUF/SO_SNDBUF")
-			}
-		}
+		o.buf(unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, "SO_RCVBUF/SO_SNDBUF")
+		o.buf(unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, "SO_RCVBUF/SO_SNDBUF")
 	})
 	if err != nil {
 		return err
 	}
-	return serr
+	return o.err
 }
 
 var _ link.Link = (*Link)(nil)
