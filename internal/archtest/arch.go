@@ -71,10 +71,11 @@ var Table = map[string]rule{
 	"link/neigh":    {1, "wire", ""},
 	"link/pktstat":  {1, "", ""},
 	"link/pktring":  {1, "", ""},
+	"link/xsk":      {1, "", "internal/nettest internal/testenv"},
 	"link/fabric":   {1, "link wire", "link/linktest"},
 	"link/pcap":     {1, "link wire", "link/fabric link/linktest"},
 	"link/linktest": {1, "link wire", ""},
-	"link/udp": {1, "link link/pktring link/pktstat wire internal/turnsplit",
+	"link/udp": {1, "link link/pktring link/pktstat link/xsk wire internal/turnsplit",
 		// TestPairings moves RC traffic over the link between namespaces.
 		"link/linktest internal/nettest internal/testenv verbs verbs/verbstest"},
 	"link/afpacket": {1, "link link/neigh link/pktring link/pktstat wire wire/mad",
@@ -121,7 +122,7 @@ var Table = map[string]rule{
 	"cmd/roce": {8, "cmd/roce/internal/busypoll cmd/roce/internal/demo cmd/roce/internal/dissect cmd/roce/internal/perftest " +
 		"cmd/roce/internal/pingpong cmd/roce/internal/rping cmd/roce/internal/mckey rsocket rdmacm host kernel config config/configfs " +
 		"verbs link link/afpacket link/pcap wire internal/rundir",
-		"cmd/roce/internal/perftest/perftestcheck kernel/kerneltest wire/mad internal/lab internal/nettest internal/testenv"},
+		"cmd/roce/internal/perftest/perftestcheck kernel/kerneltest wire/mad link/xsk internal/lab internal/nettest internal/testenv"},
 
 	// 9: test helpers and the benchmarks, which only tests import.
 	"internal/testenv":  {9, "", ""},
@@ -157,7 +158,7 @@ var noIO = []string{"wire", "wire/mad", "link", "link/fabric", "link/pcap", "lin
 
 // ioPackages open sockets, talk netlink or read the runtime directory.
 var ioPackages = []string{Module + "/host", Module + "/link/udp", Module + "/link/afpacket", Module + "/link/neigh",
-	Module + "/internal/rundir", "github.com/vishvananda/netlink"}
+	Module + "/link/xsk", Module + "/internal/rundir", "github.com/vishvananda/netlink", "github.com/cilium/ebpf"}
 
 // Package is what the check needs of go list's view of a package.
 type Package struct {
