@@ -23,6 +23,9 @@ type SocketDrops struct {
 	FullReads uint64 // reads that filled every buffer offered
 	Samples   uint64 // PACKET_STATISTICS reads
 	owed      bool   // full reads not sampled since the last sample
+	// Count, if set, replaces PACKET_STATISTICS for a socket of another
+	// kind: the drops since its last call (an AF_XDP socket's).
+	Count func(fd uintptr) uint64
 }
 
 // Owed reports whether full reads have not been sampled yet: the next
@@ -50,6 +53,10 @@ func (d *SocketDrops) Read(fd uintptr, full, ok bool, into *atomic.Uint64) {
 	}
 	d.owed = false
 	d.Samples++
+	if d.Count != nil {
+		into.Add(d.Count(fd))
+		return
+	}
 	if st, err := unix.GetsockoptTpacketStats(int(fd), unix.SOL_PACKET, unix.PACKET_STATISTICS); err == nil && st.Drops > 0 {
 		into.Add(uint64(st.Drops))
 	}

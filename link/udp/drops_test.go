@@ -12,6 +12,23 @@ import (
 	"github.com/goroce/goroce/wire"
 )
 
+// takeAll takes what b holds with TryRecv until a look finds nothing and
+// returns how many packets it took.
+func takeAll(t *testing.T, b *Link) (got int) {
+	t.Helper()
+	for {
+		bufs := linktest.NewBuffers(64)
+		n, err := b.TryRecv(bufs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return got
+		}
+		got += n
+	}
+}
+
 // TestSocketFullCounted: a privileged link whose AF_PACKET socket
 // overflowed (the receiver fell behind a sender's burst) counts the
 // kernel's drops as rx_drop_socket_full, so `roce stat` shows why the
@@ -23,19 +40,7 @@ func TestSocketFullCounted(t *testing.T) {
 	ha, hb := nettest.VethPair(t, nettest.Options{MTU: 9000})
 	a, b := openOn(t, ha, false), openOn(t, hb, true)
 	addr := link.Addr{Version: wire.RoCEv2, SrcGID: netip.AddrFrom16(ha.IPv4.As16()), DstGID: netip.AddrFrom16(hb.IPv4.As16()), HopLimit: 64}
-	recvAll := func() (got int) {
-		for {
-			bufs := linktest.NewBuffers(64)
-			n, err := b.TryRecv(bufs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if n == 0 {
-				return got
-			}
-			got += n
-		}
-	}
+	recvAll := func() int { return takeAll(t, b) }
 	// A packet the receiver keeps up with: nothing dropped.
 	if _, err := a.Send(writeBatch(a.Headroom(), addr, 1, 0, 1)); err != nil {
 		t.Fatal(err)

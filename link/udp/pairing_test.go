@@ -17,15 +17,17 @@ import (
 // pairingNetwork returns the network of two devices on a fresh veth pair
 // of the given MTU, each on a UDP link configured as package host
 // configures one (addresses, MTU, zone, and the netdev for a privileged
-// receive), A's privileged (AF_PACKET receive) or not as privA says, B's as
-// privB says; v6 picks the IPv6 GIDs.
-func pairingNetwork(mtu int, privA, privB, v6 bool) verbstest.NetworkFunc {
+// receive), A's receive mode modeA ("privileged": AF_PACKET; "xdp":
+// AF_XDP; "unprivileged": the UDP socket), B's modeB; v6 picks the IPv6
+// GIDs.
+func pairingNetwork(mtu int, modeA, modeB string, v6 bool) verbstest.NetworkFunc {
 	return func(tb testing.TB) (a, b verbstest.Endpoint) {
 		ha, hb := nettest.VethPair(tb, nettest.Options{MTU: mtu})
 		ends := [2]*verbstest.Endpoint{&a, &b}
 		for i, h := range []*nettest.Host{ha, hb} {
 			name := []string{"rxe0", "rxe1"}[i]
-			priv := []bool{privA, privB}[i]
+			mode := []string{modeA, modeB}[i]
+			priv := mode != "unprivileged"
 			ip := netip.AddrFrom16(h.IPv4.As16())
 			if v6 {
 				ip = h.IPv6
@@ -34,6 +36,7 @@ func pairingNetwork(mtu int, privA, privB, v6 bool) verbstest.NetworkFunc {
 			if priv {
 				cfg.Ifindex = h.Ifindex
 			}
+			cfg.XDP = mode == "xdp"
 			var u *udp.Link
 			if err := h.Do(func() (err error) {
 				u, err = udp.New(cfg)
@@ -57,8 +60,8 @@ func pairingNetwork(mtu int, privA, privB, v6 bool) verbstest.NetworkFunc {
 			}
 			tb.Cleanup(func() {
 				s := u.Stats()
-				tb.Logf("%s (privileged %v): sent %d packets in %d GSO messages; received %d, %d with the IPv4 ID solved for",
-					name, priv, s.TxPackets.Load(), u.GSOMessages.Load(), s.RxPackets.Load(), u.IDSolved.Load())
+				tb.Logf("%s (%s): sent %d packets in %d GSO messages; received %d, %d with the IPv4 ID solved for",
+					name, mode, s.TxPackets.Load(), u.GSOMessages.Load(), s.RxPackets.Load(), u.IDSolved.Load())
 				if s.RxBadICRC.Load() != 0 || s.RxMalformed.Load() != 0 || s.RxNotForUs.Load() != 0 || s.TxNoRoute.Load() != 0 {
 					tb.Errorf("%s: received %d with a bad ICRC, %d malformed, %d not for us; %d unsendable",
 						name, s.RxBadICRC.Load(), s.RxMalformed.Load(), s.RxNotForUs.Load(), s.TxNoRoute.Load())
@@ -78,31 +81,31 @@ func pairingNetwork(mtu int, privA, privB, v6 bool) verbstest.NetworkFunc {
 // two namespaces, for every pairing of the UDP link's privileged
 // (AF_PACKET) and unprivileged (UDP socket) receive modes, RoCE v2 over
 // IPv4 and IPv6, at path MTU 4096 (veth MTU 9000) and 1024 (veth MTU 1500,
-// where a 4 KiB SEND is one GSO message of four 1040-byte segments). The
-// senders use GSO; every byte must arrive, every WR succeed (a receiver
+// where a 4 KiB SEND is one GSO message of four 1040-byte segments), and
+// at 1024 an XDP (AF_XDP) receiver facing another and an unprivileged
+// one (an XDP program on a veth takes GSO off its peer, whose kernel then
+// segments). The senders use GSO; every byte must arrive, every WR succeed (a receiver
 // that drops a packet shape every time ends in RETRY_EXC_ERR within
 // seconds, the timeout being 67 ms), and no receiver may count a bad ICRC.
 func TestPairings(t *testing.T) {
 	testenv.Root(t)
-	mode := func(p bool) string {
-		if p {
-			return "privileged"
-		}
-		return "unprivileged"
-	}
 	for _, path := range []struct {
 		vethMTU int
 		mtu     verbs.MTU
 		rounds  int // of the window
-	}{{9000, verbs.MTU4096, 4}, {1500, verbs.MTU1024, 1}} {
+		modes   [][2]string
+	}{
+		{9000, verbs.MTU4096, 4, [][2]string{{"privileged", "privileged"}, {"privileged", "unprivileged"}, {"unprivileged", "privileged"}, {"unprivileged", "unprivileged"}}},
+		// AF_XDP frames hold an Ethernet MTU.
+		{1500, verbs.MTU1024, 1, [][2]string{{"privileged", "privileged"}, {"privileged", "unprivileged"}, {"unprivileged", "privileged"}, {"unprivileged", "unprivileged"},
+			{"xdp", "xdp"}, {"xdp", "unprivileged"}}},
+	} {
 		for _, fam := range []string{"IPv4", "IPv6"} {
-			for _, privA := range []bool{true, false} {
-				for _, privB := range []bool{true, false} {
-					name := fmt.Sprintf("mtu%d/%s/%s-%s", path.mtu.Bytes(), fam, mode(privA), mode(privB))
-					netName := "udp-pairing/" + name
-					verbstest.RegisterNetwork(netName, pairingNetwork(path.vethMTU, privA, privB, fam == "IPv6"))
-					t.Run(name, func(t *testing.T) { testPairing(t, netName, path.mtu, path.rounds) })
-				}
+			for _, m := range path.modes {
+				name := fmt.Sprintf("mtu%d/%s/%s-%s", path.mtu.Bytes(), fam, m[0], m[1])
+				netName := "udp-pairing/" + name
+				verbstest.RegisterNetwork(netName, pairingNetwork(path.vethMTU, m[0], m[1], fam == "IPv6"))
+				t.Run(name, func(t *testing.T) { testPairing(t, netName, path.mtu, path.rounds) })
 			}
 		}
 	}

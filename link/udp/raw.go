@@ -15,6 +15,7 @@ import (
 
 	"github.com/goroce/goroce/link"
 	"github.com/goroce/goroce/link/pktring"
+	"github.com/goroce/goroce/link/xsk"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -25,7 +26,8 @@ type rawRecv struct {
 	f      *os.File
 	rc     syscall.RawConn
 	closed atomic.Bool
-	ring   *rxRing // nil: read with recvmmsg (ring.go)
+	ring   *rxRing     // nil: read with recvmmsg (ring.go)
+	xsk    *xsk.Socket // an AF_XDP socket (Config.XDP), whose rings ring reads
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
@@ -83,6 +85,24 @@ func newRawRecv(ifindex int, port uint16, frame int) (*rawRecv, error) {
 	return &rawRecv{f: f, rc: rc, ring: ring}, nil
 }
 
+// newXSKRecv opens an AF_XDP socket and its XDP program on ifindex (of
+// MTU mtu) for the datagrams to port (link/xsk), read as a ring.
+func newXSKRecv(ifindex int, port uint16, mtu int) (*rawRecv, error) {
+	s, err := xsk.Open(ifindex, port, mtu)
+	if err != nil {
+		return nil, fmt.Errorf("rx-path xdp: %w", err)
+	}
+	f := os.NewFile(uintptr(s.Fd()), fmt.Sprintf("af_xdp:%d", ifindex))
+	rc, err := f.SyscallConn()
+	if err != nil {
+		s.Detach()
+		f.Close()
+		s.Unmap()
+		return nil, err
+	}
+	return &rawRecv{f: f, rc: rc, ring: &rxRing{frameSource: s}, xsk: s}, nil
+}
+
 // close closes the socket, then releases the ring: Close waits for the
 // RawConn callbacks in progress, and rxMu (the link's) for TryRecv's look
 // at the ring's head, which checks closed under it; those are the only
@@ -90,6 +110,9 @@ func newRawRecv(ifindex int, port uint16, frame int) (*rawRecv, error) {
 func (r *rawRecv) close(rxMu *sync.Mutex) {
 	if r.closed.Swap(true) {
 		return
+	}
+	if r.xsk != nil {
+		r.xsk.Detach() // the netdev's packets to the kernel again
 	}
 	r.f.Close()
 	if r.ring != nil {

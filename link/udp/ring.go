@@ -69,10 +69,27 @@ const (
 // kernel that refuses PACKET_RX_RING leaves them.
 var noRing bool
 
-// rxRing is an AF_PACKET socket's receive ring (link/pktring), and what
+// frameSource is what the reads take frames from: an AF_PACKET socket's
+// receive ring (*pktring.Ring), or an AF_XDP socket's (*xsk.Socket, which
+// writes TPACKET_V2's headers into each frame it hands over, so both
+// look alike from here on).
+type frameSource interface {
+	Head() int32
+	Status(i int32) uint32
+	Frame(i int32) ([]byte, *unix.Tpacket2Hdr)
+	After(i int32) int32
+	Ready() bool
+	ReadyUpTo(limit int) int
+	Release(i int32)
+	Unmap()
+	Frames() int
+	FrameSize() int
+}
+
+// rxRing is the receive ring of the link's privileged socket, and what
 // the UDP link's reads keep beside it.
 type rxRing struct {
-	*pktring.Ring // its head is moved under the link's rxMu
+	frameSource // its head is moved under the link's rxMu
 	// lateErr: the error of a read of queued packets that followed
 	// packets from frames, for the next read to return (under rxMu).
 	lateErr unix.Errno
@@ -100,7 +117,7 @@ func setupRing(fd, frame int) (*rxRing, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &rxRing{Ring: g}, nil
+	return &rxRing{frameSource: g}, nil
 }
 
 // lost counts a packet the kernel truncated into a frame and could not

@@ -33,6 +33,38 @@ func ringPair(t *testing.T) (a, b *Link, addr link.Addr, ha *nettest.Host) {
 	return a, b, addr, ha
 }
 
+// xdpPair is ringPair with a receiver that reads an AF_XDP socket
+// (Config.XDP) over a veth of Ethernet's MTU (XDP in veth's driver mode,
+// which has the sender's kernel segment its GSO messages).
+func xdpPair(t *testing.T) (a, b *Link, addr link.Addr, ha *nettest.Host) {
+	t.Helper()
+	ha, hb := nettest.VethPair(t, nettest.Options{MTU: 1500})
+	a = openOn(t, ha, false)
+	if err := hb.Do(func() (err error) {
+		b, err = New(Config{Addrs: []netip.Addr{hb.IPv4, hb.IPv6}, Ifindex: hb.Ifindex, XDP: true, MTU: 1500 - 48})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	if b.raw == nil || b.raw.xsk == nil || b.rx.ring == nil {
+		t.Fatal("the XDP link has no AF_XDP socket")
+	}
+	addr = link.Addr{Version: wire.RoCEv2, SrcGID: netip.AddrFrom16(ha.IPv4.As16()), DstGID: netip.AddrFrom16(hb.IPv4.As16()), HopLimit: 64}
+	return a, b, addr, ha
+}
+
+// pairFunc opens a sender and a receiver that reads frames (ringPair,
+// xdpPair).
+type pairFunc func(*testing.T) (a, b *Link, addr link.Addr, ha *nettest.Host)
+
+// eachFrameSource runs f with each kind of receiver that reads frames:
+// an AF_PACKET ring, an AF_XDP socket.
+func eachFrameSource(t *testing.T, f func(t *testing.T, pair pairFunc)) {
+	t.Run("ring", func(t *testing.T) { f(t, ringPair) })
+	t.Run("xdp", func(t *testing.T) { f(t, xdpPair) })
+}
+
 // recvPSNs takes packets with TryRecv until want have come (or the wait
 // ends) and returns their PSNs, in the order received.
 func recvPSNs(t *testing.T, b *Link, want int) []wire.PSN {
@@ -265,117 +297,125 @@ func TestRingFragmented(t *testing.T) {
 // client a sixth of its CPU; one that finds a frame delivers it, and takes
 // it as it lies in the ring (ringDirect), without a plan either.
 func TestEmptyLookPlansNothing(t *testing.T) {
-	a, b, addr, _ := ringPair(t)
-	bufs := linktest.NewBuffers(64)
-	plans := b.rx.plans
-	for range 100 {
-		if n, err := b.TryRecv(bufs); n != 0 || err != nil {
-			t.Fatalf("TryRecv of an empty ring: %d, %v", n, err)
+	eachFrameSource(t, func(t *testing.T, pair pairFunc) {
+		a, b, addr, _ := pair(t)
+		bufs := linktest.NewBuffers(64)
+		plans := b.rx.plans
+		for range 100 {
+			if n, err := b.TryRecv(bufs); n != 0 || err != nil {
+				t.Fatalf("TryRecv of an empty ring: %d, %v", n, err)
+			}
 		}
-	}
-	if got := b.rx.plans - plans; got != 0 {
-		t.Errorf("100 empty looks planned %d reads, want 0", got)
-	}
-	send(t, a, writeBatch(a.Headroom(), addr, 5, 0, 1))
-	inRing(t, b, 1)
-	n, err := b.TryRecv(bufs)
-	if n != 1 || err != nil {
-		t.Fatalf("TryRecv of a ring holding a SEND: %d, %v", n, err)
-	}
-	if psn := wire.BTH(bufs[0].Buf[bufs[0].Off : bufs[0].Off+bufs[0].Len]).PSN(); psn != 5 {
-		t.Errorf("PSN %d, want 5", psn)
-	}
-	if got := b.rx.plans - plans; got != 0 {
-		t.Errorf("a look that found a frame planned %d reads, want 0", got)
-	}
+		if got := b.rx.plans - plans; got != 0 {
+			t.Errorf("100 empty looks planned %d reads, want 0", got)
+		}
+		send(t, a, writeBatch(a.Headroom(), addr, 5, 0, 1))
+		inRing(t, b, 1)
+		n, err := b.TryRecv(bufs)
+		if n != 1 || err != nil {
+			t.Fatalf("TryRecv of a ring holding a SEND: %d, %v", n, err)
+		}
+		if psn := wire.BTH(bufs[0].Buf[bufs[0].Off : bufs[0].Off+bufs[0].Len]).PSN(); psn != 5 {
+			t.Errorf("PSN %d, want 5", psn)
+		}
+		if got := b.rx.plans - plans; got != 0 {
+			t.Errorf("a look that found a frame planned %d reads, want 0", got)
+		}
+	})
 }
 
 // A busy poller's look at a ring takes no file reference: TryRecv answers
 // from the ring's head under rxMu, without RawConn.Control, whether it
 // finds nothing or a frame it takes as it lies (ringDirect).
 func TestEmptyLookTakesNoFileRef(t *testing.T) {
-	a, b, addr, _ := ringPair(t)
-	bufs := linktest.NewBuffers(64)
-	tries := b.rx.tries
-	for range 100 {
-		if n, err := b.TryRecv(bufs); n != 0 || err != nil {
-			t.Fatalf("TryRecv of an empty ring: %d, %v", n, err)
+	eachFrameSource(t, func(t *testing.T, pair pairFunc) {
+		a, b, addr, _ := pair(t)
+		bufs := linktest.NewBuffers(64)
+		tries := b.rx.tries
+		for range 100 {
+			if n, err := b.TryRecv(bufs); n != 0 || err != nil {
+				t.Fatalf("TryRecv of an empty ring: %d, %v", n, err)
+			}
 		}
-	}
-	if got := b.rx.tries - tries; got != 0 {
-		t.Errorf("100 empty looks went into the socket's Control %d times, want 0", got)
-	}
-	send(t, a, writeBatch(a.Headroom(), addr, 9, 0, 1))
-	inRing(t, b, 1)
-	if n, err := b.TryRecv(bufs); n != 1 || err != nil {
-		t.Fatalf("TryRecv of a ring holding a SEND: %d, %v", n, err)
-	}
-	if got := b.rx.tries - tries; got != 0 {
-		t.Errorf("a look that found a frame went into Control %d times, want 0", got)
-	}
+		if got := b.rx.tries - tries; got != 0 {
+			t.Errorf("100 empty looks went into the socket's Control %d times, want 0", got)
+		}
+		send(t, a, writeBatch(a.Headroom(), addr, 9, 0, 1))
+		inRing(t, b, 1)
+		if n, err := b.TryRecv(bufs); n != 1 || err != nil {
+			t.Fatalf("TryRecv of a ring holding a SEND: %d, %v", n, err)
+		}
+		if got := b.rx.tries - tries; got != 0 {
+			t.Errorf("a look that found a frame went into Control %d times, want 0", got)
+		}
+	})
 }
 
 // Pollers looking at the ring while the link closes: each look ends with
 // nothing or net.ErrClosed, and none reads the ring after it is unmapped
 // (a fault, which ends the test binary).
 func TestEmptyLookDuringClose(t *testing.T) {
-	for range 30 {
-		_, b, _, _ := ringPair(t)
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				bufs := linktest.NewBuffers(8)
-				<-start
-				for {
-					n, err := b.TryRecv(bufs)
-					if errors.Is(err, net.ErrClosed) {
-						return
+	eachFrameSource(t, func(t *testing.T, pair pairFunc) {
+		for range 30 {
+			_, b, _, _ := pair(t)
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					bufs := linktest.NewBuffers(8)
+					<-start
+					for {
+						n, err := b.TryRecv(bufs)
+						if errors.Is(err, net.ErrClosed) {
+							return
+						}
+						if n != 0 || err != nil {
+							t.Errorf("TryRecv while closing: %d, %v", n, err)
+							return
+						}
 					}
-					if n != 0 || err != nil {
-						t.Errorf("TryRecv while closing: %d, %v", n, err)
-						return
-					}
-				}
-			}()
+				}()
+			}
+			close(start)
+			time.Sleep(time.Millisecond)
+			b.Close()
+			wg.Wait()
 		}
-		close(start)
-		time.Sleep(time.Millisecond)
-		b.Close()
-		wg.Wait()
-	}
+	})
 }
 
 // Pending on a link with a ring looks at the ring's head, not through the
 // socket's RawConn, and says what TryRecv would find.
 func TestRingPendingTakesNoFileRef(t *testing.T) {
-	a, b, addr, _ := ringPair(t)
-	inqs := b.inqs.Load()
-	for range 100 {
-		if b.Pending() {
-			t.Fatal("Pending of an empty ring said true")
+	eachFrameSource(t, func(t *testing.T, pair pairFunc) {
+		a, b, addr, _ := pair(t)
+		inqs := b.inqs.Load()
+		for range 100 {
+			if b.Pending() {
+				t.Fatal("Pending of an empty ring said true")
+			}
 		}
-	}
-	if got := b.inqs.Load() - inqs; got != 0 {
-		t.Errorf("100 looks of Pending went through the socket %d times, want 0", got)
-	}
-	send(t, a, writeBatch(a.Headroom(), addr, 3, 0, 1))
-	inRing(t, b, 1)
-	if !b.Pending() {
-		t.Error("Pending of a ring holding a SEND said false")
-	}
-	if n, err := b.TryRecv(linktest.NewBuffers(4)); n != 1 || err != nil {
-		t.Fatalf("TryRecv of a ring holding a SEND: %d, %v", n, err)
-	}
-	if b.Pending() {
-		t.Error("Pending said true once TryRecv had taken the SEND")
-	}
-	b.Close()
-	if !b.Pending() {
-		t.Error("Pending of a closed link said false: TryRecv would return net.ErrClosed")
-	}
+		if got := b.inqs.Load() - inqs; got != 0 {
+			t.Errorf("100 looks of Pending went through the socket %d times, want 0", got)
+		}
+		send(t, a, writeBatch(a.Headroom(), addr, 3, 0, 1))
+		inRing(t, b, 1)
+		if !b.Pending() {
+			t.Error("Pending of a ring holding a SEND said false")
+		}
+		if n, err := b.TryRecv(linktest.NewBuffers(4)); n != 1 || err != nil {
+			t.Fatalf("TryRecv of a ring holding a SEND: %d, %v", n, err)
+		}
+		if b.Pending() {
+			t.Error("Pending said true once TryRecv had taken the SEND")
+		}
+		b.Close()
+		if !b.Pending() {
+			t.Error("Pending of a closed link said false: TryRecv would return net.ErrClosed")
+		}
+	})
 }
 
 // TestPlanFollowsReadyFrames: a TryRecv that finds k frames in the ring
@@ -387,62 +427,64 @@ func TestRingPendingTakesNoFileRef(t *testing.T) {
 // look after it; a look that finds more frames than buffers takes as
 // many as it has buffers for, in order.
 func TestPlanFollowsReadyFrames(t *testing.T) {
-	a, b, addr, _ := ringPair(t)
-	bufs := linktest.NewBuffers(64)
-	samples, plans := b.rx.drops.Samples, b.rx.plans
-	psn := 0
-	for _, k := range []int{1, 3, 1, 7} {
-		for range k {
-			send(t, a, writeBatch(a.Headroom(), addr, wire.PSN(psn), 0, 1))
-			psn++
+	eachFrameSource(t, func(t *testing.T, pair pairFunc) {
+		a, b, addr, _ := pair(t)
+		bufs := linktest.NewBuffers(64)
+		samples, plans := b.rx.drops.Samples, b.rx.plans
+		psn := 0
+		for _, k := range []int{1, 3, 1, 7} {
+			for range k {
+				send(t, a, writeBatch(a.Headroom(), addr, wire.PSN(psn), 0, 1))
+				psn++
+			}
+			inRing(t, b, int32(k))
+			got := recvPSNs(t, b, k)
+			checkPSNs(t, got, psnRange(psn-k, psn-1)...)
+			if b.rx.plans != plans {
+				t.Errorf("looks at %d ready frames laid out a read (%d plans), want none: they take them from the ring as they lie", k, b.rx.plans-plans)
+			}
+			if n, err := b.TryRecv(bufs); n != 0 || err != nil {
+				t.Fatalf("TryRecv after: %d, %v", n, err)
+			}
 		}
-		inRing(t, b, int32(k))
-		got := recvPSNs(t, b, k)
-		checkPSNs(t, got, psnRange(psn-k, psn-1)...)
-		if b.rx.plans != plans {
-			t.Errorf("looks at %d ready frames laid out a read (%d plans), want none: they take them from the ring as they lie", k, b.rx.plans-plans)
+		for _, k := range []int{1, 3} {
+			for range k {
+				send(t, a, writeBatch(a.Headroom(), addr, wire.PSN(psn), 0, 1))
+				psn++
+			}
+			inRing(t, b, int32(k))
+			var mu sync.Mutex
+			n, err := b.RecvLocked(bufs, &mu)
+			if err != nil || n != k {
+				t.Fatalf("RecvLocked of %d ready frames: %d, %v", k, n, err)
+			}
+			mu.Unlock()
+			if b.rx.m != k {
+				t.Errorf("RecvLocked's read of %d frames laid out %d messages", k, b.rx.m)
+			}
 		}
-		if n, err := b.TryRecv(bufs); n != 0 || err != nil {
-			t.Fatalf("TryRecv after: %d, %v", n, err)
+		if got := b.rx.drops.Samples - samples; got != 0 {
+			t.Errorf("reads of every ready frame took %d drop samples, want 0", got)
 		}
-	}
-	for _, k := range []int{1, 3} {
-		for range k {
-			send(t, a, writeBatch(a.Headroom(), addr, wire.PSN(psn), 0, 1))
-			psn++
+		// More frames than buffers: the read takes as many as it has buffers
+		// for, and the next the rest.
+		small := linktest.NewBuffers(4)
+		for i := range 6 {
+			send(t, a, writeBatch(a.Headroom(), addr, wire.PSN(psn+i), 0, 1))
 		}
-		inRing(t, b, int32(k))
-		var mu sync.Mutex
-		n, err := b.RecvLocked(bufs, &mu)
-		if err != nil || n != k {
-			t.Fatalf("RecvLocked of %d ready frames: %d, %v", k, n, err)
+		inRing(t, b, 6)
+		var got []wire.PSN
+		for len(got) < 6 {
+			n, err := b.TryRecv(small)
+			if err != nil || n == 0 {
+				t.Fatalf("TryRecv with %d of 6 taken: %d, %v", len(got), n, err)
+			}
+			for _, p := range small[:n] {
+				got = append(got, wire.BTH(p.Buf[p.Off:p.Off+p.Len]).PSN())
+			}
 		}
-		mu.Unlock()
-		if b.rx.m != k {
-			t.Errorf("RecvLocked's read of %d frames laid out %d messages", k, b.rx.m)
-		}
-	}
-	if got := b.rx.drops.Samples - samples; got != 0 {
-		t.Errorf("reads of every ready frame took %d drop samples, want 0", got)
-	}
-	// More frames than buffers: the read takes as many as it has buffers
-	// for, and the next the rest.
-	small := linktest.NewBuffers(4)
-	for i := range 6 {
-		send(t, a, writeBatch(a.Headroom(), addr, wire.PSN(psn+i), 0, 1))
-	}
-	inRing(t, b, 6)
-	var got []wire.PSN
-	for len(got) < 6 {
-		n, err := b.TryRecv(small)
-		if err != nil || n == 0 {
-			t.Fatalf("TryRecv with %d of 6 taken: %d, %v", len(got), n, err)
-		}
-		for _, p := range small[:n] {
-			got = append(got, wire.BTH(p.Buf[p.Off:p.Off+p.Len]).PSN())
-		}
-	}
-	checkPSNs(t, got, psnRange(psn, psn+5)...)
+		checkPSNs(t, got, psnRange(psn, psn+5)...)
+	})
 }
 
 // TestRingFrameFor: a netdev of Ethernet's MTU gets frames that hold a

@@ -11,18 +11,21 @@ import (
 )
 
 // Between two namespaces over a veth pair, in privileged mode (AF_PACKET
-// receive): every ICRC the sender predicted is verified over the real IP
-// header, IPv4 and IPv6; and in unprivileged mode likewise.
+// receive), in XDP mode (AF_XDP receive, on Ethernet's MTU) and in
+// unprivileged mode: every ICRC the sender predicted is verified over the
+// real IP header (in unprivileged mode, to the bits the socket shows),
+// IPv4 and IPv6.
 func TestVeth(t *testing.T) {
 	for _, fam := range []string{"IPv4", "IPv6"} {
-		for _, priv := range []bool{true, false} {
-			name := fam + "/unprivileged"
-			if priv {
-				name = fam + "/privileged"
-			}
-			t.Run(name, func(t *testing.T) {
+		for _, mode := range []string{"privileged", "unprivileged", "xdp"} {
+			priv := mode != "unprivileged"
+			t.Run(fam+"/"+mode, func(t *testing.T) {
 				linktest.Run(t, func(t *testing.T) linktest.Pair {
-					ha, hb := nettest.VethPair(t, nettest.Options{MTU: 9000})
+					mtu := 9000
+					if mode == "xdp" {
+						mtu = 1500
+					}
+					ha, hb := nettest.VethPair(t, nettest.Options{MTU: mtu})
 					addr := func(h *nettest.Host) netip.Addr {
 						if fam == "IPv4" {
 							return h.IPv4
@@ -36,6 +39,7 @@ func TestVeth(t *testing.T) {
 							if priv {
 								cfg.Ifindex = h.Ifindex
 							}
+							cfg.XDP = mode == "xdp"
 							l, err = udp.New(cfg)
 							return err
 						})
