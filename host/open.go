@@ -178,14 +178,19 @@ func Open(name string, o Options) (*Device, error) {
 			}
 		default:
 			cfg := udp.Config{Addrs: d.gids.Addrs(), MTU: nd.MTU - 48, Zone: nd.Index}
-			if def.Rx == RxRing && !root {
+			if (def.Rx == RxRing || def.Rx == RxXDP) && !root {
+				what := "an AF_PACKET socket"
+				if def.Rx == RxXDP {
+					what = "an AF_XDP socket and an XDP program"
+				}
 				return &verbs.Error{Op: "open", Device: name, Err: syscall.EPERM,
-					Detail: fmt.Sprintf("device %s receives with rx-path ring, an AF_PACKET socket on %s: run as root, "+
+					Detail: fmt.Sprintf("device %s receives with rx-path %s, %s on %s: run as root, "+
 						"or without root use rx-path socket (roce link delete %s; roce link add %s type rxe netdev %s roce-versions v2 rx-path socket)",
-						name, nd.Name, name, name, nd.Name)}
+						name, def.Rx, what, nd.Name, name, name, nd.Name)}
 			}
 			if root && !o.Unprivileged && def.Rx != RxSocket {
 				cfg.Ifindex = nd.Index
+				cfg.XDP = def.Rx == RxXDP
 			}
 			u, err := udp.New(cfg)
 			if err != nil {

@@ -26,7 +26,7 @@ func TestRxPathAdd(t *testing.T) {
 		p    RxPath
 		want string // "" for success
 	}{
-		{VersionsV2, "xdp", `rx-path "xdp": valid values are ring and socket`},
+		{VersionsV2, "ebpf", `rx-path "ebpf": valid values are ring, socket and xdp`},
 		{VersionsBoth, RxSocket, "rx-path socket needs roce-versions v2"},
 		{VersionsV1, RxRing, "rx-path ring needs roce-versions v2"},
 		{VersionsV2, RxSocket, ""},

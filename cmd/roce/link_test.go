@@ -51,7 +51,7 @@ func loState(t *testing.T) linkState {
 
 func TestLinkAddArguments(t *testing.T) {
 	dir := t.TempDir()
-	const syntax = "roce link add NAME type rxe netdev NETDEV [roce-versions v1|v2|both] [rx-path ring|socket]"
+	const syntax = "roce link add NAME type rxe netdev NETDEV [roce-versions v1|v2|both] [rx-path ring|socket|xdp]"
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -71,10 +71,10 @@ func TestLinkAddArguments(t *testing.T) {
 		{[]string{"rxe0", "type", "rxe", "netdev", "lo", "roce-versions", ""}, exitUsage,
 			[]string{`Invalid argument: roce-versions "": valid values are v1, v2 and both`}},
 		{[]string{"rxe0", "type", "rxe", "netdev", "lo", "roce-versions", "V2"}, exitUsage, []string{"valid values are v1, v2 and both"}},
-		{[]string{"rxe0", "type", "rxe", "netdev", "lo", "roce-versions", "v2", "rx-path", "xdp"}, exitUsage,
-			[]string{`link add rxe0: Invalid argument: rx-path "xdp": valid values are ring and socket`}},
+		{[]string{"rxe0", "type", "rxe", "netdev", "lo", "roce-versions", "v2", "rx-path", "dpdk"}, exitUsage,
+			[]string{`link add rxe0: Invalid argument: rx-path "dpdk": valid values are ring, socket and xdp`}},
 		{[]string{"rxe0", "type", "rxe", "netdev", "lo", "roce-versions", "v2", "rx-path", ""}, exitUsage,
-			[]string{`Invalid argument: rx-path "": valid values are ring and socket`}},
+			[]string{`Invalid argument: rx-path "": valid values are ring, socket and xdp`}},
 		{[]string{"rxe0", "type", "rxe", "netdev", "lo", "rx-path", "socket", "roce-versions", "v2", "rx-path", "ring"}, exitUsage,
 			[]string{`keyword "rx-path" given twice`}},
 		// The default versions (both) and v1 read every frame with AF_PACKET.
@@ -165,7 +165,7 @@ func TestLinkLifecycle(t *testing.T) {
 	wantRun(t, dir, exitOK, nil, "link", "delete", "rxe1")
 
 	// rx-path is recorded and shown with the details (rdma -d, -j -d).
-	for _, p := range []host.RxPath{host.RxSocket, host.RxRing} {
+	for _, p := range []host.RxPath{host.RxSocket, host.RxRing, host.RxXDP} {
 		wantRun(t, dir, exitOK, nil, "link", "add", "rxe2", "type", "rxe", "rx-path", string(p), "netdev", "lo", "roce-versions", "v2")
 		if def, err := host.NewRegistry(dir).Get("rxe2"); err != nil || def.Rx != p || def.Versions != host.VersionsV2 {
 			t.Errorf("rx-path %s: recorded %+v, %v", p, def, err)
