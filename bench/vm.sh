@@ -23,7 +23,9 @@
 #                 through the kernel's UDP socket, with GSO; received, as root,
 #                 with AF_PACKET), v2s (the same, received from the UDP socket
 #                 with UDP GRO: rx-path socket, which the VMs' Linux 6.1 cannot
-#                 give AF_PACKET) and/or both (v1+v2: AF_PACKET both ways, the
+#                 give AF_PACKET), v2x (the same, received through an AF_XDP
+#                 socket fed by an XDP program in virtio-net's driver mode:
+#                 rx-path xdp) and/or both (v1+v2: AF_PACKET both ways, the
 #                 v2 GID used); default v2, the faster in the VMs: in 6 paired
 #                 rounds (-k v2,both, at 2d820e1) both's write_bw was
 #                 0.51-0.90x v2's (median 0.67), its pingpong 0.97-1.43x
@@ -125,7 +127,7 @@ isnum "${pp_n:-}" && isnum "${lat_n:-}" && isnum "${bw_n:-}" || bad "-n: three i
 [ "$bw_n" -ge 5 ] && [ "$lat_n" -ge 5 ] || bad "-n: perftest wants at least 5 iterations"
 IFS=, read -r -a kind_list <<<"$kinds"
 for k in "${kind_list[@]}"; do
-	case $k in v2 | v2s | both) ;; *) bad "-k: device kinds are v2, v2s and both, not '$k'" ;; esac
+	case $k in v2 | v2s | v2x | both) ;; *) bad "-k: device kinds are v2, v2s, v2x and both, not '$k'" ;; esac
 done
 [ "${#kind_list[@]}" -gt 0 ] || bad "-k: at least one device kind"
 for e in "${genv[@]}"; do
@@ -289,10 +291,11 @@ KILL_OURS="for f in $VD/*.pid; do [ -e \$f ] || continue; p=\$(cat \$f); \
 grep -qaE 'roce|pingpong|ib_|udpfloor' /proc/\$p/cmdline 2>/dev/null && kill \$p; rm -f \$f; done"
 
 # vm_to_goroce VM KIND: no rxe0, no rdma_rxe, UDP 4791 free, then a goroce
-# device g0 on eth0 of KIND (v2, v2s or both) in $RD.
+# device g0 on eth0 of KIND (v2, v2s, v2x or both) in $RD.
 vm_to_goroce() {
 	local opts="roce-versions $2"
 	[ "$2" = v2s ] && opts="roce-versions v2 rx-path socket"
+	[ "$2" = v2x ] && opts="roce-versions v2 rx-path xdp"
 	vmx "$1" "mkdir -p $VD; $KILL_OURS
 if rdma link show | grep -q '^link rxe0/'; then rdma link delete rxe0 || exit 1; fi
 i=0
@@ -735,6 +738,7 @@ kind_note() {
 		case $k in
 		v2) out+=("v2 = \`roce link add g0 type rxe netdev eth0 roce-versions v2\` (sent through a UDP socket with GSO, received with AF_PACKET)") ;;
 		v2s) out+=("v2s = \`roce-versions v2 rx-path socket\` (received from the UDP socket with UDP GRO)") ;;
+		v2x) out+=("v2x = \`roce-versions v2 rx-path xdp\` (received through an AF_XDP socket that an XDP program feeds)") ;;
 		both) out+=("both = \`roce-versions both\` (AF_PACKET both ways, the v2 GID used)") ;;
 		esac
 	done
