@@ -278,3 +278,50 @@ func TestOpenRefuses(t *testing.T) {
 		t.Fatalf("Open on two queues: %v", err)
 	}
 }
+
+// TestFrameRefusesBadDescriptors: a descriptor whose packet leaves no
+// room for the headers Frame writes before it, runs past its chunk or is
+// shorter than an Ethernet header (never from a working kernel) gets a
+// frame header with no packet offset, which pktring.Data refuses, and
+// nothing is written outside its chunk; a sound one gets its headers.
+func TestFrameRefusesBadDescriptors(t *testing.T) {
+	const chunk = 2048
+	s := &Socket{chunk: chunk, umem: make([]byte, 4*chunk), rxDesc: make([]unix.XDPDesc, slots), ifindex: 7,
+		mac: [6]byte{2, 0, 0, 0, 0, 1}}
+	for i := range s.umem {
+		s.umem[i] = 0xAA
+	}
+	for _, c := range []struct {
+		name string
+		d    unix.XDPDesc
+		ok   bool
+	}{
+		{"sound", unix.XDPDesc{Addr: chunk + kernelHeadroom, Len: 60}, true},
+		{"no room before", unix.XDPDesc{Addr: 2*chunk + minOffset - 1, Len: 60}, false},
+		{"past the chunk", unix.XDPDesc{Addr: 3*chunk + kernelHeadroom, Len: chunk - kernelHeadroom + 1}, false},
+		{"shorter than Ethernet", unix.XDPDesc{Addr: 3*chunk + kernelHeadroom, Len: 13}, false},
+	} {
+		s.rxDesc[5] = c.d
+		base := c.d.Addr &^ (chunk - 1)
+		before := bytes.Clone(s.umem)
+		f, h := s.Frame(5)
+		if &f[0] != &s.umem[base] || len(f) != chunk {
+			t.Fatalf("%s: the frame is not its chunk", c.name)
+		}
+		if (h.Mac != 0) != c.ok {
+			t.Errorf("%s: frame header %+v", c.name, *h)
+		}
+		for i := range s.umem {
+			if (uint64(i) < base || uint64(i) >= base+chunk) && s.umem[i] != before[i] {
+				t.Fatalf("%s: byte %d outside the chunk written", c.name, i)
+			}
+		}
+		if c.ok {
+			a := (*unix.RawSockaddrLinklayer)(unsafeAt(f, sll))
+			if int(h.Mac) != kernelHeadroom || a.Ifindex != 7 || a.Pkttype != unix.PACKET_OTHERHOST ||
+				!bytes.Equal(f[int(h.Mac)-VnetLen:h.Mac], make([]byte, VnetLen)) {
+				t.Errorf("%s: header %+v, sockaddr_ll %+v", c.name, *h, *a)
+			}
+		}
+	}
+}
