@@ -126,7 +126,7 @@ func TestXDPHostile(t *testing.T) {
 // are (PACKET_STATISTICS); what arrived is at most the ring's worth.
 func TestXDPDropsCounted(t *testing.T) {
 	a, b, addr, _ := xdpPair(t)
-	const batches, per = 100, 64 // 6,400 packets for a ring of 4,096
+	const batches, per = 160, 64 // 10,240 packets for a ring of 8,192
 	for i := range batches {
 		send(t, a, sendBatch(a.Headroom(), addr, wire.PSN(i*per), per, 64))
 		time.Sleep(time.Millisecond) // the veth's queue (256) keeps up

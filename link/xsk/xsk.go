@@ -57,8 +57,11 @@ const (
 	// chunk in copy mode (XDP_PACKET_HEADROOM).
 	kernelHeadroom = 256
 	// slots is the number of UMEM chunks, and of the fill and receive
-	// rings' entries: every chunk fits the fill ring.
-	slots = 4096
+	// rings' entries: every chunk fits the fill ring. As many as the
+	// AF_PACKET ring's frames on an Ethernet MTU (link/udp, ring.go):
+	// perftest's write_bw keeps 128 WRITEs of 64 KiB in flight, 8,192
+	// packets at path MTU 1024.
+	slots = 8192
 	// cqSlots: the completion ring, which bind requires and a socket that
 	// never transmits never uses.
 	cqSlots = 64
