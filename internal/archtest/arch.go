@@ -143,7 +143,7 @@ var Table = map[string]rule{
 	// engine; its latency floor reads an AF_PACKET ring with the ring
 	// primitive goroce's link uses (mmap and status words, nothing else),
 	// so that its empty looks cost what goroce's do.
-	"bench/cmd/udpfloor": {9, "link/pktring internal/turnsplit", "internal/testenv"},
+	"bench/cmd/udpfloor": {9, "link/pktring link/xsk internal/turnsplit", "internal/nettest internal/testenv"},
 	// Times goroce's ICRC beside the runtime's operations.
 	"bench/cmd/opcost": {9, "wire", ""},
 }

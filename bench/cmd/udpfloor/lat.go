@@ -341,6 +341,12 @@ func newLatPeerFor(fd int, p params) (*latPeer, error) {
 	if p.block || p.rx == "socket" {
 		return l, nil
 	}
+	if p.rx == "xdp" {
+		if l.ring, err = newRxXSK(fd, local); err != nil {
+			return nil, fmt.Errorf("-rx xdp: %w", err)
+		}
+		return l, nil
+	}
 	if l.ring, err = newRxRing(fd, local); err != nil {
 		return nil, fmt.Errorf("-rx ring: %w", err)
 	}

@@ -101,7 +101,7 @@ func main() {
 	flag.IntVar(&p.mtu, "m", 1024, "the path MTU: payload bytes per datagram")
 	flag.IntVar(&p.window, "t", 128, "messages in flight (perftest's -t)")
 	flag.BoolVar(&p.block, "block", false, "with -lat: both sides wait for each datagram in recvfrom(2) instead of busy-polling")
-	flag.StringVar(&p.rx, "rx", "ring", "with -lat: what each side's busy poll looks at, `ring|socket`: an AF_PACKET receive ring (a load from memory per look, as goroce's privileged link) or the UDP socket (a recvfrom(2) per look)")
+	flag.StringVar(&p.rx, "rx", "ring", "with -lat: what each side's busy poll looks at, `ring|socket|xdp`: an AF_PACKET receive ring (a load from memory per look, as goroce's privileged link), the UDP socket (a recvfrom(2) per look) or an AF_XDP socket's ring that an XDP program on the netdev feeds (as goroce's rx-path xdp; the netdev's one receive queue)")
 	flag.BoolVar(&p.pktinfo, "pktinfo", false, "with -lat: send as goroce's UDP link does, every datagram with its destination and an IP_PKTINFO naming its source, on a socket not connected")
 	flag.BoolVar(&p.gso, "gso", true, "with -lat: send the ACK and the next message as one UDP GSO message (the message, then the ACK as its shorter last segment), as goroce's link sends an answer with its held ACK; false: as two datagrams of one sendmmsg(2)")
 	flag.BoolVar(&p.entersyscall, "entersyscall", false, "send with Go's ordinary system call even with one P (GOMAXPROCS 1), not a raw one: the runtime then lets sysmon hand the P to another thread during each send that outlasts a sysmon tick, which goroce's link avoids with one P (link/udp, mmsg.go)")
@@ -186,8 +186,8 @@ func (p params) check() error {
 	switch {
 	case p.n < 1, p.size < 1, p.window < 1:
 		return errors.New("-n, -size and -t must be positive")
-	case p.rx != "ring" && p.rx != "socket":
-		return fmt.Errorf("-rx %q: ring or socket", p.rx)
+	case p.rx != "ring" && p.rx != "socket" && p.rx != "xdp":
+		return fmt.Errorf("-rx %q: ring, socket or xdp", p.rx)
 	case p.lat && (p.n < 5 || p.size > p.mtu):
 		return fmt.Errorf("-lat: at least 5 iterations (-n %d) of one packet each (-size %d, at most -m %d)", p.n, p.size, p.mtu)
 	case p.mtu < 256 || p.mtu > 4096:

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/nettest"
 	"github.com/goroce/goroce/internal/testenv"
 )
 
@@ -139,15 +140,33 @@ func TestLatFloorOverLoopback(t *testing.T) {
 	}
 }
 
+// TestLatFloorXDP: the same round trips between two namespaces over a
+// veth pair, each side busy-polling an AF_XDP socket's ring (-rx xdp), as
+// goroce's rx-path xdp reads: every round trip answered and ACKed, every
+// CRC-32 good.
+func TestLatFloorXDP(t *testing.T) {
+	ha, hb := nettest.VethPair(t, nettest.Options{MTU: 1500})
+	in := func(h *nettest.Host) func(func() error) error { return h.Do }
+	testLatFloorIn(t, hb.IPv4.String(), params{n: 500, size: 64, mtu: 1024, window: 1, lat: true, rx: "xdp", gso: true}, in(hb), in(ha))
+}
+
 func testLatFloor(t *testing.T, addr string, p params) {
+	here := func(f func() error) error { return f() }
+	testLatFloorIn(t, addr, p, here, here)
+}
+
+// testLatFloorIn runs the server with srvIn and the client with cliIn (in
+// a namespace each, or here) and checks the client's report.
+func testLatFloorIn(t *testing.T, addr string, p params, srvIn, cliIn func(func() error) error) {
 	ctl := testenv.FreeTCPPort(t)
 	data := netip.AddrPortFrom(netip.MustParseAddr(addr), uint16(testenv.FreeTCPPort(t)))
 	done := make(chan error, 1)
-	go func() { done <- serve(data, ctl) }()
+	go func() { done <- srvIn(func() error { return serve(data, ctl) }) }()
 	var out bytes.Buffer
 	var err error
 	for range 50 {
-		if err = client(p, data, addr, ctl, &out); err == nil || !isRefused(err) {
+		err = cliIn(func() error { return client(p, data, addr, ctl, &out) })
+		if err == nil || !isRefused(err) {
 			break
 		}
 		out.Reset()

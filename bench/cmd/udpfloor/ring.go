@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/link/pktring"
+	"github.com/goroce/goroce/link/xsk"
 )
 
 // rxRing reads the UDP datagrams to one port from an AF_PACKET socket's
@@ -23,11 +24,43 @@ import (
 // answer the datagrams with ICMP; a filter drops what reaches it.
 type rxRing struct {
 	fd    int
-	ring  *pktring.Ring
+	ring  frames
+	xs    *xsk.Socket // -rx xdp: the AF_XDP socket ring reads (fd its descriptor)
 	cur   int32
 	from4 unix.SockaddrInet4 // the last datagram's sender, reused
 	from6 unix.SockaddrInet6
 	turn  turnSplit // empty but with the goroce_turn build tag (turn_on.go)
+}
+
+// frames is what next reads: an AF_PACKET socket's ring (*pktring.Ring)
+// or an AF_XDP socket's (*xsk.Socket, which writes a TPACKET_V2 frame's
+// headers into each frame it hands over), as goroce's link reads them.
+type frames interface {
+	Head() int32
+	Status(i int32) uint32
+	Frame(i int32) ([]byte, *unix.Tpacket2Hdr)
+	Release(i int32)
+	Unmap()
+}
+
+// newRxXSK is newRxRing with an AF_XDP socket and its XDP program on the
+// netdev (link/xsk), as goroce's rx-path xdp: the datagrams to local's
+// port skip the kernel's receive path.
+func newRxXSK(udp int, local netip.AddrPort) (*rxRing, error) {
+	ifindex, err := ifindexOf(local.Addr())
+	if err != nil {
+		return nil, err
+	}
+	s, err := xsk.Open(ifindex, local.Port(), 0)
+	if err != nil {
+		return nil, err
+	}
+	r := &rxRing{fd: s.Fd(), ring: s, xs: s}
+	if err := pktring.Attach(udp, pktring.DropAll()); err != nil {
+		r.close()
+		return nil, fmt.Errorf("the UDP socket's filter: %w", err)
+	}
+	return r, nil
 }
 
 // ringFrame holds a whole 64-byte SEND and its headers (-lat's packets).
@@ -46,14 +79,16 @@ func newRxRing(udp int, local netip.AddrPort) (*rxRing, error) {
 		return nil, fmt.Errorf("AF_PACKET socket (root only): %w", err)
 	}
 	r := &rxRing{fd: fd}
+	var g *pktring.Ring
 	fail := func(err error) (*rxRing, error) { unix.Close(fd); return nil, err }
 	if err := pktring.Attach(fd, pktring.UDPPortFilter(local.Port())); err != nil {
 		return fail(fmt.Errorf("the ring's filter: %w", err))
 	}
 	_ = unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1)
-	if r.ring, err = pktring.Setup(fd, ringFrame, 1<<20); err != nil {
+	if g, err = pktring.Setup(fd, ringFrame, 1<<20); err != nil {
 		return fail(fmt.Errorf("PACKET_RX_RING: %w", err))
 	}
+	r.ring = g
 	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifindex}); err != nil {
 		r.close()
 		return nil, err
@@ -67,6 +102,9 @@ func newRxRing(udp int, local netip.AddrPort) (*rxRing, error) {
 
 func (r *rxRing) close() {
 	r.turn.flush()
+	if r.xs != nil {
+		r.xs.Detach()
+	}
 	unix.Close(r.fd)
 	r.ring.Unmap()
 }
