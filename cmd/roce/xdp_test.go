@@ -14,7 +14,8 @@ import (
 
 // TestRxPathXDP: devices added with rx-path xdp on the two ends of a veth
 // pair, run by the built roce as users run it: `roce link show -d` says
-// rx_path xdp; pingpong, perf write (64 KiB) and send --lat complete
+// rx_path xdp; pingpong, perf write (64 KiB) and send --lat (busy-polling
+// and, -e, waiting for CQ events) complete
 // between them; while one process holds a device's netdev through XDP, a
 // second device on the same netdev (another rundir, as another user's
 // goroce) fails to open with a sentence naming the cause, on stderr, with
@@ -46,7 +47,8 @@ func TestRxPathXDP(t *testing.T) {
 			t.Errorf("client output:\n%s", cli.stdout.String())
 		}
 	})
-	for i, args := range [][]string{{"write", "-s", "65536", "-n", "200"}, {"send", "--lat", "-s", "64", "-n", "200"}} {
+	for i, args := range [][]string{{"write", "-s", "65536", "-n", "200"}, {"send", "--lat", "-s", "64", "-n", "200"},
+		{"send", "--lat", "-e", "-s", "64", "-n", "200"}} { // -e: asleep in the netpoller on the AF_XDP socket
 		t.Run(strings.Join(args, "_"), func(t *testing.T) {
 			port := strconv.Itoa(19402 + i)
 			_, cli := runPair(t, a, b, dir, roceBin, "perf",
