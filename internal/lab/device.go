@@ -14,6 +14,13 @@ import (
 // ends.
 func (l *Lab) OpenDevice(t testing.TB, v host.Versions) *host.Device {
 	t.Helper()
+	return l.OpenDeviceRx(t, v, host.RxDefault)
+}
+
+// OpenDeviceRx is OpenDevice with the RoCE v2 port's receive path rx
+// (host.RxXDP: an XDP program on the bridge, in its generic mode).
+func (l *Lab) OpenDeviceRx(t testing.TB, v host.Versions, rx host.RxPath) *host.Device {
+	t.Helper()
 	dir := t.TempDir()
 	reg := host.NewRegistry(dir)
 	err := l.Do(func() error {
@@ -21,7 +28,7 @@ func (l *Lab) OpenDevice(t testing.TB, v host.Versions) *host.Device {
 		if err != nil {
 			return err
 		}
-		return reg.Add(host.DeviceDef{Name: "rxe0", Type: "rxe", Netdev: Bridge, Netns: ns, Versions: v})
+		return reg.Add(host.DeviceDef{Name: "rxe0", Type: "rxe", Netdev: Bridge, Netns: ns, Versions: v, Rx: rx})
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -57,8 +57,19 @@ func startCapture(t *testing.T, l *lab.Lab) (file string, stop func()) {
 // MTU 1024; rxe's sequence-error counters stay 0, and a capture of the
 // traffic verifies (every ICRC) in goroce's decoder and tshark.
 func TestLabInterop(t *testing.T) {
+	testLabInterop(t, host.RxDefault, []verbs.QPType{verbs.RC, verbs.UC, verbs.UD})
+}
+
+// TestLabInteropXDP is TestLabInterop's RC half with goroce's port reading
+// through AF_XDP (rx-path xdp; the host's end is the lab's bridge, where
+// the XDP program runs in the generic mode).
+func TestLabInteropXDP(t *testing.T) {
+	testLabInterop(t, host.RxXDP, []verbs.QPType{verbs.RC})
+}
+
+func testLabInterop(t *testing.T, rx host.RxPath, types []verbs.QPType) {
 	l := lab.Start(t)
-	d := l.OpenDevice(t, host.VersionsV2)
+	d := l.OpenDeviceRx(t, host.VersionsV2, rx)
 	vm := lab.VM1
 	l.Exec(vm, killPingpong)
 	before := l.Counters(t, vm)
@@ -69,7 +80,7 @@ func TestLabInterop(t *testing.T) {
 			ours, theirs = lab.HostIPv6, vm.IPv6
 		}
 		gOurs, gTheirs := lab.HostGIDIndex(t, d, ours), l.GIDIndex(t, vm, theirs)
-		for _, typ := range []verbs.QPType{verbs.RC, verbs.UC, verbs.UD} {
+		for _, typ := range types {
 			sizes := []int{64, 4096, 65536}
 			if typ == verbs.UD {
 				sizes = []int{64, 1024}
