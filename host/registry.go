@@ -92,7 +92,8 @@ const (
 	// as the ring's; the ICRC is verified over the real IP header. It
 	// owns the netdev's XDP hook (one process per netdev) and reads
 	// receive queue 0 (a netdev of one queue), in frames of at most MTU
-	// 3826.
+	// 3826; on a driver without XDP (generic mode) a GSO or GRO
+	// superpacket fits no frame and is dropped.
 	RxXDP RxPath = "xdp"
 )
 

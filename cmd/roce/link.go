@@ -242,7 +242,9 @@ time per packet (halved against ring's in the lab's virtio-net VMs), and
 a look is a load, as with ring; but the program owns NETDEV's XDP hook
 (one process per netdev), reads its receive queue 0 (ethtool -L NETDEV
 combined 1), holds frames of MTU 3826 at most, and puts the driver in XDP
-mode for all of NETDEV's traffic. The ports of one connection may differ.
+mode for all of NETDEV's traffic; on a driver without XDP (the kernel's
+generic mode) a GSO or GRO superpacket fits no frame and is dropped
+(rx_drop_socket_full in roce stat). The ports of one connection may differ.
 
 A netdev has at most one device (the kernel: "rdma_rxe: already configured
 on eth0"), and names are unique: either is EEXIST. The runtime directory is

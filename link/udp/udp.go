@@ -101,7 +101,8 @@ type Config struct {
 	// program feeds (link/xsk) instead of an AF_PACKET socket's ring: the
 	// packet skips the kernel's receive path up to the taps. One link per
 	// netdev, a netdev of one receive queue, an MTU of at most
-	// xsk.MaxMTU.
+	// xsk.MaxMTU; on a driver without XDP (the generic mode) a GSO or GRO
+	// superpacket is dropped (rx_drop_socket_full).
 	XDP bool
 	// Zone is the netdev's interface index, the scope of its link-local
 	// addresses (fe80::/10): a packet to or from one leaves through this

@@ -21,7 +21,13 @@
 // offloads). Everything the program does not take (other protocols,
 // other ports, IPv4 fragments after the first) goes on to the kernel as
 // before. The program is attached with a bpf_link where the kernel has
-// them (5.9), so a process that dies takes it with it.
+// them (5.9), so a process that dies takes it with it. In the driver's
+// XDP mode the program sees each packet as it came off the wire (an XDP
+// program on a veth or a virtio-net device has the sender segment what
+// it sends); in the generic mode, for drivers without XDP, it sees what
+// the kernel made of it, and a GSO or GRO superpacket (a local sender's
+// GSO message over a veth, say) fits no chunk: the kernel drops it, and
+// Drops counts it.
 //
 // The reader sees the socket's receive ring as it sees an AF_PACKET ring
 // (link/pktring): frame i, its status, its release. Each frame is a UMEM

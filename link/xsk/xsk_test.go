@@ -3,6 +3,7 @@ package xsk
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"net"
 	"net/netip"
 	"strings"
@@ -323,5 +324,49 @@ func TestFrameRefusesBadDescriptors(t *testing.T) {
 				t.Errorf("%s: header %+v, sockaddr_ll %+v", c.name, *h, *a)
 			}
 		}
+	}
+}
+
+// TestGenericModeDropsSuperpackets: in generic mode the program sees a
+// GSO superpacket whole (a veth's peer segments nothing for a netdev
+// without native XDP), which fits no chunk: the kernel drops it, and
+// Drops counts it — the limit the package comment states.
+func TestGenericModeDropsSuperpackets(t *testing.T) {
+	all := attachModes
+	defer func() { attachModes = all }()
+	attachModes = all[1:] // generic
+	ha, hb := nettest.VethPair(t, nettest.Options{})
+	s := open(t, hb)
+	defer func() { s.Close(); s.Unmap() }()
+	if err := ha.Do(func() error {
+		c, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: hb.IPv4.AsSlice(), Port: 4791})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		rc, err := c.SyscallConn()
+		if err != nil {
+			return err
+		}
+		oob := make([]byte, unix.CmsgSpace(2))
+		h := (*unix.Cmsghdr)(unsafeAt(oob, 0))
+		h.Level, h.Type = unix.IPPROTO_UDP, unix.UDP_SEGMENT
+		h.SetLen(unix.CmsgLen(2))
+		*(*uint16)(unsafeAt(oob, unix.CmsgLen(0))) = 1000
+		var e error
+		if err := rc.Control(func(fd uintptr) { e = unix.Sendmsg(int(fd), make([]byte, 8000), oob, nil, 0) }); err != nil {
+			return err
+		}
+		_, err = c.Write([]byte("one datagram"))
+		return errors.Join(e, err)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f, ok := next(t, s, 5*time.Second)
+	if !ok || !bytes.HasSuffix(f.data, []byte("one datagram")) {
+		t.Fatalf("the datagram after the superpacket: %x, %v", f.data, ok)
+	}
+	if d := s.Drops(); d != 1 {
+		t.Errorf("Drops = %d, want 1: the superpacket", d)
 	}
 }
