@@ -11,7 +11,9 @@ package udp
 // tp_nsec: where tcpdump's tap is); the next sendmmsg ends it. The split
 // means something only while one message is in flight at a time (a
 // stream's figures pair unrelated packets), and only a privileged link
-// reading its ring in ringDirect sees frames.
+// reading its ring in ringDirect sees frames. An AF_XDP socket's frames
+// (rx-path xdp) carry no kernel timestamp: the split skips them, and such
+// a link prints none.
 
 import (
 	"os"
@@ -32,8 +34,9 @@ type turnSplit struct {
 func (t *turnSplit) seen(g *rxRing, i int32) {
 	t.mu.Lock()
 	if t.at == 0 {
-		_, h := g.Frame(i)
-		t.kts, t.at = int64(h.Sec)*1e9+int64(h.Nsec), time.Now().UnixNano()
+		if _, h := g.Frame(i); h.Sec != 0 || h.Nsec != 0 {
+			t.kts, t.at = int64(h.Sec)*1e9+int64(h.Nsec), time.Now().UnixNano()
+		}
 	}
 	t.mu.Unlock()
 }
