@@ -757,7 +757,7 @@ if [ -n "$floor" ]; then
 		"one ACK per message back, 8 messages (512 datagrams) in flight (perftest's 128 overflow eth0's queue of" \
 		"1,000 packets). Under pingpong and send_lat (\`udpfloor -lat${floorflags:+ $floorflags}\`) it makes the same 64-byte round trips, four" \
 		"datagrams each (a SEND each way, each ACKed, the ACK $( [[ $floorflags == *-gso=false* ]] && echo "in the same sendmmsg as the next SEND, as a datagram of its own" || echo "and the next SEND as one UDP GSO message, as goroce sends them")), both sides" \
-		"busy-polling an AF_PACKET receive ring (a load from memory per look, as goroce's link), and prints both tools' figures. Nothing else a RoCE stack does. Ratios are of the same round."
+		"busy-polling $(case $floorflags in *-rx=xdp* | *"-rx xdp"*) echo "an AF_XDP socket's receive ring that an XDP program feeds (a load from memory per look, as goroce's rx-path xdp)" ;; *-rx=socket* | *"-rx socket"*) echo "the UDP socket (a recvfrom(2) per look)" ;; *) echo "an AF_PACKET receive ring (a load from memory per look, as goroce's link)" ;; esac), and prints both tools' figures. Nothing else a RoCE stack does. Ratios are of the same round."
 	echo
 fi
 if [ -n "$capture" ]; then
