@@ -41,7 +41,7 @@ func xdpPair(t *testing.T) (a, b *Link, addr link.Addr, ha *nettest.Host) {
 	ha, hb := nettest.VethPair(t, nettest.Options{MTU: 1500})
 	a = openOn(t, ha, false)
 	if err := hb.Do(func() (err error) {
-		b, err = New(Config{Addrs: []netip.Addr{hb.IPv4, hb.IPv6}, Ifindex: hb.Ifindex, XDP: true, MTU: 1500 - 48})
+		b, err = New(Config{Addrs: []netip.Addr{hb.IPv4, hb.IPv6}, Ifindex: hb.Ifindex, XDP: true})
 		return err
 	}); err != nil {
 		t.Fatal(err)

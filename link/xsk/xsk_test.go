@@ -68,6 +68,17 @@ func open(t *testing.T, h *nettest.Host) *Socket {
 	return s
 }
 
+// openErr opens a socket on ifindex for port 4791 and, if that worked,
+// closes it at once: Open's error, for the tests of its refusals.
+func openErr(ifindex int) error {
+	s, err := Open(ifindex, 4791, 0)
+	if err == nil {
+		s.Close()
+		s.Unmap()
+	}
+	return err
+}
+
 // inject sends Ethernet frame b out of h's netdev with an AF_PACKET socket.
 func inject(t *testing.T, h *nettest.Host, b []byte) {
 	t.Helper()
@@ -216,12 +227,7 @@ func testSocket(t *testing.T, mode string) {
 
 	// A second socket on the netdev.
 	if err := hb.Do(func() error {
-		s2, err := Open(hb.Ifindex, 4791, 0)
-		if err == nil {
-			s2.Close()
-			s2.Unmap()
-		}
-		return err
+		return openErr(hb.Ifindex)
 	}); err == nil || !strings.Contains(err.Error(), "another process reads the netdev with AF_XDP (ss -a --xdp shows it)") {
 		t.Fatalf("a second socket: %v, want its likely cause named", err)
 	}
@@ -245,12 +251,7 @@ func testSocket(t *testing.T, mode string) {
 func TestOpenRefuses(t *testing.T) {
 	_, hb := nettest.VethPair(t, nettest.Options{MTU: 9000})
 	err := hb.Do(func() error {
-		s, err := Open(hb.Ifindex, 4791, 0)
-		if err == nil {
-			s.Close()
-			s.Unmap()
-		}
-		return err
+		return openErr(hb.Ifindex)
 	})
 	if err == nil || !strings.Contains(err.Error(), "MTU 9000") || !strings.Contains(err.Error(), "mtu 3826") {
 		t.Fatalf("Open on MTU 9000: %v", err)
@@ -268,12 +269,7 @@ func TestOpenRefuses(t *testing.T) {
 		if err := netlink.LinkSetUp(l); err != nil {
 			return err
 		}
-		s, err := Open(l.Attrs().Index, 4791, 0)
-		if err == nil {
-			s.Close()
-			s.Unmap()
-		}
-		return err
+		return openErr(l.Attrs().Index)
 	})
 	if err == nil || !strings.Contains(err.Error(), "xq0 has 2 receive queues") || !strings.Contains(err.Error(), "ethtool -L xq0 combined 1") {
 		t.Fatalf("Open on two queues: %v", err)
