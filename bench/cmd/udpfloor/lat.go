@@ -174,7 +174,7 @@ func (l *latPeer) send(hdrs []unix.Mmsghdr, to unix.Sockaddr) error {
 	if l.ring != nil {
 		t0 = l.ring.turn.start()
 	}
-	calls, err := sendAll(l.fd, hdrs, l.rawSend)
+	calls, err := sendAll(l.fd, hdrs, l.rawSend, 0)
 	if l.ring != nil {
 		l.ring.turn.sent(t0)
 	}

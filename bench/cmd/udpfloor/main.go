@@ -15,7 +15,12 @@
 //   - the receiver reads with UDP GRO and recvmmsg(2), checks each
 //     datagram's CRC-32, copies its payload into a destination ring (the MR)
 //     and answers each whole message with one small datagram (the ACK);
-//   - -t messages are in flight at most (perftest's tx depth, 128).
+//   - -t messages are in flight at most (perftest's tx depth, 128);
+//   - with -zerocopy the sender's sendmmsg carries MSG_ZEROCOPY: the kernel
+//     sends from the sender's pages instead of copying them into its
+//     buffers (the copy goroce's sender could save with the payload sent
+//     from the MR), and says when it is done with them on the socket's
+//     error queue.
 //
 // It leaves out what a real stack adds: headers that differ from packet to
 // packet (RETH, ImmDt, PSNs), retransmission, completions, the verbs.
@@ -82,6 +87,7 @@ type params struct {
 	gso                  bool   // -lat: the ACK and the message as one UDP GSO message
 	entersyscall         bool   // send through Go's ordinary system call even with one P
 	ackNow               bool   // -lat: each ACK alone at once, the next message alone after it
+	zerocopy             bool   // the throughput sender sends with MSG_ZEROCOPY
 }
 
 func (p params) dgramLen() int { return bthLen + p.mtu + icrcLen }
@@ -106,6 +112,7 @@ func main() {
 	flag.BoolVar(&p.gso, "gso", true, "with -lat: send the ACK and the next message as one UDP GSO message (the message, then the ACK as its shorter last segment), as goroce's link sends an answer with its held ACK; false: as two datagrams of one sendmmsg(2)")
 	flag.BoolVar(&p.entersyscall, "entersyscall", false, "send with Go's ordinary system call even with one P (GOMAXPROCS 1), not a raw one: the runtime then lets sysmon hand the P to another thread during each send that outlasts a sysmon tick, which goroce's link avoids with one P (link/udp, mmsg.go)")
 	flag.BoolVar(&p.ackNow, "acknow", false, "with -lat: send each ACK alone the moment its message arrives, then the next message alone (two sendmmsg(2) calls per side and round trip), as Linux rxe's responder acknowledges from the kernel before the program sees the message")
+	flag.BoolVar(&p.zerocopy, "zerocopy", false, "without -lat: send with MSG_ZEROCOPY (SO_ZEROCOPY; UDP since Linux 5.0), the kernel sending the datagrams from the sender's pages instead of a copy of them; each message in flight has its own buffer, reused once the message is ACKed and the kernel has said it is done with it (the socket's error queue)")
 	flag.BoolVar(&p.lat, "lat", false, "the latency floor: a ping-pong of one -size message each way, each ACKed (ib_send_lat, ibv_rc_pingpong)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to `file` (go tool pprof reads it), as roce's GOROCE_CPUPROFILE; the server's when it is stopped (SIGINT, SIGTERM)")
 	flag.Parse()
@@ -190,6 +197,8 @@ func (p params) check() error {
 		return fmt.Errorf("-rx %q: ring, socket or xdp", p.rx)
 	case p.lat && (p.n < 5 || p.size > p.mtu):
 		return fmt.Errorf("-lat: at least 5 iterations (-n %d) of one packet each (-size %d, at most -m %d)", p.n, p.size, p.mtu)
+	case p.lat && p.zerocopy:
+		return errors.New("-zerocopy is the throughput sender's (without -lat)")
 	case p.mtu < 256 || p.mtu > 4096:
 		return fmt.Errorf("-m %d: a path MTU from 256 to 4096", p.mtu)
 	}
@@ -411,12 +420,25 @@ func client(p params, data netip.AddrPort, ctl string, ctlPort int, out io.Write
 	if p.lat {
 		return clientLat(c, rd, fd, p, data, out)
 	}
+	if p.zerocopy {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ZEROCOPY, 1); err != nil {
+			return fmt.Errorf("-zerocopy: SO_ZEROCOPY: %w (Linux 4.14)", err)
+		}
+	}
 	s := newSender(fd, p)
 	start := time.Now()
 	acked, lost, err := s.run()
 	elapsed := time.Since(start)
 	if err != nil {
 		return err
+	}
+	if s.zc != nil {
+		// The last sends' completions, for the report (after the clock).
+		for end := time.Now().Add(time.Second); s.zc.done < int64(s.zc.next) && time.Now().Before(end); {
+			if err := s.reap(stall); err != nil {
+				return err
+			}
+		}
 	}
 	if _, err := io.WriteString(c, "end\n"); err != nil {
 		return err
@@ -431,6 +453,9 @@ func client(p params, data netip.AddrPort, ctl string, ctlPort int, out io.Write
 	fmt.Fprintf(out, "udpfloor: %d of %d bytes received in %.3f s; %d messages ACKed, %d counted lost; %d datagrams with a bad CRC-32\n",
 		got, int64(p.n)*int64(p.size), elapsed.Seconds(), acked, lost, bad)
 	fmt.Fprintf(out, "udpfloor: sendmmsg calls made raw (no entersyscall): %d\n", s.rawSent)
+	if s.zc != nil {
+		fmt.Fprintf(out, "udpfloor: -zerocopy: %d of %d sends reported done, %d of them copied by the kernel after all\n", s.zc.done, s.zc.next, s.zc.copied)
+	}
 	if bad > 0 {
 		return fmt.Errorf("%d datagrams arrived with a CRC-32 that does not match", bad)
 	}
@@ -456,6 +481,21 @@ type sender struct {
 	hdrs    []unix.Mmsghdr
 	iovs    []unix.Iovec
 	cmsg    []byte
+	zc      *zeroCopy // -zerocopy, or nil
+}
+
+// zeroCopy is -zerocopy's state: a buffer per message in flight, and the
+// sends (the kernel numbers each message of a sendmmsg sent with
+// MSG_ZEROCOPY) whose pages the kernel may still read.
+type zeroCopy struct {
+	bufs   [][]byte
+	next   uint32 // the kernel's number for the next send
+	slotOf []int  // a send's buffer, by its number & mask
+	mask   uint32
+	out    []int // sends outstanding, by buffer
+	oob    []byte
+	done   int64 // sends the kernel reported done
+	copied int64 // of them, sends it copied after all (SO_EE_CODE_ZEROCOPY_COPIED)
 }
 
 func newSender(fd int, p params) *sender {
@@ -480,17 +520,92 @@ func newSender(fd int, p params) *sender {
 		s.hdrs[i].Hdr.Control = &c[0]
 		s.hdrs[i].Hdr.SetControllen(cs)
 	}
+	if p.zerocopy {
+		z := &zeroCopy{bufs: make([][]byte, p.window), out: make([]int, p.window), oob: make([]byte, 256)}
+		for i := range z.bufs {
+			z.bufs[i] = make([]byte, len(s.buf))
+		}
+		n := uint32(1)
+		for n < uint32(2*p.window*groups) {
+			n <<= 1
+		}
+		z.slotOf, z.mask = make([]int, n), n-1
+		s.zc = z
+	}
 	return s
+}
+
+// reap reads the kernel's zero-copy completions from the socket's error
+// queue, waiting up to wait for the first when there is none.
+func (s *sender) reap(wait time.Duration) error {
+	z := s.zc
+	for {
+		_, oobn, _, _, err := unix.Recvmsg(s.fd, nil, z.oob, unix.MSG_ERRQUEUE|unix.MSG_DONTWAIT)
+		if errors.Is(err, unix.EAGAIN) {
+			if wait <= 0 {
+				return nil
+			}
+			// An error queue not empty is POLLERR, which poll always reports.
+			if _, err := unix.Poll([]unix.PollFd{{Fd: int32(s.fd)}}, int(wait/time.Millisecond)); err != nil && !errors.Is(err, unix.EINTR) {
+				return fmt.Errorf("poll: %w", err)
+			}
+			wait = 0
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("reading the zero-copy completions: %w", err)
+		}
+		msgs, err := unix.ParseSocketControlMessage(z.oob[:oobn])
+		if err != nil {
+			return err
+		}
+		for _, m := range msgs {
+			if !(m.Header.Level == unix.SOL_IP && m.Header.Type == unix.IP_RECVERR) &&
+				!(m.Header.Level == unix.SOL_IPV6 && m.Header.Type == unix.IPV6_RECVERR) || len(m.Data) < int(unsafe.Sizeof(unix.SockExtendedErr{})) {
+				continue
+			}
+			ee := (*unix.SockExtendedErr)(unsafe.Pointer(&m.Data[0]))
+			if ee.Origin != unix.SO_EE_ORIGIN_ZEROCOPY {
+				return fmt.Errorf("the error queue: %w", unix.Errno(ee.Errno))
+			}
+			for id := ee.Info; ; id++ { // the sends Info to Data, inclusive
+				z.out[z.slotOf[id&z.mask]]--
+				z.done++
+				if ee.Code&unix.SO_EE_CODE_ZEROCOPY_COPIED != 0 {
+					z.copied++
+				}
+				if id == ee.Data {
+					break
+				}
+			}
+		}
+		wait = 0
+	}
 }
 
 // send builds message m's datagrams and sends them with one sendmmsg.
 func (s *sender) send(m int) error {
 	p := s.p
 	dl, per := p.dgramLen(), maxUDP/p.dgramLen()
+	buf, flags := s.buf, 0
+	if s.zc != nil {
+		// The kernel may read the buffer of the message sent window
+		// messages ago until it says it is done with it.
+		slot := m % p.window
+		for i := 0; s.zc.out[slot] > 0; i++ {
+			if i == 10 {
+				return fmt.Errorf("-zerocopy: the kernel has not said it is done with message %d's %d sends after %v", m-p.window, s.zc.out[slot], 10*stall)
+			}
+			if err := s.reap(stall); err != nil {
+				return err
+			}
+		}
+		buf, flags = s.zc.bufs[slot], unix.MSG_ZEROCOPY
+	}
 	pos := 0
 	for i := range p.perMsg() {
 		pl := p.payload(i)
-		d := s.buf[pos : pos+bthLen+pl+icrcLen]
+		d := buf[pos : pos+bthLen+pl+icrcLen]
 		binary.BigEndian.PutUint32(d[8:], uint32(m*p.perMsg()+i)) // a PSN
 		if s.srcOff+pl > len(s.src) {
 			s.srcOff = 0
@@ -501,13 +616,23 @@ func (s *sender) send(m int) error {
 	}
 	k := 0
 	for off := 0; off < pos; off += per * dl {
-		s.iovs[k].Base = &s.buf[off]
+		s.iovs[k].Base = &buf[off]
 		s.iovs[k].SetLen(min(per*dl, pos-off))
 		k++
 	}
-	calls, err := sendAll(s.fd, s.hdrs[:k], s.raw)
+	if s.zc != nil {
+		for range k {
+			s.zc.slotOf[s.zc.next&s.zc.mask] = m % p.window
+			s.zc.next++
+		}
+		s.zc.out[m%p.window] += k
+	}
+	calls, err := sendAll(s.fd, s.hdrs[:k], s.raw, flags)
 	if s.raw {
 		s.rawSent += calls
+	}
+	if err == nil && s.zc != nil {
+		err = s.reap(0)
 	}
 	return err
 }
@@ -515,13 +640,13 @@ func (s *sender) send(m int) error {
 // sendAll sends every message of hdrs with sendmmsg, as many calls as it
 // takes (again after EINTR, or EAGAIN on a non-blocking socket), each a
 // raw system call when raw; it returns how many calls it made.
-func sendAll(fd int, hdrs []unix.Mmsghdr, raw bool) (calls int, err error) {
+func sendAll(fd int, hdrs []unix.Mmsghdr, raw bool, flags int) (calls int, err error) {
 	sys := unix.Syscall6
 	if raw {
 		sys = unix.RawSyscall6
 	}
 	for off := 0; off < len(hdrs); {
-		n, _, e := sys(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&hdrs[off])), uintptr(len(hdrs)-off), 0, 0, 0)
+		n, _, e := sys(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&hdrs[off])), uintptr(len(hdrs)-off), uintptr(flags), 0, 0)
 		calls++
 		if e == unix.EINTR || e == unix.EAGAIN {
 			continue
