@@ -42,6 +42,12 @@
 #                 TAG.server.prof and TAG.client.prof (TAG as the logs' names),
 #                 beside DIR/roce, the binary to read them with:
 #                 go tool pprof -top DIR/roce DIR/r1-goroce-v2-write_bw.client.prof
+#   -M MTU        the lab link's MTU for the run: eth0 in both VMs, their taps
+#                 and the bridge in the lab's namespace (default: as the lab has
+#                 it, 1500), put back at the end; every tool's path MTU (-m)
+#                 follows it as rxe's active_mtu does, the largest of 256 to
+#                 4096 within MTU - 80: 1500 gives 1024, 3826 (rx-path xdp's
+#                 most) 2048, 4176 and more 4096
 #   -e VAR=VALUE  run goroce's commands with this in their environment (again
 #                 for more), e.g. -e GODEBUG=gctrace=1 (its lines in the logs, -l)
 #   -f            also run the floors under the three tests in each round:
@@ -90,9 +96,9 @@ set -euo pipefail
 
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 2; }
 
-rounds=3 kinds=v2 iters= json= logdir= bin= limit= quick= profdir= genv=() floor= floorflags= capture= split=
+rounds=3 kinds=v2 iters= json= logdir= bin= limit= quick= profdir= genv=() floor= floorflags= capture= split= linkmtu=
 while [ $# -gt 0 ]; do
-	case $1 in -r | -k | -n | -j | -l | -b | -t | -p | -e | -F) [ $# -ge 2 ] || { echo "bench/vm.sh: $1 needs a value (-h says which)" >&2; exit 2; } ;; esac
+	case $1 in -r | -k | -n | -j | -l | -b | -t | -p | -e | -F | -M) [ $# -ge 2 ] || { echo "bench/vm.sh: $1 needs a value (-h says which)" >&2; exit 2; } ;; esac
 	case $1 in
 	-r) rounds=$2; shift ;;
 	-k) kinds=$2; shift ;;
@@ -107,6 +113,7 @@ while [ $# -gt 0 ]; do
 	-c) capture=1 ;;
 	-T) split=1 floor=1 ;;
 	-F) floorflags=$2; shift ;;
+	-M) linkmtu=$2; shift ;;
 	--quick) quick=1 ;;
 	-h | --help) usage ;;
 	*) echo "bench/vm.sh: unknown argument '$1' (-h lists them)" >&2; exit 2 ;;
@@ -130,6 +137,16 @@ for k in "${kind_list[@]}"; do
 	case $k in v2 | v2s | v2x | both) ;; *) bad "-k: device kinds are v2, v2s, v2x and both, not '$k'" ;; esac
 done
 [ "${#kind_list[@]}" -gt 0 ] || bad "-k: at least one device kind"
+pmtu=1024 # every tool's path MTU (-m): the lab's link MTU of 1500 less rxe's 80
+if [ -n "$linkmtu" ]; then
+	# 1280: the lab's link carries IPv6 too. 9000: jumbo frames.
+	isnum "$linkmtu" && [ "$linkmtu" -ge 1280 ] && [ "$linkmtu" -le 9000 ] || bad "-M: a link MTU from 1280 to 9000, not '$linkmtu'"
+	for k in "${kind_list[@]}"; do
+		[ "$k" != v2x ] || [ "$linkmtu" -le 3826 ] || bad "-M $linkmtu: rx-path xdp (-k v2x) takes a link MTU of at most 3826 (a frame and its headroom in a 4 KiB chunk)"
+	done
+	pmtu=256
+	for m in 512 1024 2048 4096; do [ $((linkmtu - 80)) -ge "$m" ] && pmtu=$m; done
+fi
 for e in "${genv[@]}"; do
 	# The commands go inside sh -c '...' in the VMs: no quote, no space.
 	[[ $e =~ ^[A-Za-z_][A-Za-z0-9_]*=[A-Za-z0-9_.,:/=+-]*$ ]] || bad "-e: VAR=VALUE, the value of letters, digits and _.,:/=+-, not '$e'"
@@ -167,6 +184,7 @@ mkdir -p "$logdir"
 results=$work/results.tsv
 : >"$results"
 touched= # set once the VMs' RDMA state may differ from the README's
+mtu_before= # -M: the link's MTU before, once the script has changed it
 
 # Every command that may outlive the script (lab/up's QEMU daemonizes) runs
 # without fd 9, the lock: a child keeping it would hold the lab forever.
@@ -181,6 +199,10 @@ cleanup() {
 		for vm in vm1 vm2; do
 			vm_to_rxe "$vm" >/dev/null || { log "$vm: could not restore rxe0 (see above)"; rc=1; }
 		done
+	fi
+	if [ -n "$mtu_before" ]; then
+		log "putting the lab link's MTU back to $mtu_before"
+		set_link_mtu "$mtu_before" || { log "could not put the link's MTU back to $mtu_before"; rc=1; }
 	fi
 	if [ "$logdir" = "$work/logs" ] && [ "$rc" -ne 0 ] && [ -n "$(ls -A "$logdir")" ]; then
 		logdir=$(mktemp -d -t goroce-vmbench-logs.XXXXXX) # kept: they say what failed
@@ -281,6 +303,26 @@ else
 	lab_up && has_extra || die "the lab came up without this roce in $EXTRA"
 fi
 
+# set_link_mtu MTU: the MTU of the lab's test link, end to end: the VMs'
+# taps and the bridge in the lab's namespace, and eth0 in both VMs (rxe0
+# follows its netdev's MTU; a goroce device reads it when it is added).
+set_link_mtu() {
+	local ns br vm
+	ns=$(. "$LAB/common.sh" && echo "$NS") && br=$(. "$LAB/common.sh" && echo "$BR") || return 1
+	for vm in vm1 vm2; do ip netns exec "$ns" ip link set "tap-$vm" mtu "$1" || return 1; done
+	ip netns exec "$ns" ip link set "$br" mtu "$1" || return 1
+	for vm in vm1 vm2; do vmx "$vm" "ip link set eth0 mtu $1" || return 1; done
+}
+if [ -n "$linkmtu" ]; then
+	m=$(vmx vm1 "cat /sys/class/net/eth0/mtu" | tr -d '[:space:]')
+	[[ $m =~ ^[0-9]+$ ]] || die "cannot read vm1's eth0 MTU"
+	if [ "$m" != "$linkmtu" ]; then
+		mtu_before=$m
+		set_link_mtu "$linkmtu" || die "-M $linkmtu: could not set the link's MTU"
+	fi
+	log "the lab link's MTU is $linkmtu, every tool's path MTU $pmtu"
+fi
+
 # --- switching a VM between rxe and goroce ----------------------------------------
 # Scripts run with /bin/sh (dash) in the VMs. The test commands go inside
 # sh -c '...' there, so they hold no single quote.
@@ -373,18 +415,18 @@ switch_to() {
 cmdline() {
 	case $1/$2 in
 	rxe/pingpong) echo "ibv_rc_pingpong -d rxe0 -g $3 -s 64 -n $pp_n" ;;
-	rxe/send_lat) echo "ib_send_lat -d rxe0 -x $3 -s 64 -n $lat_n -m 1024 -F" ;;
-	rxe/write_bw) echo "ib_write_bw -d rxe0 -x $3 -s 65536 -n $bw_n -m 1024 -F" ;;
+	rxe/send_lat) echo "ib_send_lat -d rxe0 -x $3 -s 64 -n $lat_n -m $pmtu -F" ;;
+	rxe/write_bw) echo "ib_write_bw -d rxe0 -x $3 -s 65536 -n $bw_n -m $pmtu -F" ;;
 	goroce/pingpong) echo "$GROCE pingpong -d g0 -g $3 -s 64 -n $pp_n" ;;
-	goroce/send_lat) echo "$GROCE perf send --lat -d g0 -x $3 -s 64 -n $lat_n -m 1024 -F" ;;
-	goroce/write_bw) echo "$GROCE perf write -d g0 -x $3 -s 65536 -n $bw_n -m 1024 -F" ;;
+	goroce/send_lat) echo "$GROCE perf send --lat -d g0 -x $3 -s 64 -n $lat_n -m $pmtu -F" ;;
+	goroce/write_bw) echo "$GROCE perf write -d g0 -x $3 -s 65536 -n $bw_n -m $pmtu -F" ;;
 	# The floor's data goes to vm1's eth0 address (UDP 4792), its control
 	# to the address the client is given, as perftest's exchange.
 	floor/*) if [ "$3" = server ]; then echo "$EXTRA/udpfloor -s -a 192.0.2.11"; else
 		case $2 in
-		pingpong) echo "$EXTRA/udpfloor -a 192.0.2.11 -lat -size 64 -n $pp_n -m 1024${floorflags:+ $floorflags}" ;;
-		send_lat) echo "$EXTRA/udpfloor -a 192.0.2.11 -lat -size 64 -n $lat_n -m 1024${floorflags:+ $floorflags}" ;;
-		write_bw) echo "$EXTRA/udpfloor -a 192.0.2.11 -size 65536 -n $bw_n -m 1024 -t 8${floorflags:+ $floorflags}" ;;
+		pingpong) echo "$EXTRA/udpfloor -a 192.0.2.11 -lat -size 64 -n $pp_n -m $pmtu${floorflags:+ $floorflags}" ;;
+		send_lat) echo "$EXTRA/udpfloor -a 192.0.2.11 -lat -size 64 -n $lat_n -m $pmtu${floorflags:+ $floorflags}" ;;
+		write_bw) echo "$EXTRA/udpfloor -a 192.0.2.11 -size 65536 -n $bw_n -m $pmtu -t 8${floorflags:+ $floorflags}" ;;
 		esac
 	fi ;;
 	esac
@@ -753,8 +795,8 @@ if [ -n "$floor" ]; then
 	echo
 	echo "The floors: \`udpfloor\` (bench/cmd/udpfloor) between the same VMs, doing only what any RoCE v2 over the" \
 		"kernel's UDP must, each payload copied and CRC-32-checked on both sides. Under write_bw it moves the same" \
-		"$bw_n messages of 64 KiB as 1024-byte datagrams (a WRITE's packets at path MTU 1024), UDP GSO out, UDP GRO in," \
-		"one ACK per message back, 8 messages (512 datagrams) in flight (perftest's 128 overflow eth0's queue of" \
+		"$bw_n messages of 64 KiB as $pmtu-byte datagrams (a WRITE's packets at path MTU $pmtu), UDP GSO out, UDP GRO in," \
+		"one ACK per message back, 8 messages ($((8 * 65536 / pmtu)) datagrams) in flight (perftest's 128 overflow eth0's queue of" \
 		"1,000 packets). Under pingpong and send_lat (\`udpfloor -lat${floorflags:+ $floorflags}\`) it makes the same 64-byte round trips, four" \
 		"datagrams each (a SEND each way, each ACKed, the ACK $( [[ $floorflags == *-gso=false* ]] && echo "in the same sendmmsg as the next SEND, as a datagram of its own" || echo "and the next SEND as one UDP GSO message, as goroce sends them")), both sides" \
 		"busy-polling $(case $floorflags in *-rx=xdp* | *"-rx xdp"*) echo "an AF_XDP socket's receive ring that an XDP program feeds (a load from memory per look, as goroce's rx-path xdp)" ;; *-rx=socket* | *"-rx socket"*) echo "the UDP socket (a recvfrom(2) per look)" ;; *) echo "an AF_PACKET receive ring (a load from memory per look, as goroce's link)" ;; esac), and prints both tools' figures. Nothing else a RoCE stack does. Ratios are of the same round."
@@ -815,21 +857,23 @@ if [ -n "$split" ]; then
 	echo
 fi
 echo "Packets the client sent on eth0 in a run, median [min–max], against the least the test needs" \
-	"(each message and each ACK of the peer's once, 64 packets per 64 KiB WRITE at MTU 1024; more is" \
+	"(each message and each ACK of the peer's once, $((65536 / pmtu)) packets per 64 KiB WRITE at path MTU $pmtu; more is" \
 	"retransmission): $(summary pkts)."
 echo
-echo "Measured by \`bench/vm.sh -r $rounds -k ${kinds} -n $pp_n,$lat_n,$bw_n${floor:+ -f}${floorflags:+ -F $floorflags}${capture:+ -c}${split:+ -T}\` at $commit (built with $gover), $started:" \
+echo "Measured by \`bench/vm.sh -r $rounds -k ${kinds} -n $pp_n,$lat_n,$bw_n${linkmtu:+ -M $linkmtu}${floor:+ -f}${floorflags:+ -F $floorflags}${capture:+ -c}${split:+ -T}\` at $commit (built with $gover), $started:" \
 	"the lab's two QEMU VMs (TCG, 1 vCPU each, Debian 12 kernel 6.1) over the same virtio link, the TCP exchange" \
 	"over the management link. rxe: rdma_rxe's rxe0 with rdma-core 44 and perftest 4.5; goroce: a static build" \
 	"in both VMs, rdma_rxe unloaded (it holds UDP 4791), the device $(kind_note). Medians [min–max] of $rounds" \
 	"round(s); rxe and goroce alternate within each round, rxe first in odd rounds and last in even ones; the ratio" \
-	"is goroce's figure over rxe's of the same round. Both sides' path MTU 1024. Host load average $load_before" \
+	"is goroce's figure over rxe's of the same round. Both sides' path MTU $pmtu (the link's MTU ${linkmtu:-1500})." \
+	"Host load average $load_before" \
 	"before, $load_after after."
 
 if [ -n "$json" ]; then
 	{
 		printf '{"commit":"%s","go":"%s","started":"%s","rounds":%d,"kinds":"%s",' "$commit" "$gover" "$started" "$rounds" "$kinds"
 		printf '"iterations":{"pingpong":%d,"send_lat":%d,"write_bw":%d},"load_before":"%s","load_after":"%s",' "$pp_n" "$lat_n" "$bw_n" "$load_before" "$load_after"
+		printf '"link_mtu":%d,"path_mtu":%d,' "${linkmtu:-1500}" "$pmtu"
 		printf '"runs":['
 		awk -F'\t' 'function n(x) { return x == "NA" || x == "" ? "null" : x }
 		{ printf "%s{\"round\":%d,\"stack\":\"%s\",\"kind\":\"%s\",\"test\":\"%s\",\"value\":%s,\"client_seconds\":%s,\"client_eth0_tx_packets\":%s,\"client_eth0_rx_packets\":%s,\"server_eth0_rx_packets\":%s,\"server_eth0_rx_dropped\":%s,\"server_udp_rcvbuf_errors\":%s}", (NR > 1 ? "," : ""), $1, $2, $3, $4, n($5), $6, n($7), n($8), n($9), n($10), n($11) }' "$results"

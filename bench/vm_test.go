@@ -243,3 +243,100 @@ func mustGlob(t *testing.T, pattern string) []string {
 	}
 	return m
 }
+
+// TestLabVMScriptMTU runs bench/vm.sh --quick -M 9000 -f: the lab's link
+// at MTU 9000 for the run, so every tool's path MTU is 4096 — rxe's
+// (its active_mtu follows eth0), goroce's and the floor's — which the
+// packets on the wire show: a 64 KiB WRITE is 16 packets, not 64. After
+// it, the link's MTU is the lab's again, in both VMs and in the lab's
+// namespace. A link MTU the script cannot use is refused before the lab
+// is touched.
+func TestLabVMScriptMTU(t *testing.T) {
+	testenv.Root(t)
+	labDir := filepath.Join(testenv.SharedDir(t), "lab")
+	_, err := os.Stat(filepath.Join(labDir, "up"))
+	testenv.Require(t, err == nil, "the interop lab at "+labDir)
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil && !testenv.InCI() && os.Getenv("GOROCE_LAB") == "" {
+		testenv.Require(t, false, "qemu (run ../shared/lab/setup, or set GOROCE_LAB=1 to let the tests run it)")
+	}
+	script := filepath.Join(testenv.RepoRoot(t), "bench", "vm.sh")
+	for _, bad := range []struct{ args, want string }{
+		{"-M 100", "-M: a link MTU from 1280 to 9000, not '100'"},
+		{"-M 9000 -k v2,v2x", "-M 9000: rx-path xdp (-k v2x) takes a link MTU of at most 3826"},
+	} {
+		out, err := exec.Command(script, strings.Fields(bad.args)...).CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), bad.want) {
+			t.Errorf("bench/vm.sh %s: %v, want exit 2 and %q:\n%s", bad.args, err, bad.want, out)
+		}
+	}
+
+	deadline := time.Now().Add(15 * time.Minute)
+	if d, ok := t.Deadline(); ok {
+		deadline = d.Add(-time.Minute)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	jsonPath := filepath.Join(t.TempDir(), "runs.json")
+	cmd := exec.CommandContext(ctx, script, "--quick", "-M", "9000", "-f", "-n", "50,50,10", "-j", jsonPath)
+	cmd.Env = append(os.Environ(), "ROCE_LAB_DIR="+labDir,
+		"ROCE_LAB_LOCK_WAIT="+strconv.Itoa(int(time.Until(deadline).Seconds())-300))
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = time.Minute
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	t.Logf("stderr:\n%s", stderr.String())
+	if err != nil {
+		t.Fatalf("bench/vm.sh --quick -M 9000: %v\nstdout:\n%s", err, stdout.String())
+	}
+	if !strings.Contains(stdout.String(), "Both sides' path MTU 4096 (the link's MTU 9000).") {
+		t.Errorf("the table's note does not name path MTU 4096:\n%s", stdout.String())
+	}
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		LinkMTU int     `json:"link_mtu"`
+		PathMTU int     `json:"path_mtu"`
+		Runs    []vmRun `json:"runs"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("the JSON: %v\n%s", err, b)
+	}
+	if doc.LinkMTU != 9000 || doc.PathMTU != 4096 {
+		t.Errorf("JSON: link_mtu %d, path_mtu %d; want 9000, 4096", doc.LinkMTU, doc.PathMTU)
+	}
+	// 10 WRITEs of 64 KiB at path MTU 4096: 160 packets from the client,
+	// retransmissions aside; at 1024 they would be 640.
+	bw := 0
+	for _, r := range doc.Runs {
+		if r.Test != "write_bw" {
+			continue
+		}
+		bw++
+		if r.Value == nil || r.TxPkts == nil || *r.TxPkts < 160 || *r.TxPkts >= 320 {
+			t.Errorf("%s write_bw: %v MB/s, %v packets sent; want 160 to 319 (16 a message)", r.Stack, r.Value, r.TxPkts)
+		}
+	}
+	if bw != 3 {
+		t.Errorf("want write_bw runs of rxe, goroce and the floor, got %d", bw)
+	}
+
+	// The link as the lab has it again.
+	l := lab.Start(t)
+	for _, vm := range []lab.VM{lab.VM1, lab.VM2} {
+		if out := strings.TrimSpace(l.MustExec(t, vm, "cat /sys/class/net/eth0/mtu")); out != "1500" {
+			t.Errorf("%s's eth0 MTU after the script: %s, want 1500", vm.Name, out)
+		}
+	}
+	out, err := exec.Command("ip", "netns", "exec", lab.Netns, "ip", "-o", "link", "show").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip link in the lab's namespace: %v\n%s", err, out)
+	}
+	for _, dev := range []string{"tap-vm1", "tap-vm2", "br-roce"} {
+		if !regexp.MustCompile(`(?m)^\d+: ` + dev + `: .* mtu 1500 `).Match(out) {
+			t.Errorf("%s's MTU after the script is not 1500:\n%s", dev, out)
+		}
+	}
+}

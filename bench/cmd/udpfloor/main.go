@@ -112,7 +112,7 @@ func main() {
 	flag.BoolVar(&p.gso, "gso", true, "with -lat: send the ACK and the next message as one UDP GSO message (the message, then the ACK as its shorter last segment), as goroce's link sends an answer with its held ACK; false: as two datagrams of one sendmmsg(2)")
 	flag.BoolVar(&p.entersyscall, "entersyscall", false, "send with Go's ordinary system call even with one P (GOMAXPROCS 1), not a raw one: the runtime then lets sysmon hand the P to another thread during each send that outlasts a sysmon tick, which goroce's link avoids with one P (link/udp, mmsg.go)")
 	flag.BoolVar(&p.ackNow, "acknow", false, "with -lat: send each ACK alone the moment its message arrives, then the next message alone (two sendmmsg(2) calls per side and round trip), as Linux rxe's responder acknowledges from the kernel before the program sees the message")
-	flag.BoolVar(&p.zerocopy, "zerocopy", false, "without -lat: send with MSG_ZEROCOPY (SO_ZEROCOPY; UDP since Linux 5.0), the kernel sending the datagrams from the sender's pages instead of a copy of them; each message in flight has its own buffer, reused once the message is ACKed and the kernel has said it is done with it (the socket's error queue)")
+	flag.BoolVar(&p.zerocopy, "zerocopy", false, "the throughput floor (no effect with -lat): send with MSG_ZEROCOPY (SO_ZEROCOPY; UDP since Linux 5.0), the kernel sending the datagrams from the sender's pages instead of a copy of them; each message in flight has its own buffer, reused once the message is ACKed and the kernel has said it is done with it (the socket's error queue)")
 	flag.BoolVar(&p.lat, "lat", false, "the latency floor: a ping-pong of one -size message each way, each ACKed (ib_send_lat, ibv_rc_pingpong)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to `file` (go tool pprof reads it), as roce's GOROCE_CPUPROFILE; the server's when it is stopped (SIGINT, SIGTERM)")
 	flag.Parse()
@@ -197,8 +197,6 @@ func (p params) check() error {
 		return fmt.Errorf("-rx %q: ring, socket or xdp", p.rx)
 	case p.lat && (p.n < 5 || p.size > p.mtu):
 		return fmt.Errorf("-lat: at least 5 iterations (-n %d) of one packet each (-size %d, at most -m %d)", p.n, p.size, p.mtu)
-	case p.lat && p.zerocopy:
-		return errors.New("-zerocopy is the throughput sender's (without -lat)")
 	case p.mtu < 256 || p.mtu > 4096:
 		return fmt.Errorf("-m %d: a path MTU from 256 to 4096", p.mtu)
 	}
