@@ -84,6 +84,12 @@
 #                 round trips prints nothing)
 #   --quick       -r 1 with few iterations (the Go test TestLabVMScript runs this)
 #
+# Every goroce command runs with GOROCE_STATS: each goroce run's progress
+# line names the counters of either side that say a packet went missing or
+# came twice (retrans_pkts, out_of_seq_request, the link's drops, ... when
+# not 0), and -j's JSON has them as goroce_counters; the whole lines are in
+# the logs (-l) as TAG.server.stats and TAG.client.stats.
+#
 # The lab's lock (/run/roce-lab.lock, internal/lab's) is held for the whole
 # run, so tests that use the lab wait. The VMs are left as the lab's README
 # describes them: rdma_rxe loaded, rxe0 on eth0, no goroce device.
@@ -168,11 +174,11 @@ VD=/tmp/goroce-vmbench # the script's directory in each VM (tmpfs)
 RD=$VD/rundir          # the goroce device's runtime directory there
 ROCE="$EXTRA/roce --rundir $RD"
 PROF=$VD/roce.prof # -p: each goroce command's CPU profile, in its VM
+STATS=$VD/stats    # each goroce command's port counters when it ends (GOROCE_STATS)
 # GROCE: how a goroce test command starts (-e's environment, -p's profile).
-genv_all=("${genv[@]}")
+genv_all=("${genv[@]}" "GOROCE_STATS=$STATS")
 [ -z "$profdir" ] || genv_all+=("GOROCE_CPUPROFILE=$PROF")
-GROCE=$ROCE
-[ "${#genv_all[@]}" -eq 0 ] || GROCE="env ${genv_all[*]} $ROCE"
+GROCE="env ${genv_all[*]} $ROCE"
 SERVER_MGMT=198.51.100.11 # vm1 on the management link: the TCP exchange goes there
 ETH0=/sys/class/net/eth0/statistics
 
@@ -562,6 +568,20 @@ echo PKTS \$p0 \$(cat $ETH0/tx_packets $ETH0/rx_packets); echo CPUC \$c0 \$(head
 			[ -s "$profdir/$tag.$side.prof" ] || { log "$tag: no CPU profile from $vm"; rm -f "$profdir/$tag.$side.prof"; }
 		done
 	fi
+	# goroce's counters of each side (GOROCE_STATS): the ones that say
+	# where packets went missing or came twice.
+	local gtext= gjson=null
+	if [ "$stack" = goroce ]; then
+		local side vm
+		for side in server client; do
+			vm=vm1
+			[ $side = client ] && vm=vm2
+			vmx "$vm" "cat $STATS 2>/dev/null; rm -f $STATS" >"$logdir/$tag.$side.stats" 2>/dev/null || true
+		done
+		gtext=$(noted_counters text "$logdir/$tag.server.stats" "$logdir/$tag.client.stats")
+		gjson=$(noted_counters json "$logdir/$tag.server.stats" "$logdir/$tag.client.stats")
+		gjson=${gjson:-null}
+	fi
 	local src
 	src=$(sed -n 's/.*EXIT \([0-9]*\)$/\1/p' "$logdir/$tag.server.log" | tail -1)
 	value=$(metric "$test" <"$logdir/$tag.client.log" 2>/dev/null || true)
@@ -599,7 +619,7 @@ echo PKTS \$p0 \$(cat $ETH0/tx_packets $ETH0/rx_packets); echo CPUC \$c0 \$(head
 		return
 	fi
 	if [ "$rc" = 0 ] && [ "${src:-x}" = 0 ] && [[ $value =~ ^[0-9.]+$ ]] && [ -z "$why" ]; then
-		log "round $round: $stack${kind:+ ($kind)} $test: $value $(unit "$test") (client $secs s, its eth0 tx/rx ${pkts/$'\t'//}; server eth0 rx/dropped/UDP RcvbufErrors ${scnt//$'\t'//}${cpu_split:+; vCPU $cpu_split})"
+		log "round $round: $stack${kind:+ ($kind)} $test: $value $(unit "$test") (client $secs s, its eth0 tx/rx ${pkts/$'\t'//}; server eth0 rx/dropped/UDP RcvbufErrors ${scnt//$'\t'//}${cpu_split:+; vCPU $cpu_split}${gtext:+; goroce counters: $gtext})"
 	else
 		log "round $round: $stack${kind:+ ($kind)} $test FAILED: client exit $rc, server exit ${src:-none}${why:+, $why}; logs $logdir/$tag.*.log"
 		tail -n 5 "$logdir/$tag.client.log" "$logdir/$tag.server.log" >&2 || true
@@ -613,7 +633,34 @@ echo PKTS \$p0 \$(cat $ETH0/tx_packets $ETH0/rx_packets); echo CPUC \$c0 \$(head
 		done
 		value=NA
 	fi
-	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$stack" "${kind:--}" "$test" "$value" "$secs" "$pkts" "$scnt" >>"$results"
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$stack" "${kind:--}" "$test" "$value" "$secs" "$pkts" "$scnt" "$gjson" >>"$results"
+}
+
+# NOTED: goroce's counters that say a packet went missing or came twice
+# (roce stat --help): the requester's retransmissions and their causes,
+# the responder's sequence errors and duplicates, the link's drops.
+NOTED="retrans_pkts completer_retry_err retry_exceeded_err retry_rnr_exceeded_err rcvd_seq_err rcvd_rnr_err \
+out_of_seq_request duplicate_request send_rnr_err rcvd_bad_icrc rx_drop_socket_full rx_drop_kernel_refused"
+
+# noted_counters text|json FILE...: the NOTED counters that are not 0 in
+# GOROCE_STATS files (one `roce stat` line each: link DEV/PORT, then names
+# and values), by side (FILE's next-to-last suffix: TAG.server.stats).
+noted_counters() {
+	awk -v fmt="$1" -v noted="$NOTED" '
+	BEGIN { n = split(noted, a, " "); for (i = 1; i <= n; i++) want[a[i]] = 1
+		for (i = 1; i < ARGC; i++) { s = ARGV[i]; sub(/\.stats$/, "", s); sub(/.*\./, "", s); order[++ns] = s; sideof[ARGV[i]] = s } }
+	{ side = sideof[FILENAME] }
+	$1 == "link" { seen[side] = 1; for (i = 3; i < NF; i += 2) if (($i in want) && $(i + 1) + 0 > 0) {
+		t[side] = t[side] (t[side] == "" ? "" : ", ") $i " " $(i + 1)
+		j[side] = j[side] (j[side] == "" ? "" : ",") "\"" $i "\":" $(i + 1) } }
+	END {
+		for (k = 1; k <= ns; k++) {
+			s = order[k]
+			if (fmt == "json") out = out (k > 1 ? "," : "") "\"" s "\":" (seen[s] ? "{" j[s] "}" : "null")
+			else out = out (k > 1 ? "; " : "") s " " (seen[s] ? (t[s] == "" ? "none" : t[s]) : "no counters (no GOROCE_STATS file)")
+		}
+		print (fmt == "json" ? "{" out "}" : out)
+	}' "${@:2}"
 }
 unit() {
 	case $1 in pingpong) echo "usec/iter" ;; send_lat) echo "usec t_typical" ;; write_bw) echo "MB/s" ;; esac
@@ -876,7 +923,7 @@ if [ -n "$json" ]; then
 		printf '"link_mtu":%d,"path_mtu":%d,' "${linkmtu:-1500}" "$pmtu"
 		printf '"runs":['
 		awk -F'\t' 'function n(x) { return x == "NA" || x == "" ? "null" : x }
-		{ printf "%s{\"round\":%d,\"stack\":\"%s\",\"kind\":\"%s\",\"test\":\"%s\",\"value\":%s,\"client_seconds\":%s,\"client_eth0_tx_packets\":%s,\"client_eth0_rx_packets\":%s,\"server_eth0_rx_packets\":%s,\"server_eth0_rx_dropped\":%s,\"server_udp_rcvbuf_errors\":%s}", (NR > 1 ? "," : ""), $1, $2, $3, $4, n($5), $6, n($7), n($8), n($9), n($10), n($11) }' "$results"
+		{ printf "%s{\"round\":%d,\"stack\":\"%s\",\"kind\":\"%s\",\"test\":\"%s\",\"value\":%s,\"client_seconds\":%s,\"client_eth0_tx_packets\":%s,\"client_eth0_rx_packets\":%s,\"server_eth0_rx_packets\":%s,\"server_eth0_rx_dropped\":%s,\"server_udp_rcvbuf_errors\":%s,\"goroce_counters\":%s}", (NR > 1 ? "," : ""), $1, $2, $3, $4, n($5), $6, n($7), n($8), n($9), n($10), n($11), $12 }' "$results"
 		printf '],"summary":['
 		summary json
 		printf ']'

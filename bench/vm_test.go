@@ -28,6 +28,28 @@ type vmRun struct {
 	TxPkts   *int     `json:"client_eth0_tx_packets"`
 	RxPkts   *int     `json:"client_eth0_rx_packets"`
 	ClientTS float64  `json:"client_seconds"`
+	// goroce's runs: each side's counters that say a packet went
+	// missing or came twice, those not 0 (null: no GOROCE_STATS file).
+	Counters *struct {
+		Server *map[string]uint64 `json:"server"`
+		Client *map[string]uint64 `json:"client"`
+	} `json:"goroce_counters"`
+}
+
+// checkCounters: goroce's runs carry both sides' counters (GOROCE_STATS
+// read back from the VMs), the others none.
+func checkCounters(t *testing.T, runs []vmRun) {
+	t.Helper()
+	for _, r := range runs {
+		switch {
+		case r.Stack == "goroce" && (r.Counters == nil || r.Counters.Server == nil || r.Counters.Client == nil):
+			t.Errorf("goroce %s %s, round %d: no counters from both sides: %+v", r.Kind, r.Test, r.Round, r.Counters)
+		case r.Stack != "goroce" && r.Counters != nil:
+			t.Errorf("%s %s: goroce's counters %+v", r.Stack, r.Test, r.Counters)
+		case r.Stack == "goroce":
+			t.Logf("goroce %s %s: counters of note: server %v, client %v", r.Kind, r.Test, *r.Counters.Server, *r.Counters.Client)
+		}
+	}
 }
 
 type vmFloor struct {
@@ -145,6 +167,7 @@ func TestLabVMScript(t *testing.T) {
 		}
 		values[r.Stack+"/"+r.Test] = *r.Value
 	}
+	checkCounters(t, doc.Runs)
 	if len(doc.Runs) != 9 || len(values) != 9 {
 		t.Errorf("want 9 runs (3 tests × rxe, goroce and the floor), got %d: %s", len(doc.Runs), b)
 	}
@@ -304,6 +327,7 @@ func TestLabVMScriptMTU(t *testing.T) {
 	if err := json.Unmarshal(b, &doc); err != nil {
 		t.Fatalf("the JSON: %v\n%s", err, b)
 	}
+	checkCounters(t, doc.Runs)
 	if doc.LinkMTU != 9000 || doc.PathMTU != 4096 {
 		t.Errorf("JSON: link_mtu %d, path_mtu %d; want 9000, 4096", doc.LinkMTU, doc.PathMTU)
 	}
