@@ -84,11 +84,13 @@
 #                 round trips prints nothing)
 #   --quick       -r 1 with few iterations (the Go test TestLabVMScript runs this)
 #
-# Every goroce command runs with GOROCE_STATS: each goroce run's progress
-# line names the counters of either side that say a packet went missing or
-# came twice (retrans_pkts, out_of_seq_request, the link's drops, ... when
-# not 0), and -j's JSON has them as goroce_counters; the whole lines are in
-# the logs (-l) as TAG.server.stats and TAG.client.stats.
+# Each run's progress line names the counters of either side that say a
+# packet went missing or came twice, those not 0 (completer_retry_err,
+# duplicate_request, out_of_seq_request, ...; goroce's retrans_pkts and
+# link drops too): goroce's from its commands (run with GOROCE_STATS),
+# rxe's the change in rxe0's hw_counters over the run. -j's JSON has them
+# as each run's counters; the whole lines are in the logs (-l) as
+# TAG.server.stats and TAG.client.stats.
 #
 # The lab's lock (/run/roce-lab.lock, internal/lab's) is held for the whole
 # run, so tests that use the lab wait. The VMs are left as the lab's README
@@ -175,6 +177,11 @@ RD=$VD/rundir          # the goroce device's runtime directory there
 ROCE="$EXTRA/roce --rundir $RD"
 PROF=$VD/roce.prof # -p: each goroce command's CPU profile, in its VM
 STATS=$VD/stats    # each goroce command's port counters when it ends (GOROCE_STATS)
+# RXE_SNAP: rxe0's counters now, a name and a value a line; RXE_DIFF:
+# their change since $VD/hw0, as one `roce stat` line (link DEV/PORT, then
+# names and values), which noted_counters reads for both stacks.
+RXE_SNAP="(cd /sys/class/infiniband/rxe0/ports/1/hw_counters && grep -H . * | tr : ' ')"
+RXE_DIFF="$RXE_SNAP > $VD/hw1; awk 'NR == FNR { a[\$1] = \$2; next } { o = o \" \" \$1 \" \" \$2 - a[\$1] } END { print \"link rxe0/1\" o }' $VD/hw0 $VD/hw1; rm -f $VD/hw0 $VD/hw1"
 # GROCE: how a goroce test command starts (-e's environment, -p's profile).
 genv_all=("${genv[@]}" "GOROCE_STATS=$STATS")
 [ -z "$profdir" ] || genv_all+=("GOROCE_CPUPROFILE=$PROF")
@@ -522,7 +529,9 @@ run_one() {
 	if [ -n "$capture" ] && [ "$test" = send_lat ]; then
 		capture_start && capturing=1
 	fi
-	vmx vm1 "mkdir -p $VD; rm -f $VD/s.log; $SERVER_COUNTERS > $VD/s.cnt; (timeout $limit sh -c 'echo \$\$ > $VD/s.pid; exec $scmd'; echo EXIT \$?; rm -f $VD/s.pid) > $VD/s.log 2>&1 &"
+	local hw0=
+	[ "$stack" = rxe ] && hw0="$RXE_SNAP > $VD/hw0;"
+	vmx vm1 "mkdir -p $VD; rm -f $VD/s.log; $hw0 $SERVER_COUNTERS > $VD/s.cnt; (timeout $limit sh -c 'echo \$\$ > $VD/s.pid; exec $scmd'; echo EXIT \$?; rm -f $VD/s.pid) > $VD/s.log 2>&1 &"
 	st=not
 	for i in $(seq 1 300); do
 		st=$(vmx vm1 "$LISTEN_PROBE")
@@ -539,7 +548,7 @@ run_one() {
 		# eth0's packet counters around the client: what each stack sent
 		# and received for the same work (retransmissions, ACKs), eth1
 		# carrying the exchange and vm-exec.
-		out=$(vmx vm2 "mkdir -p $VD; c0=\$(head -1 /proc/stat); p0=\$(cat $ETH0/tx_packets $ETH0/rx_packets)
+		out=$(vmx vm2 "mkdir -p $VD; $hw0 c0=\$(head -1 /proc/stat); p0=\$(cat $ETH0/tx_packets $ETH0/rx_packets)
 timeout $limit sh -c 'echo \$\$ > $VD/c.pid; exec $ccmd' 2>&1; rc=\$?
 echo PKTS \$p0 \$(cat $ETH0/tx_packets $ETH0/rx_packets); echo CPUC \$c0 \$(head -1 /proc/stat); rm -f $VD/c.pid; echo EXIT \$rc") || true
 		t1=$(date +%s.%N)
@@ -568,15 +577,16 @@ echo PKTS \$p0 \$(cat $ETH0/tx_packets $ETH0/rx_packets); echo CPUC \$c0 \$(head
 			[ -s "$profdir/$tag.$side.prof" ] || { log "$tag: no CPU profile from $vm"; rm -f "$profdir/$tag.$side.prof"; }
 		done
 	fi
-	# goroce's counters of each side (GOROCE_STATS): the ones that say
-	# where packets went missing or came twice.
+	# Each side's counters (goroce's GOROCE_STATS, rxe0's change over the
+	# run): the ones that say where packets went missing or came twice.
 	local gtext= gjson=null
-	if [ "$stack" = goroce ]; then
-		local side vm
+	if [ "$stack" != floor ]; then
+		local side vm get="cat $STATS 2>/dev/null; rm -f $STATS"
+		[ "$stack" = rxe ] && get=$RXE_DIFF
 		for side in server client; do
 			vm=vm1
 			[ $side = client ] && vm=vm2
-			vmx "$vm" "cat $STATS 2>/dev/null; rm -f $STATS" >"$logdir/$tag.$side.stats" 2>/dev/null || true
+			vmx "$vm" "$get" >"$logdir/$tag.$side.stats" 2>/dev/null || true
 		done
 		gtext=$(noted_counters text "$logdir/$tag.server.stats" "$logdir/$tag.client.stats")
 		gjson=$(noted_counters json "$logdir/$tag.server.stats" "$logdir/$tag.client.stats")
@@ -619,7 +629,7 @@ echo PKTS \$p0 \$(cat $ETH0/tx_packets $ETH0/rx_packets); echo CPUC \$c0 \$(head
 		return
 	fi
 	if [ "$rc" = 0 ] && [ "${src:-x}" = 0 ] && [[ $value =~ ^[0-9.]+$ ]] && [ -z "$why" ]; then
-		log "round $round: $stack${kind:+ ($kind)} $test: $value $(unit "$test") (client $secs s, its eth0 tx/rx ${pkts/$'\t'//}; server eth0 rx/dropped/UDP RcvbufErrors ${scnt//$'\t'//}${cpu_split:+; vCPU $cpu_split}${gtext:+; goroce counters: $gtext})"
+		log "round $round: $stack${kind:+ ($kind)} $test: $value $(unit "$test") (client $secs s, its eth0 tx/rx ${pkts/$'\t'//}; server eth0 rx/dropped/UDP RcvbufErrors ${scnt//$'\t'//}${cpu_split:+; vCPU $cpu_split}${gtext:+; counters: $gtext})"
 	else
 		log "round $round: $stack${kind:+ ($kind)} $test FAILED: client exit $rc, server exit ${src:-none}${why:+, $why}; logs $logdir/$tag.*.log"
 		tail -n 5 "$logdir/$tag.client.log" "$logdir/$tag.server.log" >&2 || true
@@ -636,14 +646,15 @@ echo PKTS \$p0 \$(cat $ETH0/tx_packets $ETH0/rx_packets); echo CPUC \$c0 \$(head
 	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$stack" "${kind:--}" "$test" "$value" "$secs" "$pkts" "$scnt" "$gjson" >>"$results"
 }
 
-# NOTED: goroce's counters that say a packet went missing or came twice
-# (roce stat --help): the requester's retransmissions and their causes,
-# the responder's sequence errors and duplicates, the link's drops.
+# NOTED: the counters that say a packet went missing or came twice (roce
+# stat --help; rxe has all but the last three): the requester's
+# retransmissions and their causes, the responder's sequence errors and
+# duplicates, goroce's link's drops.
 NOTED="retrans_pkts completer_retry_err retry_exceeded_err retry_rnr_exceeded_err rcvd_seq_err rcvd_rnr_err \
 out_of_seq_request duplicate_request send_rnr_err rcvd_bad_icrc rx_drop_socket_full rx_drop_kernel_refused"
 
 # noted_counters text|json FILE...: the NOTED counters that are not 0 in
-# GOROCE_STATS files (one `roce stat` line each: link DEV/PORT, then names
+# GOROCE_STATS files or RXE_DIFF's output (one `roce stat` line each: link DEV/PORT, then names
 # and values), by side (FILE's next-to-last suffix: TAG.server.stats).
 noted_counters() {
 	awk -v fmt="$1" -v noted="$NOTED" '
@@ -657,7 +668,7 @@ noted_counters() {
 		for (k = 1; k <= ns; k++) {
 			s = order[k]
 			if (fmt == "json") out = out (k > 1 ? "," : "") "\"" s "\":" (seen[s] ? "{" j[s] "}" : "null")
-			else out = out (k > 1 ? "; " : "") s " " (seen[s] ? (t[s] == "" ? "none" : t[s]) : "no counters (no GOROCE_STATS file)")
+			else out = out (k > 1 ? "; " : "") s " " (seen[s] ? (t[s] == "" ? "none" : t[s]) : "no counters read")
 		}
 		print (fmt == "json" ? "{" out "}" : out)
 	}' "${@:2}"
@@ -923,7 +934,7 @@ if [ -n "$json" ]; then
 		printf '"link_mtu":%d,"path_mtu":%d,' "${linkmtu:-1500}" "$pmtu"
 		printf '"runs":['
 		awk -F'\t' 'function n(x) { return x == "NA" || x == "" ? "null" : x }
-		{ printf "%s{\"round\":%d,\"stack\":\"%s\",\"kind\":\"%s\",\"test\":\"%s\",\"value\":%s,\"client_seconds\":%s,\"client_eth0_tx_packets\":%s,\"client_eth0_rx_packets\":%s,\"server_eth0_rx_packets\":%s,\"server_eth0_rx_dropped\":%s,\"server_udp_rcvbuf_errors\":%s,\"goroce_counters\":%s}", (NR > 1 ? "," : ""), $1, $2, $3, $4, n($5), $6, n($7), n($8), n($9), n($10), n($11), $12 }' "$results"
+		{ printf "%s{\"round\":%d,\"stack\":\"%s\",\"kind\":\"%s\",\"test\":\"%s\",\"value\":%s,\"client_seconds\":%s,\"client_eth0_tx_packets\":%s,\"client_eth0_rx_packets\":%s,\"server_eth0_rx_packets\":%s,\"server_eth0_rx_dropped\":%s,\"server_udp_rcvbuf_errors\":%s,\"counters\":%s}", (NR > 1 ? "," : ""), $1, $2, $3, $4, n($5), $6, n($7), n($8), n($9), n($10), n($11), $12 }' "$results"
 		printf '],"summary":['
 		summary json
 		printf ']'

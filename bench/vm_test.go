@@ -28,26 +28,27 @@ type vmRun struct {
 	TxPkts   *int     `json:"client_eth0_tx_packets"`
 	RxPkts   *int     `json:"client_eth0_rx_packets"`
 	ClientTS float64  `json:"client_seconds"`
-	// goroce's runs: each side's counters that say a packet went
-	// missing or came twice, those not 0 (null: no GOROCE_STATS file).
+	// rxe's and goroce's runs: each side's counters that say a packet
+	// went missing or came twice, those not 0 (null: none read).
 	Counters *struct {
-		Server *map[string]uint64 `json:"server"`
-		Client *map[string]uint64 `json:"client"`
-	} `json:"goroce_counters"`
+		Server *map[string]int64 `json:"server"`
+		Client *map[string]int64 `json:"client"`
+	} `json:"counters"`
 }
 
-// checkCounters: goroce's runs carry both sides' counters (GOROCE_STATS
-// read back from the VMs), the others none.
+// checkCounters: rxe's and goroce's runs carry both sides' counters
+// (goroce's GOROCE_STATS, rxe0's hw_counters over the run, read back from
+// the VMs), the floor's none.
 func checkCounters(t *testing.T, runs []vmRun) {
 	t.Helper()
 	for _, r := range runs {
 		switch {
-		case r.Stack == "goroce" && (r.Counters == nil || r.Counters.Server == nil || r.Counters.Client == nil):
-			t.Errorf("goroce %s %s, round %d: no counters from both sides: %+v", r.Kind, r.Test, r.Round, r.Counters)
-		case r.Stack != "goroce" && r.Counters != nil:
-			t.Errorf("%s %s: goroce's counters %+v", r.Stack, r.Test, r.Counters)
-		case r.Stack == "goroce":
-			t.Logf("goroce %s %s: counters of note: server %v, client %v", r.Kind, r.Test, *r.Counters.Server, *r.Counters.Client)
+		case r.Stack != "floor" && (r.Counters == nil || r.Counters.Server == nil || r.Counters.Client == nil):
+			t.Errorf("%s %s %s, round %d: no counters from both sides: %+v", r.Stack, r.Kind, r.Test, r.Round, r.Counters)
+		case r.Stack == "floor" && r.Counters != nil:
+			t.Errorf("floor %s: counters %+v", r.Test, r.Counters)
+		case r.Stack != "floor":
+			t.Logf("%s %s %s: counters of note: server %v, client %v", r.Stack, r.Kind, r.Test, *r.Counters.Server, *r.Counters.Client)
 		}
 	}
 }
