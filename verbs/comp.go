@@ -257,6 +257,7 @@ func (q *QP) onRetransTimer() {
 	}
 	q.spendRetry()
 	q.req.win.timedOut(monoNow())
+	q.saveResume()
 	out := getTxBatch(q.dev)
 	q.retry(out)
 	q.mu.Unlock()
@@ -345,7 +346,43 @@ func (q *QP) retry(out *txBatch) {
 // NAK): a packet was lost, and the window halves first.
 func (q *QP) lossRetry(out *txBatch) {
 	q.req.win.lost(monoNow())
+	q.req.resume = resumePoint{} // a loss: what follows it goes again
 	q.retry(out)
+}
+
+// saveResume keeps the requester's position before a timeout's rewind
+// (resumeAfterSpurious). A second timeout before the first is resolved
+// keeps the first's, the further. Not with a READ or atomic outstanding
+// (rdAtomic): the rewind sends those again to have their responses, and
+// skipping them would leave the completer waiting.
+func (q *QP) saveResume() {
+	if q.req.resume.valid || q.req.rdAtomic != 0 {
+		return
+	}
+	q.req.resume = resumePoint{valid: true, cur: q.sq.cur, off: q.req.off, psn: q.req.psn}
+}
+
+// resumeAfterSpurious ends a go-back-N retry that an ACK has shown
+// spurious (checkSpurious: it acknowledged first transmissions the retry
+// had not resent): the requester goes back to where the timeout found it
+// instead of resending, behind the ACKs of the originals, every packet it
+// had sent — as TCP sends new data once F-RTO has found a timeout
+// spurious (RFC 5682, §2.1 step 2b). In the lab's VMs a responder that
+// ran late by more than the 67 ms timeout saw 264–451 packets again, all
+// duplicate_request (BENCHMARKS.md). A packet of those that was in fact
+// lost is found as any other: the responder's sequence-error NAK when a
+// later one arrives, or the timer. The ACK has been handled (completions,
+// comp.psn, fastForward) before.
+func (q *QP) resumeAfterSpurious() {
+	r := &q.req.resume
+	if !r.valid || !r.apply {
+		return
+	}
+	r.valid, r.apply = false, false
+	if r.psn.Diff(q.req.psn) <= 0 || q.sq.cur > r.cur || q.sq.head > r.cur || q.comp.psn.Diff(r.psn) > 0 || q.req.rdAtomic != 0 {
+		return // the requester is there already, or the ACKs are past it
+	}
+	q.sq.cur, q.req.off, q.req.psn, q.req.noack = r.cur, r.off, r.psn, 0
 }
 
 // rewind points the requester at comp.psn: the WQE holding it and the
@@ -598,6 +635,7 @@ func (q *QP) onACK(psn wire.PSN, out *txBatch) {
 	}
 	q.advanceCompPSN(psn.Next())
 	q.fastForward()
+	q.resumeAfterSpurious()
 	q.afterProgress(out)
 }
 
@@ -612,8 +650,10 @@ func (q *QP) checkSpurious(psn wire.PSN) {
 	case w.undo == 0:
 	case psn.Diff(q.req.psn) >= 0:
 		w.spuriousTimeout()
+		q.req.resume.apply = q.req.resume.valid
 	case q.req.psn.After(q.req.maxSent):
 		w.undo = 0
+		q.req.resume = resumePoint{}
 	}
 }
 

@@ -95,6 +95,18 @@ type reqState struct {
 	// the batch arms the local ACK timer and starts the RTT sample's clock
 	// once they are sent (release, onSent).
 	armOnSend bool
+	// resume is where the requester stood when a local ACK timeout
+	// rewound it (comp.go: saveResume, resumeAfterSpurious).
+	resume resumePoint
+}
+
+// resumePoint is the requester's position (sq.cur, off, psn) before a
+// timeout's go-back-N. valid: saved and not yet used or dropped; apply:
+// an ACK has shown the timeout spurious (checkSpurious).
+type resumePoint struct {
+	valid, apply bool
+	cur, off     uint64
+	psn          wire.PSN
 }
 
 func (o WROpcode) validFor(t QPType) bool {
