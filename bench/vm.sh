@@ -719,7 +719,7 @@ AWK_MEDIAN='
 
 summary() {
 	awk -F'\t' -v kinds="${kind_list[*]}" -v rounds="$rounds" -v fmt="$1" \
-		-v pp="$pp_n" -v lat="$lat_n" -v bw="$bw_n" "$AWK_MEDIAN"'
+		-v pp="$pp_n" -v lat="$lat_n" -v bw="$bw_n" -v per=$((65536 / pmtu)) "$AWK_MEDIAN"'
 	function num(v, t) { return t == "write_bw" ? sprintf("%.2f", v) : (v >= 100 ? sprintf("%.0f", v) : sprintf("%.1f", v)) }
 	function cell(t, a, n, failed,   s, lo, hi, m) {
 		if (n == 0) return "— (" failed " failed)"
@@ -743,7 +743,7 @@ summary() {
 		label["send_lat"] = "`ib_send_lat -s 64` / `roce perf send --lat -s 64` (-n " lat "), t_typical µs"
 		label["write_bw"] = "`ib_write_bw -s 65536` / `roce perf write -s 65536` (-n " bw "), BW average MB/s"
 		short["pingpong"] = "pingpong"; short["send_lat"] = "send_lat"; short["write_bw"] = "write_bw"
-		ideal["pingpong"] = 2 * pp; ideal["send_lat"] = 2 * lat; ideal["write_bw"] = 64 * bw
+		ideal["pingpong"] = 2 * pp; ideal["send_lat"] = 2 * lat; ideal["write_bw"] = per * bw
 		goal["pingpong"] = "≤ 1.0×"; goal["send_lat"] = "≤ 1.0×"; goal["write_bw"] = "≥ 1.5×"
 		sense["pingpong"] = "rxe'"'"'s time"; sense["send_lat"] = "rxe'"'"'s latency"; sense["write_bw"] = "rxe'"'"'s rate"
 		if (fmt == "md") {
@@ -789,7 +789,7 @@ summary() {
 # test (and goroce kind).
 floor_summary() {
 	awk -F'\t' -v kinds="${kind_list[*]}" -v rounds="$rounds" -v fmt="$1" \
-		-v pp="$pp_n" -v lat="$lat_n" -v bw="$bw_n" "$AWK_MEDIAN"'
+		-v pp="$pp_n" -v lat="$lat_n" -v bw="$bw_n" -v per=$((65536 / pmtu)) "$AWK_MEDIAN"'
 	function ok(x) { return x != "" && x != "NA" && x + 0 > 0 }
 	function col(a, n, f, x) { return n ? sprintf(f x " [" f "–" f "]", median(a, n), a[1], a[n]) : "—" }
 	function jv(a, n) { return n ? sprintf("%.4f", median(a, n)) : "null" }

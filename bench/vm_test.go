@@ -313,8 +313,9 @@ func TestLabVMScriptMTU(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bench/vm.sh --quick -M 9000: %v\nstdout:\n%s", err, stdout.String())
 	}
-	if !strings.Contains(stdout.String(), "Both sides' path MTU 4096 (the link's MTU 9000).") {
-		t.Errorf("the table's note does not name path MTU 4096:\n%s", stdout.String())
+	if !strings.Contains(stdout.String(), "Both sides' path MTU 4096 (the link's MTU 9000).") ||
+		!strings.Contains(stdout.String(), "write_bw (least 160): rxe ") {
+		t.Errorf("the table's notes do not name path MTU 4096 and its 160 packets for write_bw:\n%s", stdout.String())
 	}
 	b, err := os.ReadFile(jsonPath)
 	if err != nil {
