@@ -82,46 +82,22 @@ type vmSummary struct {
 // the VMs), nothing of its own left behind. No figure is judged: the
 // lab's VMs are emulated, and only the side-by-side ratio means anything.
 func TestLabVMScript(t *testing.T) {
-	testenv.Root(t)
-	labDir := filepath.Join(testenv.SharedDir(t), "lab")
-	_, err := os.Stat(filepath.Join(labDir, "up"))
-	testenv.Require(t, err == nil, "the interop lab at "+labDir)
-	// As lab.Start: lab/setup installs qemu, which CI lets it do.
-	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil && !testenv.InCI() && os.Getenv("GOROCE_LAB") == "" {
-		testenv.Require(t, false, "qemu (run ../shared/lab/setup, or set GOROCE_LAB=1 to let the tests run it)")
-	}
-
-	// The script takes the lab's lock itself (lab.Start here would hold
-	// it against the script): it may wait for other tests' turns, up to
-	// a minute before this test's deadline.
-	deadline := time.Now().Add(20 * time.Minute)
-	if d, ok := t.Deadline(); ok {
-		deadline = d.Add(-time.Minute)
-	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
+	labDir := requireLab(t)
 	jsonPath := filepath.Join(t.TempDir(), "runs.json")
 	logs := t.TempDir()
-	cmd := exec.CommandContext(ctx, filepath.Join(testenv.RepoRoot(t), "bench", "vm.sh"), "--quick", "-f", "-c", "-T", "-n", "150,150,20", "-j", jsonPath, "-l", logs)
-	cmd.Env = append(os.Environ(), "ROCE_LAB_DIR="+labDir,
-		"ROCE_LAB_LOCK_WAIT="+strconv.Itoa(int(time.Until(deadline).Seconds())-300))
-	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) } // the script restores the VMs on SIGINT
-	cmd.WaitDelay = time.Minute
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
-	err = cmd.Run()
-	t.Logf("bench/vm.sh --quick took %v; stderr:\n%s", time.Since(start).Round(time.Second), stderr.String())
+	stdout, stderr, err := runVMScript(t, labDir, 20*time.Minute, "--quick", "-f", "-c", "-T", "-n", "150,150,20", "-j", jsonPath, "-l", logs)
+	t.Logf("bench/vm.sh --quick took %v; stderr:\n%s", time.Since(start).Round(time.Second), stderr)
 	if err != nil {
 		for _, f := range mustGlob(t, filepath.Join(logs, "*.log")) {
 			b, _ := os.ReadFile(f)
 			t.Logf("%s:\n%s", filepath.Base(f), b)
 		}
-		t.Fatalf("bench/vm.sh --quick: %v\nstdout:\n%s", err, stdout.String())
+		t.Fatalf("bench/vm.sh --quick: %v\nstdout:\n%s", err, stdout)
 	}
 
 	// The table: a header and one row per test, every cell filled.
-	table := stdout.String()
+	table := stdout
 	t.Logf("stdout:\n%s", table)
 	cell := `(\d+(\.\d+)? \[\d+(\.\d+)?–\d+(\.\d+)?\])`
 	row := regexp.MustCompile(`(?m)^\| ` + "`" + `(ibv_rc_pingpong|ib_send_lat|ib_write_bw) [^|]+ \| ` + cell + ` \| ` + cell + ` \| \d+\.\d\d× \[\d+\.\d\d–\d+\.\d\d\] rxe's (time|latency|rate) \| [≤≥] 1\.[05]× \(met in [01] of 1\) \|$`)
@@ -259,6 +235,45 @@ func TestLabVMScript(t *testing.T) {
 	}
 }
 
+// requireLab: root and the interop lab (../shared/lab), or the test
+// cannot run; it returns the lab's directory.
+func requireLab(t *testing.T) string {
+	t.Helper()
+	testenv.Root(t)
+	labDir := filepath.Join(testenv.SharedDir(t), "lab")
+	_, err := os.Stat(filepath.Join(labDir, "up"))
+	testenv.Require(t, err == nil, "the interop lab at "+labDir)
+	// As lab.Start: lab/setup installs qemu, which CI lets it do.
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil && !testenv.InCI() && os.Getenv("GOROCE_LAB") == "" {
+		testenv.Require(t, false, "qemu (run ../shared/lab/setup, or set GOROCE_LAB=1 to let the tests run it)")
+	}
+	return labDir
+}
+
+// runVMScript runs bench/vm.sh with args, on the lab in labDir, until a
+// minute before the test's deadline (without one, for limit). The script takes
+// the lab's lock itself (lab.Start here would hold it against the
+// script): it may wait for other tests' turns, up to five minutes before
+// that end. Cancelled, it gets SIGINT, on which it restores the VMs.
+func runVMScript(t *testing.T, labDir string, limit time.Duration, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	if d, ok := t.Deadline(); ok {
+		deadline = d.Add(-time.Minute)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(testenv.RepoRoot(t), "bench", "vm.sh"), args...)
+	cmd.Env = append(os.Environ(), "ROCE_LAB_DIR="+labDir,
+		"ROCE_LAB_LOCK_WAIT="+strconv.Itoa(int(time.Until(deadline).Seconds())-300))
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = time.Minute
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err = cmd.Run()
+	return out.String(), errOut.String(), err
+}
+
 func mustGlob(t *testing.T, pattern string) []string {
 	t.Helper()
 	m, err := filepath.Glob(pattern)
@@ -276,13 +291,7 @@ func mustGlob(t *testing.T, pattern string) []string {
 // namespace. A link MTU the script cannot use is refused before the lab
 // is touched.
 func TestLabVMScriptMTU(t *testing.T) {
-	testenv.Root(t)
-	labDir := filepath.Join(testenv.SharedDir(t), "lab")
-	_, err := os.Stat(filepath.Join(labDir, "up"))
-	testenv.Require(t, err == nil, "the interop lab at "+labDir)
-	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil && !testenv.InCI() && os.Getenv("GOROCE_LAB") == "" {
-		testenv.Require(t, false, "qemu (run ../shared/lab/setup, or set GOROCE_LAB=1 to let the tests run it)")
-	}
+	labDir := requireLab(t)
 	script := filepath.Join(testenv.RepoRoot(t), "bench", "vm.sh")
 	for _, bad := range []struct{ args, want string }{
 		{"-M 100", "-M: a link MTU from 1280 to 9000, not '100'"},
@@ -294,28 +303,15 @@ func TestLabVMScriptMTU(t *testing.T) {
 		}
 	}
 
-	deadline := time.Now().Add(15 * time.Minute)
-	if d, ok := t.Deadline(); ok {
-		deadline = d.Add(-time.Minute)
-	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
 	jsonPath := filepath.Join(t.TempDir(), "runs.json")
-	cmd := exec.CommandContext(ctx, script, "--quick", "-M", "9000", "-f", "-n", "50,50,10", "-j", jsonPath)
-	cmd.Env = append(os.Environ(), "ROCE_LAB_DIR="+labDir,
-		"ROCE_LAB_LOCK_WAIT="+strconv.Itoa(int(time.Until(deadline).Seconds())-300))
-	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-	cmd.WaitDelay = time.Minute
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err = cmd.Run()
-	t.Logf("stderr:\n%s", stderr.String())
+	stdout, stderr, err := runVMScript(t, labDir, 15*time.Minute, "--quick", "-M", "9000", "-f", "-n", "50,50,10", "-j", jsonPath)
+	t.Logf("stderr:\n%s", stderr)
 	if err != nil {
-		t.Fatalf("bench/vm.sh --quick -M 9000: %v\nstdout:\n%s", err, stdout.String())
+		t.Fatalf("bench/vm.sh --quick -M 9000: %v\nstdout:\n%s", err, stdout)
 	}
-	if !strings.Contains(stdout.String(), "Both sides' path MTU 4096 (the link's MTU 9000).") ||
-		!strings.Contains(stdout.String(), "write_bw (least 160): rxe ") {
-		t.Errorf("the table's notes do not name path MTU 4096 and its 160 packets for write_bw:\n%s", stdout.String())
+	if !strings.Contains(stdout, "Both sides' path MTU 4096 (the link's MTU 9000).") ||
+		!strings.Contains(stdout, "write_bw (least 160): rxe ") {
+		t.Errorf("the table's notes do not name path MTU 4096 and its 160 packets for write_bw:\n%s", stdout)
 	}
 	b, err := os.ReadFile(jsonPath)
 	if err != nil {
