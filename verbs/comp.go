@@ -362,9 +362,9 @@ func (q *QP) saveResume() {
 	q.req.resume = resumePoint{valid: true, cur: q.sq.cur, off: q.req.off, psn: q.req.psn}
 }
 
-// resumeAfterSpurious ends a go-back-N retry that an ACK has shown
-// spurious (checkSpurious: it acknowledged first transmissions the retry
-// had not resent): the requester goes back to where the timeout found it
+// resumeAfterSpurious ends a go-back-N retry that the ACK being handled
+// has shown spurious (checkSpurious: it acknowledged first transmissions
+// the retry had not resent): the requester goes back to where the timeout found it
 // instead of resending, behind the ACKs of the originals, every packet it
 // had sent — as TCP sends new data once F-RTO has found a timeout
 // spurious (RFC 5682, §2.1 step 2b). In the lab's VMs a responder that
@@ -375,10 +375,10 @@ func (q *QP) saveResume() {
 // comp.psn, fastForward) before.
 func (q *QP) resumeAfterSpurious() {
 	r := &q.req.resume
-	if !r.valid || !r.apply {
+	if !r.valid {
 		return
 	}
-	r.valid, r.apply = false, false
+	r.valid = false
 	if r.psn.Diff(q.req.psn) <= 0 || q.sq.cur > r.cur || q.sq.head > r.cur || q.comp.psn.Diff(r.psn) > 0 || q.req.rdAtomic != 0 {
 		return // the requester is there already, or the ACKs are past it
 	}
@@ -620,7 +620,7 @@ func (q *QP) onACK(psn wire.PSN, out *txBatch) {
 	if psn.Diff(q.comp.psn) < 0 {
 		return // duplicate ACK
 	}
-	q.checkSpurious(psn)
+	spurious := q.checkSpurious(psn)
 	progress := q.comp.progress
 	if q.completeThrough(psn) {
 		q.laterResponse(out)
@@ -635,7 +635,9 @@ func (q *QP) onACK(psn wire.PSN, out *txBatch) {
 	}
 	q.advanceCompPSN(psn.Next())
 	q.fastForward()
-	q.resumeAfterSpurious()
+	if spurious {
+		q.resumeAfterSpurious()
+	}
 	q.afterProgress(out)
 }
 
@@ -644,17 +646,19 @@ func (q *QP) onACK(psn wire.PSN, out *txBatch) {
 // req.psn, which the rewind set back) acknowledges first transmissions,
 // and the timeout was spurious; once the retry has resent all it had sent
 // (req.psn past maxSent), an ACK can no longer tell, and the cut stands.
-func (q *QP) checkSpurious(psn wire.PSN) {
+// It reports whether it found the timeout spurious.
+func (q *QP) checkSpurious(psn wire.PSN) bool {
 	w := &q.req.win
 	switch {
 	case w.undo == 0:
 	case psn.Diff(q.req.psn) >= 0:
 		w.spuriousTimeout()
-		q.req.resume.apply = q.req.resume.valid
+		return true
 	case q.req.psn.After(q.req.maxSent):
 		w.undo = 0
 		q.req.resume = resumePoint{}
 	}
+	return false
 }
 
 // laterResponse handles a response (ACK, NAK, READ response or atomic ACK) for

@@ -101,12 +101,11 @@ type reqState struct {
 }
 
 // resumePoint is the requester's position (sq.cur, off, psn) before a
-// timeout's go-back-N. valid: saved and not yet used or dropped; apply:
-// an ACK has shown the timeout spurious (checkSpurious).
+// timeout's go-back-N; valid: saved and not yet used or dropped.
 type resumePoint struct {
-	valid, apply bool
-	cur, off     uint64
-	psn          wire.PSN
+	valid    bool
+	cur, off uint64
+	psn      wire.PSN
 }
 
 func (o WROpcode) validFor(t QPType) bool {
