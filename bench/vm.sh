@@ -321,7 +321,7 @@ fi
 # follows its netdev's MTU; a goroce device reads it when it is added).
 set_link_mtu() {
 	local ns br vm
-	ns=$(. "$LAB/common.sh" && echo "$NS") && br=$(. "$LAB/common.sh" && echo "$BR") || return 1
+	read -r ns br < <(. "$LAB/common.sh" && echo "$NS $BR") && [ -n "$br" ] || return 1
 	for vm in vm1 vm2; do ip netns exec "$ns" ip link set "tap-$vm" mtu "$1" || return 1; done
 	ip netns exec "$ns" ip link set "$br" mtu "$1" || return 1
 	for vm in vm1 vm2; do vmx "$vm" "ip link set eth0 mtu $1" || return 1; done
@@ -588,8 +588,7 @@ echo PKTS \$p0 \$(cat $ETH0/tx_packets $ETH0/rx_packets); echo CPUC \$c0 \$(head
 			[ $side = client ] && vm=vm2
 			vmx "$vm" "$get" >"$logdir/$tag.$side.stats" 2>/dev/null || true
 		done
-		gtext=$(noted_counters text "$logdir/$tag.server.stats" "$logdir/$tag.client.stats")
-		gjson=$(noted_counters json "$logdir/$tag.server.stats" "$logdir/$tag.client.stats")
+		{ IFS= read -r gtext && IFS= read -r gjson; } < <(noted_counters "$logdir/$tag.server.stats" "$logdir/$tag.client.stats") || true
 		gjson=${gjson:-null}
 	fi
 	local src
@@ -653,11 +652,12 @@ echo PKTS \$p0 \$(cat $ETH0/tx_packets $ETH0/rx_packets); echo CPUC \$c0 \$(head
 NOTED="retrans_pkts completer_retry_err retry_exceeded_err retry_rnr_exceeded_err rcvd_seq_err rcvd_rnr_err \
 out_of_seq_request duplicate_request send_rnr_err rcvd_bad_icrc rx_drop_socket_full rx_drop_kernel_refused"
 
-# noted_counters text|json FILE...: the NOTED counters that are not 0 in
+# noted_counters FILE...: the NOTED counters that are not 0 in
 # GOROCE_STATS files or RXE_DIFF's output (one `roce stat` line each: link DEV/PORT, then names
-# and values), by side (FILE's next-to-last suffix: TAG.server.stats).
+# and values), by side (FILE's next-to-last suffix: TAG.server.stats):
+# a line for the progress line, then a line of JSON.
 noted_counters() {
-	awk -v fmt="$1" -v noted="$NOTED" '
+	awk -v noted="$NOTED" '
 	BEGIN { n = split(noted, a, " "); for (i = 1; i <= n; i++) want[a[i]] = 1
 		for (i = 1; i < ARGC; i++) { s = ARGV[i]; sub(/\.stats$/, "", s); sub(/.*\./, "", s); order[++ns] = s; sideof[ARGV[i]] = s } }
 	{ side = sideof[FILENAME] }
@@ -667,11 +667,12 @@ noted_counters() {
 	END {
 		for (k = 1; k <= ns; k++) {
 			s = order[k]
-			if (fmt == "json") out = out (k > 1 ? "," : "") "\"" s "\":" (seen[s] ? "{" j[s] "}" : "null")
-			else out = out (k > 1 ? "; " : "") s " " (seen[s] ? (t[s] == "" ? "none" : t[s]) : "no counters read")
+			text = text (k > 1 ? "; " : "") s " " (seen[s] ? (t[s] == "" ? "none" : t[s]) : "no counters read")
+			json = json (k > 1 ? "," : "") "\"" s "\":" (seen[s] ? "{" j[s] "}" : "null")
 		}
-		print (fmt == "json" ? "{" out "}" : out)
-	}' "${@:2}"
+		print text
+		print "{" json "}"
+	}' "$@"
 }
 unit() {
 	case $1 in pingpong) echo "usec/iter" ;; send_lat) echo "usec t_typical" ;; write_bw) echo "MB/s" ;; esac
