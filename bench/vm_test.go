@@ -110,10 +110,6 @@ func TestLabVMScript(t *testing.T) {
 
 	// The JSON: every run a figure and packets on eth0, the summary's
 	// ratio that of the figures.
-	b, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var doc struct {
 		Commit  string      `json:"commit"`
 		Rounds  int         `json:"rounds"`
@@ -130,9 +126,7 @@ func TestLabVMScript(t *testing.T) {
 			Count2      int     `json:"turnarounds_vm2"`
 		} `json:"captures"`
 	}
-	if err := json.Unmarshal(b, &doc); err != nil {
-		t.Fatalf("the JSON: %v\n%s", err, b)
-	}
+	b := readJSON(t, jsonPath, &doc)
 	if doc.Rounds != 1 || doc.Commit == "" || doc.Commit == "unknown" {
 		t.Errorf("JSON: rounds %d, commit %q", doc.Rounds, doc.Commit)
 	}
@@ -274,6 +268,19 @@ func runVMScript(t *testing.T, labDir string, limit time.Duration, args ...strin
 	return out.String(), errOut.String(), err
 }
 
+// readJSON reads vm.sh's JSON (-j) at path into v, and returns it.
+func readJSON(t *testing.T, path string, v any) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("the JSON: %v\n%s", err, b)
+	}
+	return b
+}
+
 func mustGlob(t *testing.T, pattern string) []string {
 	t.Helper()
 	m, err := filepath.Glob(pattern)
@@ -313,18 +320,12 @@ func TestLabVMScriptMTU(t *testing.T) {
 		!strings.Contains(stdout, "write_bw (least 160): rxe ") {
 		t.Errorf("the table's notes do not name path MTU 4096 and its 160 packets for write_bw:\n%s", stdout)
 	}
-	b, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var doc struct {
 		LinkMTU int     `json:"link_mtu"`
 		PathMTU int     `json:"path_mtu"`
 		Runs    []vmRun `json:"runs"`
 	}
-	if err := json.Unmarshal(b, &doc); err != nil {
-		t.Fatalf("the JSON: %v\n%s", err, b)
-	}
+	readJSON(t, jsonPath, &doc)
 	checkCounters(t, doc.Runs)
 	if doc.LinkMTU != 9000 || doc.PathMTU != 4096 {
 		t.Errorf("JSON: link_mtu %d, path_mtu %d; want 9000, 4096", doc.LinkMTU, doc.PathMTU)
