@@ -36,8 +36,9 @@ const maxMaskedPrefix = 60 + UDPLen + BTHLen
 // buffer, masks it there and runs it through its own slicing-by-8 loop
 // (updateSlicing8), starting from the CRC of the 8 bytes of ones that stand
 // for the LRH; then it hands the rest of the packet, in place, to
-// crc32.Update in one call, which uses the CPU's carry-less multiply (on
-// amd64 and arm64; elsewhere hash/crc32's own slicing-by-8).
+// updateIEEE in one call: crc32.Update, which uses the CPU's carry-less
+// multiply (on amd64 and arm64; elsewhere hash/crc32's own slicing-by-8),
+// or where that measured slower, slicing-by-16 (crcsel.go).
 // Passing the stack buffer to crc32.Update instead would move it to the
 // heap (hash/crc32 reaches its assembly through a function variable, which
 // escape analysis cannot see through): an allocation per packet.
@@ -207,9 +208,13 @@ func updateSlicing8(crc uint32, p []byte) uint32 {
 // length (arm64), so it gets them all.
 const slicingShort = runtime.GOARCH == "amd64"
 
-// updateIEEE is crc32.Update(crc, crc32.IEEETable, p). p escapes, as into
-// crc32.Update: not for stack buffers (updateSlicing8 is).
+// updateIEEE is crc32.Update(crc, crc32.IEEETable, p), by the loop
+// chooseCRC chose (crcsel.go). p escapes, as into crc32.Update: not for
+// stack buffers (updateSlicing8 is).
 func updateIEEE(crc uint32, p []byte) uint32 {
+	if crcTable {
+		return updateSlicing16(crc, p)
+	}
 	if slicingShort && len(p) < 64 {
 		return updateSlicing8(crc, p)
 	}

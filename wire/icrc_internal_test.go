@@ -28,15 +28,21 @@ func TestUpdateSlicing8(t *testing.T) {
 			}
 		}
 	}
-	// The tables: table k maps a byte to its CRC register followed by k zero bytes.
-	for k := range 8 {
+	checkSlicingTables(t, ieeeSlicing8[:])
+}
+
+// checkSlicingTables: table k maps a byte to its CRC register followed by
+// k zero bytes.
+func checkSlicingTables(t *testing.T, tables [][256]uint32) {
+	t.Helper()
+	for k := range tables {
 		for i := range 256 {
 			reg := crc32.IEEETable[i]
 			for range k {
 				reg = crc32.IEEETable[reg&0xFF] ^ reg>>8
 			}
-			if ieeeSlicing8[k][i] != reg {
-				t.Fatalf("table %d entry %d", k, i)
+			if tables[k][i] != reg {
+				t.Fatalf("table %d of %d, entry %d: %#08x, want %#08x", k, len(tables), i, tables[k][i], reg)
 			}
 		}
 	}

@@ -142,8 +142,9 @@ var Table = map[string]rule{
 	// The floor does by hand what any RoCE must, with none of goroce's
 	// engine; its latency floor reads an AF_PACKET ring with the ring
 	// primitive goroce's link uses (mmap and status words, nothing else),
-	// so that its empty looks cost what goroce's do.
-	"bench/cmd/udpfloor": {9, "link/pktring link/xsk internal/turnsplit", "internal/nettest internal/testenv"},
+	// so that its empty looks cost what goroce's do, and computes its
+	// CRC-32s with the loop goroce's ICRC uses (wire.UpdateCRC32).
+	"bench/cmd/udpfloor": {9, "link/pktring link/xsk internal/turnsplit wire", "internal/nettest internal/testenv"},
 	// Times goroce's ICRC beside the runtime's operations.
 	"bench/cmd/opcost": {9, "wire", ""},
 }

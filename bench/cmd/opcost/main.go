@@ -2,7 +2,8 @@
 
 // Command opcost times the operations goroce's packet path is made of —
 // calls, clock reads, locks, atomics, channel sends, copies, a map lookup, CRC-32
-// and goroce's ICRC at packet sizes, system calls, yields — one loop each,
+// (hash/crc32's and the loop goroce's ICRC chose, named in the header) and
+// goroce's ICRC at packet sizes, system calls, yields — one loop each,
 // and prints nanoseconds per operation. Instruction counts
 // (bench/callgrind.sh) weigh every instruction alike; under the lab VMs'
 // emulation (QEMU TCG) they do not cost alike, and this says by how much.
@@ -73,6 +74,8 @@ func main() {
 		}
 	}
 	fmt.Printf("%-40s %d\n", "GOMAXPROCS", runtime.GOMAXPROCS(0))
+	m, why := wire.ICRCMethod()
+	fmt.Printf("%-40s %s (%s)\n", "ICRC's CRC-32 loop", m, why)
 	for _, op := range ops() {
 		k := *n
 		if op.slow {
@@ -268,6 +271,16 @@ func ops() []op {
 			c := uint32(0)
 			for range n {
 				c = crc32.Update(c, crc32.IEEETable, buf[:l])
+			}
+			sink += uint64(c)
+		}})
+	}
+	// The loop goroce's ICRC uses in this process (GOROCE_ICRC).
+	for _, l := range []int{44, 104, 1024, 4096} {
+		list = append(list, op{fmt.Sprintf("wire.UpdateCRC32 %d B", l), false, func(n int) {
+			c := uint32(0)
+			for range n {
+				c = wire.UpdateCRC32(c, buf[:l])
 			}
 			sink += uint64(c)
 		}})

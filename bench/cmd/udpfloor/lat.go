@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"math"
 	"net/netip"
@@ -16,6 +15,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/wire"
 )
 
 // The latency floor (-lat): the floor under `ib_send_lat -s 64` and
@@ -139,7 +140,7 @@ func (l *latPeer) sendAckAndMsg(ack bool, to unix.Sockaddr) error {
 	l.psn++
 	binary.BigEndian.PutUint32(l.msg[8:], l.psn)
 	copy(l.msg[bthLen:], l.src)
-	binary.BigEndian.PutUint32(l.msg[bthLen+l.size:], crc32.ChecksumIEEE(l.msg[:bthLen+l.size]))
+	binary.BigEndian.PutUint32(l.msg[bthLen+l.size:], wire.UpdateCRC32(0, l.msg[:bthLen+l.size]))
 	hdrs, last := l.hdrs[:], 2
 	if ack && l.gso {
 		hdrs, first, last = l.gsoHdr[:], 0, 1
@@ -188,7 +189,7 @@ func (l *latPeer) send(hdrs []unix.Mmsghdr, to unix.Sockaddr) error {
 // checks no PSNs) and the ACK's CRC-32.
 func (l *latPeer) sealAck() {
 	binary.BigEndian.PutUint32(l.ack[8:], l.psn)
-	binary.BigEndian.PutUint32(l.ack[bthLen+aethLen:], crc32.ChecksumIEEE(l.ack[:bthLen+aethLen]))
+	binary.BigEndian.PutUint32(l.ack[bthLen+aethLen:], wire.UpdateCRC32(0, l.ack[:bthLen+aethLen]))
 }
 
 // awaitMsg waits for the next message, counting and checking the ACKs on
@@ -235,7 +236,7 @@ func (l *latPeer) segment() []byte {
 	n := min(len(l.rest), len(l.msg))
 	d := l.rest[:n]
 	l.rest = l.rest[n:]
-	if n < bthLen+icrcLen || crc32.ChecksumIEEE(d[:n-icrcLen]) != binary.BigEndian.Uint32(d[n-icrcLen:]) {
+	if n < bthLen+icrcLen || wire.UpdateCRC32(0, d[:n-icrcLen]) != binary.BigEndian.Uint32(d[n-icrcLen:]) {
 		l.badCRC++
 		return nil
 	}

@@ -10,7 +10,8 @@
 // RoCE WRITE's MIDDLE packets:
 //
 //   - the sender copies each payload from a source ring (the MR) into its
-//     datagram, computes a CRC-32 over the datagram (the ICRC) and sends the
+//     datagram, computes a CRC-32 over the datagram (the ICRC, by the loop
+//     goroce's ICRC uses: wire.UpdateCRC32, GOROCE_ICRC) and sends the
 //     message with one sendmmsg(2) of UDP GSO messages;
 //   - the receiver reads with UDP GRO and recvmmsg(2), checks each
 //     datagram's CRC-32, copies its payload into a destination ring (the MR)
@@ -49,7 +50,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"net"
 	"net/netip"
@@ -63,6 +63,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/wire"
 )
 
 const (
@@ -350,7 +352,7 @@ func (r *receiver) run() error {
 				k := min(len(b), bthLen+p.payload(seen)+icrcLen, dl)
 				d := b[:k]
 				b = b[k:]
-				if k < bthLen+icrcLen || crc32.ChecksumIEEE(d[:k-icrcLen]) != binary.BigEndian.Uint32(d[k-icrcLen:]) {
+				if k < bthLen+icrcLen || wire.UpdateCRC32(0, d[:k-icrcLen]) != binary.BigEndian.Uint32(d[k-icrcLen:]) {
 					r.badCRC++
 					continue
 				}
@@ -609,7 +611,7 @@ func (s *sender) send(m int) error {
 			s.srcOff = 0
 		}
 		s.srcOff += copy(d[bthLen:bthLen+pl], s.src[s.srcOff:])
-		binary.BigEndian.PutUint32(d[bthLen+pl:], crc32.ChecksumIEEE(d[:bthLen+pl]))
+		binary.BigEndian.PutUint32(d[bthLen+pl:], wire.UpdateCRC32(0, d[:bthLen+pl]))
 		pos += len(d)
 	}
 	k := 0
