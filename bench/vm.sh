@@ -15,6 +15,7 @@
 #   bench/vm.sh -r 5 -j runs.json  # 5 rounds; every run also into runs.json
 #   bench/vm.sh --quick            # 1 round, few iterations: does it all work?
 #   bench/vm.sh -k v2,both         # goroce with each device kind, rows for both
+#   bench/vm.sh -k v2,v2@GOROCE_ICRC=hash   # the same kind with and without a setting
 #
 # Options:
 #   -r N          rounds (default 3); each round runs every test on rxe and on
@@ -29,7 +30,10 @@
 #                 v2 GID used); default v2, the faster in the VMs: in 6 paired
 #                 rounds (-k v2,both, at 2d820e1) both's write_bw was
 #                 0.51-0.90x v2's (median 0.67), its pingpong 0.97-1.43x
-#                 v2's time (1.34), its send_lat 0.93-1.72x (1.17)
+#                 v2's time (1.34), its send_lat 0.93-1.72x (1.17);
+#                 KIND@VAR=VALUE[@VAR=VALUE...] is KIND again with that in
+#                 its goroce commands' environment, on the same device: a
+#                 control within the same rounds, e.g. -k v2x,v2x@GOROCE_ICRC=hash
 #   -n PP,LAT,BW  iterations of the pingpong, send_lat and write_bw tests
 #                 (default 1000,1000,300; --quick: 50,50,20)
 #   -j FILE       also write every run and the summary as JSON to FILE
@@ -141,8 +145,18 @@ isnum "$limit" || bad "-t: a positive number of seconds, not '$limit'"
 isnum "${pp_n:-}" && isnum "${lat_n:-}" && isnum "${bw_n:-}" || bad "-n: three iteration counts PP,LAT,BW, not '$iters'"
 [ "$bw_n" -ge 5 ] && [ "$lat_n" -ge 5 ] || bad "-n: perftest wants at least 5 iterations"
 IFS=, read -r -a kind_list <<<"$kinds"
+# ENV_WORD: what an -e or a kind's @VAR=VALUE may be (the commands go
+# inside sh -c '...' in the VMs: no quote, no space).
+ENV_WORD='^[A-Za-z_][A-Za-z0-9_]*=[A-Za-z0-9_.,:/=+-]*$'
 for k in "${kind_list[@]}"; do
-	case $k in v2 | v2s | v2x | both) ;; *) bad "-k: device kinds are v2, v2s, v2x and both, not '$k'" ;; esac
+	case ${k%%@*} in v2 | v2s | v2x | both) ;; *) bad "-k: device kinds are v2, v2s, v2x and both, not '${k%%@*}'" ;; esac
+	if [[ $k == *@* ]]; then
+		IFS=@ read -r -a kenv <<<"${k#*@}"
+		[ "${#kenv[@]}" -gt 0 ] || bad "-k $k: VAR=VALUE after @"
+		for e in "${kenv[@]}"; do
+			[[ $e =~ $ENV_WORD ]] || bad "-k $k: VAR=VALUE after each @, the value of letters, digits and _.,:/=+-, not '$e'"
+		done
+	fi
 done
 [ "${#kind_list[@]}" -gt 0 ] || bad "-k: at least one device kind"
 pmtu=1024 # every tool's path MTU (-m): the lab's link MTU of 1500 less rxe's 80
@@ -150,14 +164,13 @@ if [ -n "$linkmtu" ]; then
 	# 1280: the lab's link carries IPv6 too. 9000: jumbo frames.
 	isnum "$linkmtu" && [ "$linkmtu" -ge 1280 ] && [ "$linkmtu" -le 9000 ] || bad "-M: a link MTU from 1280 to 9000, not '$linkmtu'"
 	for k in "${kind_list[@]}"; do
-		[ "$k" != v2x ] || [ "$linkmtu" -le 3826 ] || bad "-M $linkmtu: rx-path xdp (-k v2x) takes a link MTU of at most 3826 (a frame and its headroom in a 4 KiB chunk)"
+		[ "${k%%@*}" != v2x ] || [ "$linkmtu" -le 3826 ] || bad "-M $linkmtu: rx-path xdp (-k v2x) takes a link MTU of at most 3826 (a frame and its headroom in a 4 KiB chunk)"
 	done
 	pmtu=256
 	for m in 512 1024 2048 4096; do [ $((linkmtu - 80)) -ge "$m" ] && pmtu=$m; done
 fi
 for e in "${genv[@]}"; do
-	# The commands go inside sh -c '...' in the VMs: no quote, no space.
-	[[ $e =~ ^[A-Za-z_][A-Za-z0-9_]*=[A-Za-z0-9_.,:/=+-]*$ ]] || bad "-e: VAR=VALUE, the value of letters, digits and _.,:/=+-, not '$e'"
+	[[ $e =~ $ENV_WORD ]] || bad "-e: VAR=VALUE, the value of letters, digits and _.,:/=+-, not '$e'"
 done
 if [ -n "$profdir" ]; then
 	mkdir -p "$profdir" || bad "-p: cannot make the directory '$profdir'"
@@ -185,7 +198,8 @@ RXE_DIFF="$RXE_SNAP > $VD/hw1; awk 'NR == FNR { a[\$1] = \$2; next } { o = o \" 
 # GROCE: how a goroce test command starts (-e's environment, -p's profile).
 genv_all=("${genv[@]}" "GOROCE_STATS=$STATS")
 [ -z "$profdir" ] || genv_all+=("GOROCE_CPUPROFILE=$PROF")
-GROCE="env ${genv_all[*]} $ROCE"
+GROCE_ENV="env ${genv_all[*]}"
+GROCE="$GROCE_ENV $ROCE"
 SERVER_MGMT=198.51.100.11 # vm1 on the management link: the TCP exchange goes there
 ETH0=/sys/class/net/eth0/statistics
 
@@ -406,14 +420,15 @@ i=\${f#gids/}; [ \"\$(cat gid_attrs/types/\$i)\" = \"RoCE v2\" ] && echo \$i; do
 
 mode= # rxe or the goroce kind the VMs are set up for
 switch_to() {
-	[ "$mode" = "$1" ] && return 0
+	# Kinds that differ only in their @VAR=VALUE share the device.
+	[ "${mode%%@*}" = "${1%%@*}" ] && { mode=$1; return 0; }
 	touched=1
 	local vm
 	for vm in vm1 vm2; do
 		if [ "$1" = rxe ]; then
 			vm_to_rxe "$vm" >&2 || die "$vm: could not load rdma_rxe and add rxe0"
 		else
-			vm_to_goroce "$vm" "$1" >&2 || die "$vm: could not free UDP 4791 and add the goroce device"
+			vm_to_goroce "$vm" "${1%%@*}" >&2 || die "$vm: could not free UDP 4791 and add the goroce device"
 		fi
 	done
 	local stack=goroce
@@ -424,8 +439,11 @@ switch_to() {
 }
 
 # --- one test, one stack ------------------------------------------------------------
-# cmdline STACK TEST GID: the command, the server's without an address.
+# cmdline STACK TEST GID [KIND]: the command, the server's without an
+# address; a goroce KIND's @VAR=VALUE go into its environment.
 cmdline() {
+	local GROCE=$GROCE
+	[[ ${4:-} == *@* ]] && { local ke=${4#*@}; GROCE="$GROCE_ENV ${ke//@/ } $ROCE"; }
 	case $1/$2 in
 	rxe/pingpong) echo "ibv_rc_pingpong -d rxe0 -g $3 -s 64 -n $pp_n" ;;
 	rxe/send_lat) echo "ib_send_lat -d rxe0 -x $3 -s 64 -n $lat_n -m $pmtu -F" ;;
@@ -516,8 +534,8 @@ run_one() {
 		scmd=$(cmdline floor "$test" server)
 		ccmd="$(cmdline floor "$test" client) $SERVER_MGMT"
 	else
-		scmd=$(cmdline "$stack" "$test" "$g1")
-		ccmd="$(cmdline "$stack" "$test" "$g2") $SERVER_MGMT"
+		scmd=$(cmdline "$stack" "$test" "$g1" "$kind")
+		ccmd="$(cmdline "$stack" "$test" "$g2" "$kind") $SERVER_MGMT"
 	fi
 	# A server of the last run still listening (it should not) would take the client.
 	for i in $(seq 1 150); do
@@ -836,6 +854,11 @@ floor_summary() {
 kind_note() {
 	local k out=()
 	for k in "${kind_list[@]}"; do
+		if [[ $k == *@* ]]; then
+			local ke=${k#*@}
+			out+=("$k = ${k%%@*} with ${ke//@/ } in goroce's commands' environment")
+			continue
+		fi
 		case $k in
 		v2) out+=("v2 = \`roce link add g0 type rxe netdev eth0 roce-versions v2\` (sent through a UDP socket with GSO, received with AF_PACKET)") ;;
 		v2s) out+=("v2s = \`roce-versions v2 rx-path socket\` (received from the UDP socket with UDP GRO)") ;;

@@ -296,13 +296,19 @@ func mustGlob(t *testing.T, pattern string) []string {
 // packets on the wire show: a 64 KiB WRITE is 16 packets, not 64. After
 // it, the link's MTU is the lab's again, in both VMs and in the lab's
 // namespace. A link MTU the script cannot use is refused before the lab
-// is touched.
+// is touched. The run has a second goroce kind, v2@GODEBUG=inittrace=1: the
+// same device, with that in its commands' environment only (their logs
+// have the runtime's init lines, v2's none), not set up again.
 func TestLabVMScriptMTU(t *testing.T) {
 	labDir := requireLab(t)
 	script := filepath.Join(testenv.RepoRoot(t), "bench", "vm.sh")
 	for _, bad := range []struct{ args, want string }{
 		{"-M 100", "-M: a link MTU from 1280 to 9000, not '100'"},
 		{"-M 9000 -k v2,v2x", "-M 9000: rx-path xdp (-k v2x) takes a link MTU of at most 3826"},
+		{"-M 9000 -k v2,v2x@A=1", "-M 9000: rx-path xdp (-k v2x) takes a link MTU of at most 3826"},
+		{"-k v2@FOO", "-k v2@FOO: VAR=VALUE after each @, the value of letters, digits and _.,:/=+-, not 'FOO'"},
+		{"-k v2@", "-k v2@: VAR=VALUE after @"},
+		{"-k v3@A=1", "-k: device kinds are v2, v2s, v2x and both, not 'v3'"},
 	} {
 		out, err := exec.Command(script, strings.Fields(bad.args)...).CombinedOutput()
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), bad.want) {
@@ -310,8 +316,9 @@ func TestLabVMScriptMTU(t *testing.T) {
 		}
 	}
 
-	jsonPath := filepath.Join(t.TempDir(), "runs.json")
-	stdout, stderr, err := runVMScript(t, labDir, 15*time.Minute, "--quick", "-M", "9000", "-f", "-n", "50,50,10", "-j", jsonPath)
+	const traced = "v2@GODEBUG=inittrace=1"
+	jsonPath, logs := filepath.Join(t.TempDir(), "runs.json"), t.TempDir()
+	stdout, stderr, err := runVMScript(t, labDir, 15*time.Minute, "--quick", "-M", "9000", "-f", "-n", "50,50,10", "-k", "v2,"+traced, "-j", jsonPath, "-l", logs)
 	t.Logf("stderr:\n%s", stderr)
 	if err != nil {
 		t.Fatalf("bench/vm.sh --quick -M 9000: %v\nstdout:\n%s", err, stdout)
@@ -342,8 +349,23 @@ func TestLabVMScriptMTU(t *testing.T) {
 			t.Errorf("%s write_bw: %v MB/s, %v packets sent; want 160 to 319 (16 a message)", r.Stack, r.Value, r.TxPkts)
 		}
 	}
-	if bw != 3 {
-		t.Errorf("want write_bw runs of rxe, goroce and the floor, got %d", bw)
+	if bw != 4 {
+		t.Errorf("want write_bw runs of rxe, goroce's two kinds and the floor, got %d", bw)
+	}
+
+	// The kind with @: its commands, and only its, ran with the variable,
+	// on the device v2 set up.
+	initLine := regexp.MustCompile(`(?m)^init [\w./-]+ @[\d.]+ ms`)
+	for _, test := range []string{"pingpong", "send_lat", "write_bw"} {
+		for kind, want := range map[string]bool{"v2": false, traced: true} {
+			b, err := os.ReadFile(filepath.Join(logs, "r1-goroce-"+kind+"-"+test+".client.log"))
+			if err != nil || initLine.Match(b) != want {
+				t.Errorf("goroce %s %s: the client's log has the runtime's init lines: %v, want %v (%v)", kind, test, initLine.Match(b), want, err)
+			}
+		}
+	}
+	if strings.Contains(stderr, "kind "+traced+")") || !strings.Contains(stdout, traced+" = v2 with GODEBUG=inittrace=1 in goroce's commands' environment") {
+		t.Errorf("the kind %s: set up anew (stderr), or not described (stdout)", traced)
 	}
 
 	// The link as the lab has it again.
