@@ -13,7 +13,7 @@ import (
 // CPU hash/crc32's carry-less multiply (amd64) or CRC instructions (arm64)
 // beat any table several times over. Under an emulator that runs those
 // instructions through a helper, as QEMU's TCG does (the lab's VMs), it is
-// the other way round: a 1 KiB CRC there took 3.3–4.0 µs with hash/crc32
+// the other way round: a 1 KiB CRC there took 3.3–5.6 µs with hash/crc32
 // and 1.7–2.5 µs with updateSlicing16 (BENCHMARKS.md, "The ICRC under
 // emulation"), and the ICRC covers every byte on both sides. So the
 // package's initialisation times the two over 1 KiB and keeps the faster:
