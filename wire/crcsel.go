@@ -104,20 +104,6 @@ func timeCRC(a, b func(uint32, []byte) uint32) (ta, tb time.Duration) {
 
 var crcSink uint32
 
-// ieeeSlicing16 extends ieeeSlicing8 to sixteen tables: table k maps a
-// byte to its CRC register followed by k zero bytes.
-var ieeeSlicing16 = func() *[16][256]uint32 {
-	var t [16][256]uint32
-	copy(t[:8], ieeeSlicing8[:])
-	for k := 8; k < 16; k++ {
-		for i := range 256 {
-			c := t[k-1][i]
-			t[k][i] = t[0][c&0xFF] ^ c>>8
-		}
-	}
-	return &t
-}()
-
 // updateSlicing16 is crc32.Update(crc, crc32.IEEETable, p), sixteen bytes
 // a step from two 8-byte loads (slicing-by-8 with its bytes taken from the
 // words, not loaded one by one: under an emulator every load costs a
@@ -126,7 +112,7 @@ var ieeeSlicing16 = func() *[16][256]uint32 {
 // ran faster alone in the VMs, and in write_bw's packet path no faster than
 // hash/crc32 (an emulated TLB's misses, likely).
 func updateSlicing16(crc uint32, p []byte) uint32 {
-	t := ieeeSlicing16
+	t := ieeeSlicing
 	crc = ^crc
 	for ; len(p) >= 16; p = p[16:] {
 		w := binary.LittleEndian.Uint64(p) ^ uint64(crc)

@@ -42,7 +42,7 @@ func TestUpdateSlicing16(t *testing.T) {
 			}
 		}
 	}
-	checkSlicingTables(t, ieeeSlicing16[:])
+	checkSlicingTables(t, ieeeSlicing[:])
 }
 
 // TestChooseCRC: the variable fixes the method; auto (or nothing) measures
@@ -90,13 +90,13 @@ func TestICRCBothMethods(t *testing.T) {
 	// The same results either way, so that the table loop is the one in
 	// use is seen by spoiling a copy of its tables: the ICRC must change.
 	withCRC(t, ICRCTable)
-	spoilt := *ieeeSlicing16
+	spoilt := *ieeeSlicing
 	for i := range spoilt[15] { // the first byte's table in every 16-byte step
 		spoilt[15][i] ^= 1
 	}
-	saved := ieeeSlicing16
-	ieeeSlicing16 = &spoilt
-	defer func() { ieeeSlicing16 = saved }()
+	saved := ieeeSlicing
+	ieeeSlicing = &spoilt
+	defer func() { ieeeSlicing = saved }()
 	var p Packet
 	if err := p.ParseFrame(inPlaceSamplesOf(t, 4096)[1], RoCEv2Port); err != nil {
 		t.Fatal(err)

@@ -166,16 +166,17 @@ func icrcInPlace(pkt []byte, nlen int, ipVer uint8, v Version) uint32 {
 // the start of every ICRC computation.
 var icrcLRH = crc32.ChecksumIEEE(ones8[:])
 
-// ieeeSlicing8 are the slicing-by-8 tables of the IEEE CRC-32 (Kounavis and
+// ieeeSlicing are the slicing-by-8 tables of the IEEE CRC-32 (Kounavis and
 // Berry, "A Systematic Approach to Building High Performance Software-Based
-// CRC Generators", 2005), built from crc32.IEEETable: table k maps a byte to
-// its CRC followed by k zero bytes.
-var ieeeSlicing8 = func() *[8][256]uint32 {
-	var t [8][256]uint32
+// CRC Generators", 2005), and eight more for slicing-by-16 (crcsel.go),
+// built from crc32.IEEETable: table k maps a byte to its CRC followed by k
+// zero bytes. updateSlicing8 uses the first eight.
+var ieeeSlicing = func() *[16][256]uint32 {
+	var t [16][256]uint32
 	t[0] = *crc32.IEEETable
 	for i := range 256 {
 		c := t[0][i]
-		for k := 1; k < 8; k++ {
+		for k := 1; k < 16; k++ {
 			c = t[0][c&0xFF] ^ c>>8
 			t[k][i] = c
 		}
@@ -187,7 +188,7 @@ var ieeeSlicing8 = func() *[8][256]uint32 {
 // a step. It is for icrc's short masked prefix: unlike crc32.Update, p does
 // not escape, so p may be a stack buffer.
 func updateSlicing8(crc uint32, p []byte) uint32 {
-	t := ieeeSlicing8
+	t := ieeeSlicing
 	crc = ^crc
 	for ; len(p) >= 8; p = p[8:] {
 		crc ^= binary.LittleEndian.Uint32(p)

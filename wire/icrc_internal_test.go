@@ -28,7 +28,7 @@ func TestUpdateSlicing8(t *testing.T) {
 			}
 		}
 	}
-	checkSlicingTables(t, ieeeSlicing8[:])
+	checkSlicingTables(t, ieeeSlicing[:8])
 }
 
 // checkSlicingTables: table k maps a byte to its CRC register followed by
