@@ -86,7 +86,19 @@
 #                 send_lat, goroce and the floor (implies -f; with -b, build
 #                 the binary with -tags goroce_turn; a run of fewer than 100
 #                 round trips prints nothing)
+#   -H            host CPU per message: every write_bw run (rxe, goroce, the
+#                 floor) is made again with 5x the iterations, and what the
+#                 longer run cost more, read on the host from each VM's QEMU
+#                 threads (the vCPU's, the others': virtio and the tap) and
+#                 /proc/stat, is divided by the messages it moved more: the
+#                 CPU a 64 KiB message costs each part of the host, without
+#                 either run's start and end; a table of it, and the host's
+#                 busy share while the longer run moved them
 #   --quick       -r 1 with few iterations (the Go test TestLabVMScript runs this)
+#
+# Every run's progress line and JSON also give what the host's CPUs did while
+# the client ran: each VM's vCPU thread and its QEMU's other threads, and
+# the host's busy share (of 100% per CPU).
 #
 # Each run's progress line names the counters of either side that say a
 # packet went missing or came twice, those not 0 (completer_retry_err,
@@ -108,7 +120,7 @@ set -euo pipefail
 
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 2; }
 
-rounds=3 kinds=v2 iters= json= logdir= bin= limit= quick= profdir= genv=() floor= floorflags= capture= split= linkmtu=
+rounds=3 kinds=v2 iters= json= logdir= bin= limit= quick= profdir= genv=() floor= floorflags= capture= split= linkmtu= hostcpu=
 while [ $# -gt 0 ]; do
 	case $1 in -r | -k | -n | -j | -l | -b | -t | -p | -e | -F | -M) [ $# -ge 2 ] || { echo "bench/vm.sh: $1 needs a value (-h says which)" >&2; exit 2; } ;; esac
 	case $1 in
@@ -124,6 +136,7 @@ while [ $# -gt 0 ]; do
 	-f) floor=1 ;;
 	-c) capture=1 ;;
 	-T) split=1 floor=1 ;;
+	-H) hostcpu=1 ;;
 	-F) floorflags=$2; shift ;;
 	-M) linkmtu=$2; shift ;;
 	--quick) quick=1 ;;
@@ -202,6 +215,10 @@ GROCE_ENV="env ${genv_all[*]}"
 GROCE="$GROCE_ENV $ROCE"
 SERVER_MGMT=198.51.100.11 # vm1 on the management link: the TCP exchange goes there
 ETH0=/sys/class/net/eth0/statistics
+LABRUN=${ROCE_LAB_CACHE:-/var/cache/roce-lab}/run # the lab's pid files (vmN.pid)
+HOSTCPUS=$(nproc)
+TICK=$(getconf CLK_TCK)
+HMUL=5 # -H: the longer write_bw run's iterations, in multiples of -n's
 
 log() { printf '%s vm.sh: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -210,6 +227,9 @@ if [ -z "$logdir" ]; then logdir=$work/logs; fi
 mkdir -p "$logdir"
 results=$work/results.tsv
 : >"$results"
+hostres=$work/hostcpu.tsv # -H: per round, stack and kind, the CPU a message cost
+longres=$work/long.tsv    # -H: the longer write_bw runs
+: >"$hostres"
 touched= # set once the VMs' RDMA state may differ from the README's
 mtu_before= # -M: the link's MTU before, once the script has changed it
 
@@ -524,12 +544,39 @@ capture_end() {
 	fi
 }
 
-# run_one ROUND STACK KIND TEST: server in vm1, client in vm2, both under
-# timeout(1); appends a line to $results.
+# host_ticks: the CPU time (clock ticks) of each VM's QEMU so far, its vCPU
+# thread (under TCG with one vCPU, the thread besides the main one that
+# has run the most) and its other threads (the main loop: virtio and the
+# tap) apart, vm1's then vm2's, then the host's busy time over all its CPUs
+# (/proc/stat's cpu line less idle and iowait): five numbers, NA for a VM
+# whose QEMU cannot be read.
+host_ticks() {
+	local vm p
+	for vm in vm1 vm2; do
+		p=$(cat "$LABRUN/$vm.pid" 2>/dev/null) && [ -d "/proc/$p/task" ] || { printf 'NA NA '; continue; }
+		awk -v main="$p" '{ sub(/^.*\) /, ""); t = $12 + $13; n = split(FILENAME, f, "/")
+			if (f[n - 1] != main && t > v) v = t; all += t }
+			END { if (NR) printf "%d %d ", v, all - v; else printf "NA NA " }' /proc/"$p"/task/*/stat 2>/dev/null || printf 'NA NA '
+	done
+	awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat
+}
+
+# host_used BEFORE AFTER: host_ticks' change as seconds, the same five
+# (a field NA if either side is).
+host_used() {
+	awk -v a="$1" -v b="$2" -v tick="$TICK" 'BEGIN { n = split(a, x, " "); split(b, y, " ")
+		for (i = 1; i <= 5; i++) printf "%s%s", (i > 1 ? " " : ""), (n == 5 && x[i] != "NA" && y[i] != "NA" ? sprintf("%.2f", (y[i] - x[i]) / tick) : "NA") }'
+}
+
+# run_one ROUND STACK KIND TEST [long]: server in vm1, client in vm2, both
+# under timeout(1); appends a line to $results (long: -H's longer write_bw
+# run, TAG-long in the logs, to $longres; the table and ratios do not see
+# it). Leaves the run's figure and host_used's in last_run ("" if it failed).
 run_one() {
-	local round=$1 stack=$2 kind=$3 test=$4
-	local tag=r$round-$stack${kind:+-$kind}-$test
-	local scmd ccmd t0 t1 out rc=0 st value i
+	local round=$1 stack=$2 kind=$3 test=$4 long=${5:-}
+	local tag=r$round-$stack${kind:+-$kind}-$test${long:+-long}
+	local scmd ccmd t0 t1 h0= h1= out rc=0 st value i
+	last_run=
 	if [ "$stack" = floor ]; then
 		scmd=$(cmdline floor "$test" server)
 		ccmd="$(cmdline floor "$test" client) $SERVER_MGMT"
@@ -562,6 +609,7 @@ run_one() {
 		# server's read from here around the client's command.
 		local cpu_s0
 		cpu_s0=$(vmx vm1 "head -1 /proc/stat" 2>/dev/null || true)
+		h0=$(host_ticks)
 		t0=$(date +%s.%N)
 		# eth0's packet counters around the client: what each stack sent
 		# and received for the same work (retransmissions, ACKs), eth1
@@ -570,6 +618,7 @@ run_one() {
 timeout $limit sh -c 'echo \$\$ > $VD/c.pid; exec $ccmd' 2>&1; rc=\$?
 echo PKTS \$p0 \$(cat $ETH0/tx_packets $ETH0/rx_packets); echo CPUC \$c0 \$(head -1 /proc/stat); rm -f $VD/c.pid; echo EXIT \$rc") || true
 		t1=$(date +%s.%N)
+		h1=$(host_ticks)
 		printf '%s\n' "$out" >"$logdir/$tag.client.log"
 		echo "CPUS $cpu_s0 $(vmx vm1 "head -1 /proc/stat" 2>/dev/null || true)" >>"$logdir/$tag.client.log"
 		rc=$(printf '%s\n' "$out" | sed -n 's/.*EXIT \([0-9]*\)$/\1/p' | tail -1)
@@ -638,6 +687,13 @@ echo PKTS \$p0 \$(cat $ETH0/tx_packets $ETH0/rx_packets); echo CPUC \$c0 \$(head
 	local scnt
 	scnt=$(awk '$1 == "SCNT" && NF == 7 { printf "%d\t%d\t%d", $5 - $2, $6 - $3, $7 - $4 }' "$logdir/$tag.server.log")
 	scnt=${scnt:-$'NA\tNA\tNA'}
+	# What the host's CPUs did while the client ran (host_ticks), in
+	# seconds and as shares of the client's wall time.
+	local hused wall htext
+	hused=$(host_used "$h0" "$h1")
+	wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
+	htext=$(awk -v u="$hused" -v s="$wall" -v ncpu="$HOSTCPUS" 'BEGIN { split(u, x, " "); if (x[1] == "NA" || x[3] == "NA" || x[5] == "NA" || s <= 0) exit
+		printf "vm1 vCPU %d%% other %d%%, vm2 vCPU %d%% other %d%%, all %d%% of %d%%", 100 * x[1] / s, 100 * x[2] / s, 100 * x[3] / s, 100 * x[4] / s, 100 * x[5] / s, 100 * ncpu }')
 	if [ -z "${again:-}" ] && [[ $why == *"CPU clock"* ]]; then
 		log "round $round: $stack${kind:+ ($kind)} $test: $why; running it again (logs $logdir/$tag.*.log)"
 		mv "$logdir/$tag.client.log" "$logdir/$tag.clockfailed.client.log"
@@ -646,7 +702,7 @@ echo PKTS \$p0 \$(cat $ETH0/tx_packets $ETH0/rx_packets); echo CPUC \$c0 \$(head
 		return
 	fi
 	if [ "$rc" = 0 ] && [ "${src:-x}" = 0 ] && [[ $value =~ ^[0-9.]+$ ]] && [ -z "$why" ]; then
-		log "round $round: $stack${kind:+ ($kind)} $test: $value $(unit "$test") (client $secs s, its eth0 tx/rx ${pkts/$'\t'//}; server eth0 rx/dropped/UDP RcvbufErrors ${scnt//$'\t'//}${cpu_split:+; vCPU $cpu_split}${gtext:+; counters: $gtext})"
+		log "round $round: $stack${kind:+ ($kind)} $test: $value $(unit "$test") (client $secs s, its eth0 tx/rx ${pkts/$'\t'//}; server eth0 rx/dropped/UDP RcvbufErrors ${scnt//$'\t'//}${cpu_split:+; vCPU $cpu_split}${htext:+; host: $htext}${gtext:+; counters: $gtext})"
 	else
 		log "round $round: $stack${kind:+ ($kind)} $test FAILED: client exit $rc, server exit ${src:-none}${why:+, $why}; logs $logdir/$tag.*.log"
 		tail -n 5 "$logdir/$tag.client.log" "$logdir/$tag.server.log" >&2 || true
@@ -660,7 +716,40 @@ echo PKTS \$p0 \$(cat $ETH0/tx_packets $ETH0/rx_packets); echo CPUC \$c0 \$(head
 		done
 		value=NA
 	fi
-	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$stack" "${kind:--}" "$test" "$value" "$secs" "$pkts" "$scnt" "$gjson" >>"$results"
+	[ "$value" = NA ] || last_run="$value $wall $hused"
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$stack" "${kind:--}" "$test" "$value" "$secs" "$pkts" "$scnt" "$gjson" "${hused// /$'\t'}" \
+		>>"$([ -n "$long" ] && echo "$longres" || echo "$results")"
+}
+
+# write_bw_host ROUND STACK KIND: write_bw, and with -H the longer run after
+# it; what the longer one cost more per message it moved more goes to
+# $hostres (round, stack, kind; vm1's vCPU and other threads, vm2's, all
+# of the host, ms; the host's busy share, %; both runs' MB/s).
+write_bw_host() {
+	run_one "$1" "$2" "$3" write_bw
+	[ -n "$hostcpu" ] || return 0
+	local short=$last_run
+	bw_n=$((bw_n * HMUL)) run_one "$1" "$2" "$3" write_bw long
+	local longer=$last_run
+	if [ -z "$short" ] || [ -z "$longer" ]; then
+		log "round $1: $2${3:+ ($3)} write_bw: no host CPU per message (a run failed)"
+		return 0
+	fi
+	local line
+	line=$(awk -v a="$short" -v b="$longer" -v msgs=$((bw_n * (HMUL - 1))) 'BEGIN {
+		split(a, x, " "); split(b, y, " ")
+		for (i = 3; i <= 7; i++) if (x[i] == "NA" || y[i] == "NA") exit
+		w = y[2] - x[2]; if (w <= 0) exit
+		for (i = 3; i <= 7; i++) d[i] = 1000 * (y[i] - x[i]) / msgs
+		printf "%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.0f\t%s\t%s", d[3], d[4], d[5], d[6], d[7], 100 * (y[7] - x[7]) / w, y[1], x[1] }')
+	if [ -z "$line" ]; then
+		log "round $1: $2${3:+ ($3)} write_bw: no host CPU per message (the QEMUs' threads could not be read)"
+		return 0
+	fi
+	printf '%s\t%s\t%s\t%s\n' "$1" "$2" "${3:--}" "$line" >>"$hostres"
+	local v1 o1 v2 o2 all busy mbl mbs
+	IFS=$'\t' read -r v1 o1 v2 o2 all busy mbl mbs <<<"$line"
+	log "round $1: $2${3:+ ($3)} write_bw, host CPU per 64 KiB message (-n $((bw_n * HMUL)) less -n $bw_n): vm1 vCPU $v1 ms, other $o1; vm2 vCPU $v2 ms, other $o2; all $all ms; host busy $busy% while the longer run moved them ($mbl MB/s; the shorter $mbs)"
 }
 
 # NOTED: the counters that say a packet went missing or came twice (roce
@@ -714,11 +803,15 @@ for r in $(seq 1 "$rounds"); do
 	for b in "${blocks[@]}"; do
 		switch_to "$b"
 		for t in "${tests[@]}"; do
-			if [ "$b" = rxe ]; then run_one "$r" rxe "" "$t"; else run_one "$r" goroce "$b" "$t"; fi
+			bstack=goroce bkind=$b
+			[ "$b" = rxe ] && bstack=rxe bkind=
+			if [ "$t" = write_bw ]; then write_bw_host "$r" "$bstack" "$bkind"; else run_one "$r" "$bstack" "$bkind" "$t"; fi
 		done
 		# The floors once a round, after the first goroce block's tests.
 		if [ -n "$floor" ] && [ "$b" = "${kind_list[0]}" ]; then
-			for t in "${tests[@]}"; do run_one "$r" floor "" "$t"; done
+			for t in "${tests[@]}"; do
+				if [ "$t" = write_bw ]; then write_bw_host "$r" floor ""; else run_one "$r" floor "" "$t"; fi
+			done
 		fi
 	done
 done
@@ -851,6 +944,45 @@ floor_summary() {
 	}' "$results"
 }
 
+# host_summary FMT: -H's CPU per message, by stack (rxe, goroce's kinds,
+# the floor): medians [range] over the rounds of each part of the host,
+# and of the whole over rxe's whole in the same round.
+host_summary() {
+	awk -F'\t' -v kinds="${kind_list[*]}" -v fmt="$1" -v ncpu="$HOSTCPUS" -v n="$bw_n" -v hm="$HMUL" "$AWK_MEDIAN"'
+	function jv(a, k) { return k ? sprintf("%.4f", median(a, k)) : "null" }
+	{ key = $2 ($3 == "-" ? "" : " " $3); c = ++cnt[key]
+	  for (i = 4; i <= 9; i++) V[key, i, c] = $i; V[key, 10, c] = $8 + 0; rnd[key, c] = $1
+	  if ($2 == "rxe") rxe_all[$1] = $8 }
+	END {
+		nk = split(kinds, K, " ")
+		order[1] = "rxe"; for (i = 1; i <= nk; i++) order[i + 1] = "goroce " K[i]; order[nk + 2] = "floor"
+		if (fmt == "md") {
+			print "| write_bw, host CPU per 64 KiB message (-H: -n " n * hm " less -n " n "), ms | vm1 (server) vCPU | vm2 (client) vCPU | QEMUs'"'"' other threads | all | all, × rxe'"'"'s | host busy, % of " 100 * ncpu " | rounds |"
+			print "|---|---|---|---|---|---|---|---|"
+		}
+		for (o = 1; o <= nk + 2; o++) {
+			key = order[o]; c = cnt[key]
+			if (!c) continue
+			nq = 0; delete Q
+			for (j = 1; j <= c; j++) {
+				a1[j] = V[key, 4, j]; a2[j] = V[key, 6, j]; a3[j] = V[key, 5, j] + V[key, 7, j]; a4[j] = V[key, 8, j]; a5[j] = V[key, 9, j]
+				r = rnd[key, j]
+				if ((r in rxe_all) && rxe_all[r] > 0) Q[++nq] = V[key, 8, j] / rxe_all[r]
+			}
+			if (fmt == "md")
+				printf "| %s | %s | %s | %s | %s | %s | %s | %d |\n", key, range(a1, c, "%.2f"), range(a2, c, "%.2f"), range(a3, c, "%.2f"),
+					range(a4, c, "%.2f"), (nq ? sprintf("%.2f× [%.2f–%.2f]", median(Q, nq), Q[1], Q[nq]) : "—"), range(a5, c, "%.0f"), c
+			else {
+				split(key, kk, " ")
+				printf "%s{\"stack\":\"%s\",\"kind\":\"%s\",\"vm1_vcpu_ms\":%s,\"vm2_vcpu_ms\":%s,\"qemu_other_ms\":%s,\"all_ms\":%s,\"all_over_rxe\":%s,\"host_busy_pct\":%s,\"rounds\":%d}",
+					sep, kk[1], kk[2], jv(a1, c), jv(a2, c), jv(a3, c), jv(a4, c), jv(Q, nq), jv(a5, c), c
+				sep = ","
+			}
+			delete a1; delete a2; delete a3; delete a4; delete a5
+		}
+	}' "$hostres"
+}
+
 kind_note() {
 	local k out=()
 	for k in "${kind_list[@]}"; do
@@ -882,6 +1014,17 @@ if [ -n "$floor" ]; then
 		"1,000 packets). Under pingpong and send_lat (\`udpfloor -lat${floorflags:+ $floorflags}\`) it makes the same 64-byte round trips, four" \
 		"datagrams each (a SEND each way, each ACKed, the ACK $( [[ $floorflags == *-gso=false* ]] && echo "in the same sendmmsg as the next SEND, as a datagram of its own" || echo "and the next SEND as one UDP GSO message, as goroce sends them")), both sides" \
 		"busy-polling $(case $floorflags in *-rx=xdp* | *"-rx xdp"*) echo "an AF_XDP socket's receive ring that an XDP program feeds (a load from memory per look, as goroce's rx-path xdp)" ;; *-rx=socket* | *"-rx socket"*) echo "the UDP socket (a recvfrom(2) per look)" ;; *) echo "an AF_PACKET receive ring (a load from memory per look, as goroce's link)" ;; esac), and prints both tools' figures. Nothing else a RoCE stack does. Ratios are of the same round."
+	echo
+fi
+if [ -n "$hostcpu" ]; then
+	host_summary md
+	echo
+	echo "Host CPU per message (-H): each write_bw run was made again with $HMUL× the iterations; what the longer" \
+		"run cost more, read on the host ($HOSTCPUS CPUs) from each VM's QEMU (its vCPU thread, and the other threads:" \
+		"the main loop's virtio and tap work) and from /proc/stat (all: the host's busy time, everything on it), over the" \
+		"$((bw_n * (HMUL - 1))) messages it moved more; host busy: the share of the host's CPUs in use while it did. A stack" \
+		"whose host is near $((100 * HOSTCPUS))% busy is bound by the host's CPUs, its rate their count over its \"all\"; one" \
+		"below it, by one thread (the busiest vCPU)."
 	echo
 fi
 if [ -n "$capture" ]; then
@@ -942,7 +1085,7 @@ echo "Packets the client sent on eth0 in a run, median [min–max], against the 
 	"(each message and each ACK of the peer's once, $((65536 / pmtu)) packets per 64 KiB WRITE at path MTU $pmtu; more is" \
 	"retransmission): $(summary pkts)."
 echo
-echo "Measured by \`bench/vm.sh -r $rounds -k ${kinds} -n $pp_n,$lat_n,$bw_n${linkmtu:+ -M $linkmtu}${floor:+ -f}${floorflags:+ -F $floorflags}${capture:+ -c}${split:+ -T}\` at $commit (built with $gover), $started:" \
+echo "Measured by \`bench/vm.sh -r $rounds -k ${kinds} -n $pp_n,$lat_n,$bw_n${linkmtu:+ -M $linkmtu}${floor:+ -f}${floorflags:+ -F $floorflags}${capture:+ -c}${split:+ -T}${hostcpu:+ -H}\` at $commit (built with $gover), $started:" \
 	"the lab's two QEMU VMs (TCG, 1 vCPU each, Debian 12 kernel 6.1) over the same virtio link, the TCP exchange" \
 	"over the management link. rxe: rdma_rxe's rxe0 with rdma-core 44 and perftest 4.5; goroce: a static build" \
 	"in both VMs, rdma_rxe unloaded (it holds UDP 4791), the device $(kind_note). Medians [min–max] of $rounds" \
@@ -958,13 +1101,20 @@ if [ -n "$json" ]; then
 		printf '"link_mtu":%d,"path_mtu":%d,' "${linkmtu:-1500}" "$pmtu"
 		printf '"runs":['
 		awk -F'\t' 'function n(x) { return x == "NA" || x == "" ? "null" : x }
-		{ printf "%s{\"round\":%d,\"stack\":\"%s\",\"kind\":\"%s\",\"test\":\"%s\",\"value\":%s,\"client_seconds\":%s,\"client_eth0_tx_packets\":%s,\"client_eth0_rx_packets\":%s,\"server_eth0_rx_packets\":%s,\"server_eth0_rx_dropped\":%s,\"server_udp_rcvbuf_errors\":%s,\"counters\":%s}", (NR > 1 ? "," : ""), $1, $2, $3, $4, n($5), $6, n($7), n($8), n($9), n($10), n($11), $12 }' "$results"
+		{ printf "%s{\"round\":%d,\"stack\":\"%s\",\"kind\":\"%s\",\"test\":\"%s\",\"value\":%s,\"client_seconds\":%s,\"client_eth0_tx_packets\":%s,\"client_eth0_rx_packets\":%s,\"server_eth0_rx_packets\":%s,\"server_eth0_rx_dropped\":%s,\"server_udp_rcvbuf_errors\":%s,\"counters\":%s,\"host_cpu_seconds\":%s}", (NR > 1 ? "," : ""), $1, $2, $3, $4, n($5), $6, n($7), n($8), n($9), n($10), n($11), $12,
+			($13 == "NA" || $13 == "" || $15 == "NA" || $17 == "NA" ? "null" : sprintf("{\"vm1_vcpu\":%s,\"vm1_other\":%s,\"vm2_vcpu\":%s,\"vm2_other\":%s,\"host_busy\":%s}", $13, n($14), $15, n($16), $17)) }' "$results"
 		printf '],"summary":['
 		summary json
 		printf ']'
 		if [ -n "$floor" ]; then
 			printf ',"floor":['
 			floor_summary json
+			printf ']'
+		fi
+		if [ -n "$hostcpu" ]; then
+			# -H: each stack's CPU per message, as the table's.
+			printf ',"host_cpu":['
+			host_summary json
 			printf ']'
 		fi
 		if [ -n "$capture" ]; then
@@ -977,7 +1127,7 @@ if [ -n "$json" ]; then
 	} >"$json"
 	log "every run in $json"
 fi
-if awk -F'\t' '$5 == "NA" { f = 1 } END { exit !f }' "$results"; then
+if awk -F'\t' '$5 == "NA" { f = 1 } END { exit !f }' "$results" "$longres"; then
 	log "some runs failed (— in the table)"
 	exit 1
 fi

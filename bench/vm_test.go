@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -34,6 +35,38 @@ type vmRun struct {
 		Server *map[string]int64 `json:"server"`
 		Client *map[string]int64 `json:"client"`
 	} `json:"counters"`
+	// What the host's CPUs did while the client ran, seconds.
+	Host *struct {
+		VM1VCPU  float64 `json:"vm1_vcpu"`
+		VM2VCPU  float64 `json:"vm2_vcpu"`
+		HostBusy float64 `json:"host_busy"`
+	} `json:"host_cpu_seconds"`
+}
+
+// vmHostCPU is a row of -H's table: a stack's host CPU per write_bw message.
+type vmHostCPU struct {
+	Stack      string   `json:"stack"`
+	Kind       string   `json:"kind"`
+	VM1VCPU    *float64 `json:"vm1_vcpu_ms"`
+	VM2VCPU    *float64 `json:"vm2_vcpu_ms"`
+	Other      *float64 `json:"qemu_other_ms"`
+	All        *float64 `json:"all_ms"`
+	AllOverRxe *float64 `json:"all_over_rxe"`
+	Busy       *float64 `json:"host_busy_pct"`
+	Rounds     int      `json:"rounds"`
+}
+
+// checkHostCPU: every run says what the host's CPUs did while its client
+// ran: the client's vCPU busy (it ran the tool), the host busy at least
+// that, and no more than its CPUs over the client's time.
+func checkHostCPU(t *testing.T, runs []vmRun) {
+	t.Helper()
+	ncpu := float64(runtime.NumCPU())
+	for _, r := range runs {
+		if h := r.Host; h == nil || h.VM2VCPU <= 0 || h.VM1VCPU < 0 || h.HostBusy < h.VM2VCPU || h.HostBusy > ncpu*(r.ClientTS+0.2) {
+			t.Errorf("%s %s %s, round %d (client %.1f s): host CPU %+v", r.Stack, r.Kind, r.Test, r.Round, r.ClientTS, r.Host)
+		}
+	}
 }
 
 // checkCounters: rxe's and goroce's runs carry both sides' counters
@@ -71,9 +104,9 @@ type vmSummary struct {
 	RatioMedian *float64 `json:"ratio_median"`
 }
 
-// TestLabVMScript runs bench/vm.sh --quick -f -c -T (one round, few
-// iterations, the UDP floors under the three tests, send_lat captured and
-// the turnaround split) on the lab: it must boot or reuse the
+// TestLabVMScript runs bench/vm.sh --quick -f -c -T -H (one round, few
+// iterations, the UDP floors under the three tests, send_lat captured,
+// the turnaround split and write_bw's host CPU per message) on the lab: it must boot or reuse the
 // lab with this tree's roce and udpfloor in the VMs, run every test on rxe
 // and on goroce and the floor, print the tables with a figure and a ratio
 // in every cell, write each run to its JSON with the ratios the tables'
@@ -86,7 +119,7 @@ func TestLabVMScript(t *testing.T) {
 	jsonPath := filepath.Join(t.TempDir(), "runs.json")
 	logs := t.TempDir()
 	start := time.Now()
-	stdout, stderr, err := runVMScript(t, labDir, 20*time.Minute, "--quick", "-f", "-c", "-T", "-n", "150,150,20", "-j", jsonPath, "-l", logs)
+	stdout, stderr, err := runVMScript(t, labDir, 20*time.Minute, "--quick", "-f", "-c", "-T", "-H", "-n", "150,150,20", "-j", jsonPath, "-l", logs)
 	t.Logf("bench/vm.sh --quick took %v; stderr:\n%s", time.Since(start).Round(time.Second), stderr)
 	if err != nil {
 		for _, f := range mustGlob(t, filepath.Join(logs, "*.log")) {
@@ -116,6 +149,7 @@ func TestLabVMScript(t *testing.T) {
 		Runs    []vmRun     `json:"runs"`
 		Summary []vmSummary `json:"summary"`
 		Floor   []vmFloor   `json:"floor"`
+		HostCPU []vmHostCPU `json:"host_cpu"`
 		// -c's captured send_lat runs.
 		Captures []struct {
 			Stack, Test string
@@ -139,6 +173,7 @@ func TestLabVMScript(t *testing.T) {
 		values[r.Stack+"/"+r.Test] = *r.Value
 	}
 	checkCounters(t, doc.Runs)
+	checkHostCPU(t, doc.Runs)
 	if len(doc.Runs) != 9 || len(values) != 9 {
 		t.Errorf("want 9 runs (3 tests × rxe, goroce and the floor), got %d: %s", len(doc.Runs), b)
 	}
@@ -167,6 +202,30 @@ func TestLabVMScript(t *testing.T) {
 		if fl.Kind != "v2" || fl.FloorOverRxe == nil || fl.GoroceOverFloor == nil || x == 0 || f == 0 ||
 			math.Abs(*fl.FloorOverRxe-f/x) > 1e-3*f/x || math.Abs(*fl.GoroceOverFloor-y/f) > 1e-3*y/f {
 			t.Errorf("JSON floor %s: %+v, the runs give rxe %g, floor %g, goroce %g", fl.Test, fl, x, f, y)
+		}
+	}
+
+	// -H: each stack's write_bw made again with 5× the iterations (its
+	// logs TAG-long), and a row per stack of what the host's CPUs spent
+	// per message the longer run moved more: every part some, the whole
+	// at least the two vCPUs', rxe's whole over itself 1.
+	hrow := regexp.MustCompile(`(?m)^\| (rxe|goroce v2|floor) \| ` + cell + ` \| ` + cell + ` \| ` + cell + ` \| ` + cell + ` \| \d+\.\d\d× \[[^]]+\] \| ` + cell + ` \| 1 \|$`)
+	if rows := hrow.FindAllStringSubmatch(table, -1); !strings.Contains(table, "| write_bw, host CPU per 64 KiB message (-H: -n 100 less -n 20), ms | vm1 (server) vCPU | vm2 (client) vCPU |") || len(rows) != 3 {
+		t.Errorf("no host CPU table with a row for rxe, goroce and the floor, figures in every cell (%d rows)", len(rows))
+	}
+	for _, st := range []string{"rxe", "goroce-v2", "floor"} {
+		if b, err := os.ReadFile(filepath.Join(logs, "r1-"+st+"-write_bw-long.client.log")); err != nil || !strings.Contains(string(b), " 100 ") {
+			t.Errorf("%s's longer write_bw run (-n 100): %v\n%s", st, err, b)
+		}
+	}
+	if len(doc.HostCPU) != 3 {
+		t.Errorf("JSON: want 3 host CPU rows, got %+v", doc.HostCPU)
+	}
+	for _, h := range doc.HostCPU {
+		if h.VM1VCPU == nil || h.VM2VCPU == nil || h.Other == nil || h.All == nil || h.AllOverRxe == nil || h.Busy == nil || h.Rounds != 1 ||
+			*h.VM1VCPU <= 0 || *h.VM2VCPU <= 0 || *h.Other < 0 || *h.All < *h.VM1VCPU+*h.VM2VCPU-0.2 || *h.Busy <= 0 ||
+			h.Stack == "rxe" && *h.AllOverRxe != 1 {
+			t.Errorf("JSON host CPU row %s %s: %+v", h.Stack, h.Kind, h)
 		}
 	}
 
