@@ -438,6 +438,23 @@ i=\${f#gids/}; [ \"\$(cat gid_attrs/types/\$i)\" = \"RoCE v2\" ] && echo \$i; do
 	echo "$out"
 }
 
+# link_ok: vm2 reaches vm1 over the test link (eth0). vm2's virtio-net
+# transmit queue was seen to hang under TCG (2026-12-06, in rxe's write_bw:
+# its eth0 sent nothing more, its counters stuck, a ping neither left nor
+# came back), and every run after it failed until the VMs were booted again.
+link_ok() { vmx vm2 "ping -c 3 -W 1 192.0.2.11 >/dev/null 2>&1"; }
+
+# revive: boot the lab again (lab/down, lab/up with this roce), then the
+# link's MTU (-M) and the VMs' mode as they were.
+revive() {
+	local was=$mode
+	"$LAB/down" 9>&- >&2 || true
+	ROCE_LAB_EXTRA=$work/stage "$LAB/up" 2 9>&- >&2 && lab_up && has_extra || die "the lab did not come up again with this roce"
+	[ -z "$linkmtu" ] || set_link_mtu "$linkmtu" || die "-M: cannot set the link's MTU $linkmtu again"
+	mode=rxe # as lab/up leaves the VMs: rdma_rxe loaded, rxe0 on eth0
+	[ -z "$was" ] || switch_to "$was"
+}
+
 mode= # rxe or the goroce kind the VMs are set up for
 switch_to() {
 	# Kinds that differ only in their @VAR=VALUE share the device.
@@ -701,6 +718,14 @@ echo PKTS \$p0 \$(cat $ETH0/tx_packets $ETH0/rx_packets); echo CPUC \$c0 \$(head
 		again=1 run_one "$@"
 		return
 	fi
+	if [ -z "${again:-}" ] && ! { [ "$rc" = 0 ] && [ "${src:-x}" = 0 ] && [[ $value =~ ^[0-9.]+$ ]] && [ -z "$why" ]; } && ! link_ok; then
+		log "round $round: $stack${kind:+ ($kind)} $test FAILED (client exit $rc, server exit ${src:-none}) and vm2 no longer reaches vm1 over eth0 (the VMs' virtio link hung): booting the lab again, then running it again (logs $logdir/$tag.linkdown.*.log)"
+		mv "$logdir/$tag.client.log" "$logdir/$tag.linkdown.client.log"
+		mv "$logdir/$tag.server.log" "$logdir/$tag.linkdown.server.log"
+		revive
+		again=1 run_one "$@"
+		return
+	fi
 	if [ "$rc" = 0 ] && [ "${src:-x}" = 0 ] && [[ $value =~ ^[0-9.]+$ ]] && [ -z "$why" ]; then
 		log "round $round: $stack${kind:+ ($kind)} $test: $value $(unit "$test") (client $secs s, its eth0 tx/rx ${pkts/$'\t'//}; server eth0 rx/dropped/UDP RcvbufErrors ${scnt//$'\t'//}${cpu_split:+; vCPU $cpu_split}${htext:+; host: $htext}${gtext:+; counters: $gtext})"
 	else
@@ -729,9 +754,13 @@ write_bw_host() {
 	run_one "$1" "$2" "$3" write_bw
 	[ -n "$hostcpu" ] || return 0
 	local short=$last_run
+	if [ -z "$short" ]; then
+		log "round $1: $2${3:+ ($3)} write_bw: no host CPU per message, no longer run (the run failed)"
+		return 0
+	fi
 	bw_n=$((bw_n * HMUL)) run_one "$1" "$2" "$3" write_bw long
 	local longer=$last_run
-	if [ -z "$short" ] || [ -z "$longer" ]; then
+	if [ -z "$longer" ]; then
 		log "round $1: $2${3:+ ($3)} write_bw: no host CPU per message (a run failed)"
 		return 0
 	fi
