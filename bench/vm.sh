@@ -230,6 +230,7 @@ results=$work/results.tsv
 hostres=$work/hostcpu.tsv # -H: per round, stack and kind, the CPU a message cost
 longres=$work/long.tsv    # -H: the longer write_bw runs
 : >"$hostres"
+: >"$longres"
 touched= # set once the VMs' RDMA state may differ from the README's
 mtu_before= # -M: the link's MTU before, once the script has changed it
 

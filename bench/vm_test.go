@@ -324,8 +324,16 @@ func runVMScript(t *testing.T, labDir string, limit time.Duration, args ...strin
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err = cmd.Run()
+	// The script's own tools must not have failed along the way, even
+	// where the run went on: an error of awk, sed, sort, join or bash's
+	// own (vm.sh: line N:) is a bug in the script.
+	if m := scriptErr.FindAllString(errOut.String(), -1); len(m) > 0 {
+		t.Errorf("bench/vm.sh's stderr has errors of its tools: %q", m)
+	}
 	return out.String(), errOut.String(), err
 }
+
+var scriptErr = regexp.MustCompile(`(?m)^(awk|gawk|mawk|sed|sort|join|grep): .*$|vm\.sh: line \d+: .*$`)
 
 // readJSON reads vm.sh's JSON (-j) at path into v, and returns it.
 func readJSON(t *testing.T, path string, v any) []byte {
