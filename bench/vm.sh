@@ -719,7 +719,10 @@ echo PKTS \$p0 \$(cat $ETH0/tx_packets $ETH0/rx_packets); echo CPUC \$c0 \$(head
 		again=1 run_one "$@"
 		return
 	fi
-	if [ -z "${again:-}" ] && ! { [ "$rc" = 0 ] && [ "${src:-x}" = 0 ] && [[ $value =~ ^[0-9.]+$ ]] && [ -z "$why" ]; } && ! link_ok; then
+	# ok: both sides exited 0 with a figure, and nothing made it no measurement.
+	local ok=
+	[ "$rc" = 0 ] && [ "${src:-x}" = 0 ] && [[ $value =~ ^[0-9.]+$ ]] && [ -z "$why" ] && ok=1
+	if [ -z "${again:-}" ] && [ -z "$ok" ] && ! link_ok; then
 		log "round $round: $stack${kind:+ ($kind)} $test FAILED (client exit $rc, server exit ${src:-none}) and vm2 no longer reaches vm1 over eth0 (the VMs' virtio link hung): booting the lab again, then running it again (logs $logdir/$tag.linkdown.*.log)"
 		mv "$logdir/$tag.client.log" "$logdir/$tag.linkdown.client.log"
 		mv "$logdir/$tag.server.log" "$logdir/$tag.linkdown.server.log"
@@ -727,7 +730,7 @@ echo PKTS \$p0 \$(cat $ETH0/tx_packets $ETH0/rx_packets); echo CPUC \$c0 \$(head
 		again=1 run_one "$@"
 		return
 	fi
-	if [ "$rc" = 0 ] && [ "${src:-x}" = 0 ] && [[ $value =~ ^[0-9.]+$ ]] && [ -z "$why" ]; then
+	if [ -n "$ok" ]; then
 		log "round $round: $stack${kind:+ ($kind)} $test: $value $(unit "$test") (client $secs s, its eth0 tx/rx ${pkts/$'\t'//}; server eth0 rx/dropped/UDP RcvbufErrors ${scnt//$'\t'//}${cpu_split:+; vCPU $cpu_split}${htext:+; host: $htext}${gtext:+; counters: $gtext})"
 	else
 		log "round $round: $stack${kind:+ ($kind)} $test FAILED: client exit $rc, server exit ${src:-none}${why:+, $why}; logs $logdir/$tag.*.log"
