@@ -20,7 +20,8 @@ package rdmacm
 //   - every event is of a documented type and one its ID may get
 //     (CONNECT_REQUEST only for a new passive ID of a listener; nothing
 //     but DISCONNECTED, REJECTED (of its REP: cm.c's cm_rej_handler in
-//     IB_CM_ESTABLISHED) and TIMEWAIT_EXIT for a connected one);
+//     IB_CM_ESTABLISHED; at the passive end only, which sent the REP) and
+//     TIMEWAIT_EXIT for a connected one);
 //   - the listener never has more CONNECT_REQUESTs unread than its
 //     backlog, and the CM holds no ID but the listeners, the connection's
 //     and those its consumer holds (bounds.go);

@@ -205,7 +205,12 @@ func (cm *CM) handleREJ(rej mad.REJ) {
 	switch id.state {
 	case stReqSent, stRepSent, stRepRcvd:
 	case stEstablished:
-		if rej.MessageRejected() != mad.MsgREP {
+		// Only a REJ of the REP ends an established connection, and
+		// only at the end that sent a REP: the passive one. The active
+		// end sent none, so a REJ of "its" REP cannot be its peer's
+		// (cm.c's cm_rej_handler takes any REJ in IB_CM_ESTABLISHED that
+		// carries both comm IDs; goroce only one that can be real).
+		if rej.MessageRejected() != mad.MsgREP || id.listen == nil {
 			return
 		}
 	default:

@@ -713,3 +713,39 @@ func TestREJNeedsBothCommIDs(t *testing.T) {
 		cb.Destroy()
 	})
 }
+
+// TestREJOfREPNotForActiveEnd: a REJ of the REP is the active side's
+// answer to the passive side's REP (IBTA Vol 1 §12.6.7, MessageRejected
+// 1), so the active end of an established connection, which sent no REP,
+// never has its REP rejected: such a REJ sent to it, even with both comm
+// IDs right, changes nothing — no event, the connection carries on. Nor
+// does a REJ of any other message. FuzzCMSequence found the active end
+// taking it (REJECTED, the connection ended) while its passive end, the
+// one that sent a REP, is the only one that may.
+func TestREJOfREPNotForActiveEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := newSides(t, "", Options{}, Options{})
+		ca, cb := connect(t, a, b, nil, nil)
+		at := newAttacker(t, b)
+		a.cm.mu.Lock()
+		alcid := ca.lcid
+		a.cm.mu.Unlock()
+		b.cm.mu.Lock()
+		blcid := cb.lcid
+		b.cm.mu.Unlock()
+		for _, rejected := range []mad.MsgType{mad.MsgREP, mad.MsgOther} {
+			// From the passive side's address to the active one, as its REJ
+			// would come.
+			f := mad.REJFields{LocalCommID: blcid, RemoteCommID: alcid, MessageRejected: rejected, Reason: mad.RejectInvalidServiceID}
+			at.send(b.ip, a.ip, 0, buildMAD(mad.AttrREJ, 7, f))
+			synctest.Wait()
+			if ev := queuedEvents(t, a); len(ev) != 0 {
+				t.Fatalf("a REJ (%v rejected) with both comm IDs, to the active end: %v", rejected, ev)
+			}
+		}
+		send(t, a, b, ca.QP(), cb.QP(), []byte("still connected"))
+		send(t, b, a, cb.QP(), ca.QP(), []byte("both ways"))
+		ca.Destroy()
+		cb.Destroy()
+	})
+}
