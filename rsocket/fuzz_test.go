@@ -182,6 +182,19 @@ func (f *fuzzRun) post(wr verbs.SendWR, data []byte, mustFail bool, what string)
 		if f.peerDead {
 			return
 		}
+		f.c.mu.Lock()
+		over := f.c.err != nil || f.c.closed
+		f.c.mu.Unlock()
+		if over {
+			// The Conn failed (its QP in ERR drops what the peer sends)
+			// or is closed, and the peer's sends wait for an answer that
+			// will not come: its retry_cnt 7 retries for ever once the
+			// Conn has answered (rxe's rule, verbs' spendRetry), until the
+			// connection is torn down. A peer that can send nothing more
+			// is dead for the rest of the run.
+			f.peerDead = true
+			return
+		}
 		time.Sleep(time.Millisecond)
 	}
 	if err := f.r.qp.PostSend(wr); err != nil {
