@@ -664,6 +664,23 @@ func TestListenerDestroyRejectsUnread(t *testing.T) {
 	})
 }
 
+// establishedUnderAttack connects a (active) to b (passive) and returns
+// the connection's IDs, an attacker on b's segment and each end's local
+// comm ID.
+func establishedUnderAttack(t *testing.T) (a, b *side, ca, cb *ID, at *attacker, alcid, blcid uint32) {
+	t.Helper()
+	a, b = newSides(t, "", Options{}, Options{})
+	ca, cb = connect(t, a, b, nil, nil)
+	at = newAttacker(t, b)
+	a.cm.mu.Lock()
+	alcid = ca.lcid
+	a.cm.mu.Unlock()
+	b.cm.mu.Lock()
+	blcid = cb.lcid
+	b.cm.mu.Unlock()
+	return a, b, ca, cb, at, alcid, blcid
+}
+
 // TestREJNeedsBothCommIDs: a REJ that names an established connection by
 // the comm ID of the side it is sent to, but not the peer's, is not the
 // peer's: the connection carries on, no event. With both comm IDs right
@@ -675,15 +692,7 @@ func TestListenerDestroyRejectsUnread(t *testing.T) {
 // the fix. One 32-bit guess, not two, ended a connection.
 func TestREJNeedsBothCommIDs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a, b := newSides(t, "", Options{}, Options{})
-		ca, cb := connect(t, a, b, nil, nil)
-		at := newAttacker(t, b)
-		a.cm.mu.Lock()
-		alcid := ca.lcid
-		a.cm.mu.Unlock()
-		b.cm.mu.Lock()
-		blcid := cb.lcid
-		b.cm.mu.Unlock()
+		a, b, ca, cb, at, alcid, blcid := establishedUnderAttack(t)
 		for _, rejected := range []mad.MsgType{mad.MsgREP, mad.MsgOther, mad.MsgREQ} {
 			f := mad.REJFields{LocalCommID: alcid + 1, RemoteCommID: blcid, MessageRejected: rejected, Reason: mad.RejectNoQP}
 			at.send(a.ip, b.ip, 0, buildMAD(mad.AttrREJ, 7, f))
@@ -724,15 +733,7 @@ func TestREJNeedsBothCommIDs(t *testing.T) {
 // one that sent a REP, is the only one that may.
 func TestREJOfREPNotForActiveEnd(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a, b := newSides(t, "", Options{}, Options{})
-		ca, cb := connect(t, a, b, nil, nil)
-		at := newAttacker(t, b)
-		a.cm.mu.Lock()
-		alcid := ca.lcid
-		a.cm.mu.Unlock()
-		b.cm.mu.Lock()
-		blcid := cb.lcid
-		b.cm.mu.Unlock()
+		a, b, ca, cb, at, alcid, blcid := establishedUnderAttack(t)
 		for _, rejected := range []mad.MsgType{mad.MsgREP, mad.MsgOther} {
 			// From the passive side's address to the active one, as its REJ
 			// would come.
