@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
@@ -54,6 +55,18 @@ type vmHostCPU struct {
 	AllOverRxe *float64 `json:"all_over_rxe"`
 	Busy       *float64 `json:"host_busy_pct"`
 	Rounds     int      `json:"rounds"`
+}
+
+// String gives the row's figures (NA for one missing).
+func (h vmHostCPU) String() string {
+	f := func(v *float64) string {
+		if v == nil {
+			return "NA"
+		}
+		return strconv.FormatFloat(*v, 'f', 3, 64)
+	}
+	return fmt.Sprintf("vm1 vCPU %s, vm2 vCPU %s, other %s, all %s, all/rxe %s, busy %s%%, rounds %d",
+		f(h.VM1VCPU), f(h.VM2VCPU), f(h.Other), f(h.All), f(h.AllOverRxe), f(h.Busy), h.Rounds)
 }
 
 // checkHostCPU: every run says what the host's CPUs did while its client
@@ -207,8 +220,13 @@ func TestLabVMScript(t *testing.T) {
 
 	// -H: each stack's write_bw made again with 5× the iterations (its
 	// logs TAG-long), and a row per stack of what the host's CPUs spent
-	// per message the longer run moved more: every part some, the whole
-	// at least the two vCPUs', rxe's whole over itself 1.
+	// per message the longer run moved more: every part read (none
+	// negative), the whole some and at least the two vCPUs', rxe's whole
+	// over itself 1. A part may be 0: --quick's longer run moves 80
+	// messages more, a tenth of a second or so of a vCPU, which the
+	// kernel counts in 10 ms ticks, and a busy host moves it by more
+	// (the floor's client vCPU read 0.000 ms in one CI run, 20:03 UTC
+	// on 2026-12-06, with a stray lab's VMs on the host).
 	hrow := regexp.MustCompile(`(?m)^\| (rxe|goroce v2|floor) \| ` + cell + ` \| ` + cell + ` \| ` + cell + ` \| ` + cell + ` \| \d+\.\d\d× \[[^]]+\] \| ` + cell + ` \| 1 \|$`)
 	if rows := hrow.FindAllStringSubmatch(table, -1); !strings.Contains(table, "| write_bw, host CPU per 64 KiB message (-H: -n 100 less -n 20), ms | vm1 (server) vCPU | vm2 (client) vCPU |") || len(rows) != 3 {
 		t.Errorf("no host CPU table with a row for rxe, goroce and the floor, figures in every cell (%d rows)", len(rows))
@@ -223,9 +241,9 @@ func TestLabVMScript(t *testing.T) {
 	}
 	for _, h := range doc.HostCPU {
 		if h.VM1VCPU == nil || h.VM2VCPU == nil || h.Other == nil || h.All == nil || h.AllOverRxe == nil || h.Busy == nil || h.Rounds != 1 ||
-			*h.VM1VCPU <= 0 || *h.VM2VCPU <= 0 || *h.Other < 0 || *h.All < *h.VM1VCPU+*h.VM2VCPU-0.2 || *h.Busy <= 0 ||
+			*h.VM1VCPU < 0 || *h.VM2VCPU < 0 || *h.Other < 0 || *h.All <= 0 || *h.All < *h.VM1VCPU+*h.VM2VCPU-0.2 || *h.Busy <= 0 ||
 			h.Stack == "rxe" && *h.AllOverRxe != 1 {
-			t.Errorf("JSON host CPU row %s %s: %+v", h.Stack, h.Kind, h)
+			t.Errorf("JSON host CPU row %s %s: %s", h.Stack, h.Kind, h)
 		}
 	}
 
