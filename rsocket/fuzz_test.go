@@ -172,19 +172,15 @@ func (f *fuzzRun) post(wr verbs.SendWR, data []byte, mustFail bool, what string)
 	}
 	off, ok := f.r.load(&wr, data)
 	for end := time.Now().Add(30 * time.Second); !ok; off, ok = f.r.load(&wr, data) {
-		// Every part is in use: the peer's sends wait for the Conn (RNR,
-		// or retries if it failed). settle lets it poll; a failed Conn
-		// makes the retries run out, and the flush frees them all.
+		// Every part is in use: the peer's sends wait for the Conn (RNR
+		// NAKs while it has no receive posted). settle lets it poll.
 		if time.Now().After(end) {
 			f.fatalf("the peer's %d sends still hold its send buffer after 30 s", len(f.sends))
 		}
-		f.settle()
+		over := f.settle()
 		if f.peerDead {
 			return
 		}
-		f.c.mu.Lock()
-		over := f.c.err != nil || f.c.closed
-		f.c.mu.Unlock()
 		if over {
 			// The Conn failed (its QP in ERR drops what the peer sends)
 			// or is closed, and the peer's sends wait for an answer that
@@ -337,8 +333,9 @@ func (f *fuzzRun) recvData(n, byteLen int) {
 
 // settle waits (boundedly) until what either side posted has arrived:
 // the peer's sends have completed and it has received every message the
-// Conn posted.
-func (f *fuzzRun) settle() {
+// Conn posted. It stops early, and reports over, once the Conn has failed
+// or is closed.
+func (f *fuzzRun) settle() (over bool) {
 	f.t.Helper()
 	defer func(start time.Time) {
 		if d := time.Since(start); d > time.Second && testing.Verbose() {
@@ -358,15 +355,16 @@ func (f *fuzzRun) settle() {
 			f.c.progress()
 		}
 		// A Conn that failed acknowledges nothing more: the peer's sends
-		// would wait for their retries to run out.
-		over := f.c.closed || f.c.err != nil
+		// would wait for an answer (post).
+		over = f.c.closed || f.c.err != nil
 		done := f.c.sseqNo == f.rcvdMsgs && int(f.c.ctrlSeq) == f.rcvdCtrl
 		f.c.mu.Unlock()
 		if over || len(f.sends) == 0 && (done || f.peerDead) {
-			return
+			return over
 		}
 		time.Sleep(200 * time.Microsecond)
 	}
+	return over
 }
 
 // conn runs a call of the Conn's user, the peer serving its receives
